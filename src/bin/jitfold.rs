@@ -1,0 +1,209 @@
+//! The `jitfold` command-line tool: a thin user of the library.
+
+use clap::{Parser, Subcommand};
+use jitfold::cranelift_codegen::isa::OwnedTargetIsa;
+use jitfold::report::{self, Progress, Report};
+use serde_json::{Value, json};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "jitfold", version, about = "Deduplicates JIT-compiled Cranelift functions")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fingerprint every function of `.clif` files and group exact duplicates.
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Print one JSON object on stdout instead of a summary.
+    #[arg(long)]
+    json: bool,
+    /// List every group of duplicates with its members.
+    #[arg(long)]
+    groups: bool,
+    /// Exit with status 1 if any file fails to parse or read.
+    #[arg(long)]
+    strict: bool,
+    /// ISA to verify functions of files without a `target` line against
+    /// (default: the host), with `opt_level=speed` and frame pointers kept.
+    #[arg(long)]
+    isa: Option<String>,
+    /// `.clif` files or directories (searched recursively).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Report(args) => run_report(&args),
+    }
+}
+
+fn run_report(args: &ReportArgs) -> ExitCode {
+    let isa = match default_isa(args.isa.as_deref()) {
+        Ok(isa) => isa,
+        Err(e) => {
+            eprintln!("jitfold report: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut bar = Bar::default();
+    let report = match report::build(&args.paths, Some(&*isa), &mut bar) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jitfold report: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    bar.finish();
+    if args.json {
+        println!("{}", report_json(&report, args.groups));
+    } else {
+        print_summary(&report, args.groups);
+    }
+    let failed = !report.parse_errors.is_empty() || !report.read_errors.is_empty();
+    if args.strict && failed {
+        eprintln!(
+            "jitfold report: --strict: {} file(s) failed to parse, {} to read",
+            report.parse_errors.len(),
+            report.read_errors.len()
+        );
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+fn default_isa(name: Option<&str>) -> Result<OwnedTargetIsa, jitfold::isa::IsaError> {
+    let flags = jitfold::isa::jit_flags();
+    match name {
+        Some(name) => jitfold::isa::isa_by_name(name, flags),
+        None => jitfold::isa::host_isa(flags),
+    }
+}
+
+/// A progress bar on stderr, shown only for large inputs on a terminal.
+#[derive(Default)]
+struct Bar(Option<indicatif::ProgressBar>);
+
+impl Progress for Bar {
+    fn start(&mut self, files: usize) {
+        if files >= 100 && std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(files as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} files {eta}")
+                    .expect("the template is valid"),
+            );
+            self.0 = Some(bar);
+        }
+    }
+
+    fn advance(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.inc(1);
+        }
+    }
+}
+
+impl Bar {
+    fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn problems(list: &[report::FileProblem]) -> Value {
+    list.iter()
+        .map(|p| json!({ "file": p.file, "message": p.message }))
+        .collect()
+}
+
+fn report_json(r: &Report, with_groups: bool) -> Value {
+    let mut out = json!({
+        "files": r.files,
+        "functions": r.functions,
+        "instructions": r.instructions,
+        "parse_errors": r.parse_errors.len(),
+        "parse_error_list": problems(&r.parse_errors),
+        "read_errors": r.read_errors.len(),
+        "read_error_list": problems(&r.read_errors),
+        "skipped_unsupported": r.skipped_unsupported.len(),
+        "skipped_unsupported_list": problems(&r.skipped_unsupported),
+        "invalid_functions": r.invalid_functions.len(),
+        "invalid_function_list": r.invalid_functions.iter()
+            .map(|f| json!({ "file": f.function.file, "function": f.function.name, "message": f.message }))
+            .collect::<Vec<_>>(),
+        "classes": r.classes,
+        "exact_merged": r.exact_merged,
+        "largest_group": r.largest_group,
+        "duplicate_groups": r.groups.len(),
+        "fingerprint_ns_per_inst": r.fingerprint_ns_per_inst(),
+    });
+    if with_groups {
+        out["groups"] = r
+            .groups
+            .iter()
+            .map(|g| {
+                json!({
+                    "stable_hash": format!("{:016x}", g.stable_hash),
+                    "instructions": g.instructions,
+                    "members": g.members.iter()
+                        .map(|m| json!({ "file": m.file, "function": m.name }))
+                        .collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+fn print_summary(r: &Report, with_groups: bool) {
+    println!("files                 {}", r.files);
+    println!("functions             {}", r.functions);
+    println!("instructions          {}", r.instructions);
+    println!("classes               {}", r.classes);
+    println!(
+        "exact_merged          {} ({:.2}% of functions)",
+        r.exact_merged,
+        percent(r.exact_merged, r.functions)
+    );
+    println!("duplicate groups      {}", r.groups.len());
+    println!("largest group         {}", r.largest_group);
+    println!("fingerprint           {:.2} ns/instruction", r.fingerprint_ns_per_inst());
+    println!("invalid functions     {}", r.invalid_functions.len());
+    println!("skipped (target ISA)  {}", r.skipped_unsupported.len());
+    println!("parse errors          {}", r.parse_errors.len());
+    for p in r.parse_errors.iter().chain(&r.read_errors) {
+        println!("  {}: {}", p.file.display(), p.message);
+    }
+    if with_groups {
+        for (i, g) in r.groups.iter().enumerate() {
+            println!(
+                "group {i}: {} members, {} instructions, hash {:016x}",
+                g.members.len(),
+                g.instructions,
+                g.stable_hash
+            );
+            for m in &g.members {
+                println!("  {} {}", m.file.display(), m.name);
+            }
+        }
+    }
+}
+
+fn percent(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}

@@ -1,0 +1,111 @@
+//! The exact-duplicate cache: fingerprints in, equivalence classes out.
+//!
+//! # What this module guarantees
+//!
+//! - Two fingerprints get the same [`ClassId`] if and only if their keys are
+//!   equal (the table compares whole keys after the hash matches; the hash is
+//!   only a filter).
+//! - Class ids are dense and handed out in insertion order, starting at 0.
+//! - The cache stores fingerprints, never functions: memory per entry is the
+//!   key plus a few words, and nothing keeps an `ir::Function` alive.
+//! - The hash table is keyed per process (see [`crate::fingerprint`]), so
+//!   adversarial inputs cannot make lookups quadratic.
+
+use crate::fingerprint::Fingerprint;
+use cranelift_codegen::entity::{PrimaryMap, entity_impl};
+use hashbrown::HashMap;
+
+/// An equivalence class of functions with equal fingerprints.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClassId(u32);
+entity_impl!(ClassId, "class");
+
+/// What [`DedupCache::insert`] found.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The fingerprint was not in the cache; it now starts this class.
+    New(ClassId),
+    /// The fingerprint was already in the cache, in this class.
+    Duplicate(ClassId),
+}
+
+impl Lookup {
+    /// The class, whether new or existing.
+    pub fn class(self) -> ClassId {
+        match self {
+            Lookup::New(c) | Lookup::Duplicate(c) => c,
+        }
+    }
+
+    /// True for [`Lookup::Duplicate`].
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Lookup::Duplicate(_))
+    }
+}
+
+/// A map from fingerprints to classes, with hit and miss counts.
+#[derive(Default)]
+pub struct DedupCache {
+    classes: HashMap<Fingerprint, ClassId>,
+    members: PrimaryMap<ClassId, u32>,
+    hits: u64,
+    misses: u64,
+}
+
+impl DedupCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Looks `fp` up and inserts it if absent. Counts a hit or a miss.
+    pub fn insert(&mut self, fp: Fingerprint) -> Lookup {
+        if let Some(&class) = self.classes.get(&fp) {
+            self.hits += 1;
+            self.members[class] += 1;
+            return Lookup::Duplicate(class);
+        }
+        self.misses += 1;
+        let class = self.members.push(1);
+        self.classes.insert(fp, class);
+        Lookup::New(class)
+    }
+
+    /// The class of `fp`, if present. Does not count as a hit or a miss.
+    pub fn get(&self, fp: &Fingerprint) -> Option<ClassId> {
+        self.classes.get(fp).copied()
+    }
+
+    /// Number of classes (distinct keys) in the cache.
+    pub fn classes(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Number of fingerprints inserted into `class` so far.
+    pub fn members(&self, class: ClassId) -> u32 {
+        self.members.get(class).copied().unwrap_or(0)
+    }
+
+    /// Number of [`DedupCache::insert`] calls that found a duplicate.
+    pub fn hits(&self) -> u64 {
+        self.hits
+    }
+
+    /// Number of [`DedupCache::insert`] calls that started a new class.
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
+
+    /// Every fingerprint in the cache with its class, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Fingerprint, ClassId)> {
+        self.classes.iter().map(|(fp, &class)| (fp, class))
+    }
+
+    /// Approximate heap bytes held: keys plus table overhead.
+    pub fn heap_bytes(&self) -> usize {
+        let keys: usize = self.classes.keys().map(|fp| fp.key().len() * 4).sum();
+        let table = self.classes.capacity()
+            * (core::mem::size_of::<Fingerprint>() + core::mem::size_of::<ClassId>() + 1);
+        keys + table + self.members.len() * 4
+    }
+}

@@ -1,0 +1,198 @@
+//! Reading `.clif` files: finding them, parsing them with `cranelift-reader`,
+//! and sorting each function into valid or invalid with the verifier.
+//!
+//! # What this module guarantees
+//!
+//! - Every `.clif` file under the given paths is visited exactly once, in
+//!   sorted path order, so results are deterministic.
+//! - Every file ends in exactly one [`FileOutcome`]: parsed, a parse error
+//!   (with the parser's message and line), an ISA Cranelift cannot build, or a
+//!   read error. Nothing is dropped silently, and no input panics the caller:
+//!   a panic inside Cranelift's parser or verifier is caught and reported as a
+//!   [`FileOutcome::ParseError`] of that file.
+//! - A missing path, or paths that contain no `.clif` file, are a
+//!   [`CorpusError`], not an empty result.
+
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
+use cranelift_codegen::settings::FlagsOrIsa;
+use cranelift_reader::{IsaSpec, ParseOptions, parse_test};
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+
+/// Why a set of paths could not be turned into a corpus.
+#[derive(Debug)]
+pub enum CorpusError {
+    /// A path given by the user does not exist.
+    Missing(PathBuf),
+    /// A directory could not be listed.
+    Io(PathBuf, std::io::Error),
+    /// No path was given, or no `.clif` file was found under the paths.
+    NoClifFiles(Vec<PathBuf>),
+}
+
+impl fmt::Display for CorpusError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CorpusError::Missing(p) => write!(f, "{}: no such file or directory", p.display()),
+            CorpusError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            CorpusError::NoClifFiles(paths) if paths.is_empty() => {
+                write!(f, "no input: give at least one .clif file or directory")
+            }
+            CorpusError::NoClifFiles(paths) => {
+                write!(f, "no .clif files found under")?;
+                for p in paths {
+                    write!(f, " {}", p.display())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for CorpusError {}
+
+/// Lists the `.clif` files under `paths` (files as given, directories
+/// recursively), sorted and without repeats.
+pub fn clif_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CorpusError> {
+    let mut files = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|_| CorpusError::Missing(path.clone()))?;
+        if meta.is_dir() {
+            walk_dir(path, &mut files)?;
+        } else {
+            files.push(path.clone());
+        }
+    }
+    files.sort();
+    files.dedup();
+    if files.is_empty() {
+        return Err(CorpusError::NoClifFiles(paths.to_vec()));
+    }
+    Ok(files)
+}
+
+fn walk_dir(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), CorpusError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| CorpusError::Io(dir.to_path_buf(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| CorpusError::Io(dir.to_path_buf(), e))?;
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|e| CorpusError::Io(path.clone(), e))?;
+        if kind.is_dir() {
+            walk_dir(&path, files)?;
+        } else if path.extension().is_some_and(|e| e == "clif") {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// A function read from a file, with the verifier's verdict.
+pub struct ParsedFunction {
+    /// The function as parsed.
+    pub func: Function,
+    /// `None` if the verifier accepted it, else the verifier's message.
+    pub verifier_error: Option<String>,
+}
+
+/// What became of one file.
+pub enum FileOutcome {
+    /// The file parsed; its functions in file order.
+    Parsed {
+        /// The ISAs named by the file's `target` lines (empty if none).
+        isas: Vec<OwnedTargetIsa>,
+        /// The functions of the file.
+        functions: Vec<ParsedFunction>,
+    },
+    /// The parser rejected the file.
+    ParseError(String),
+    /// The file names a target ISA that Cranelift 0.135.8 cannot build.
+    UnsupportedIsa(String),
+    /// The file could not be read.
+    ReadError(String),
+}
+
+/// Reads, parses and verifies one file. Functions of a file without a
+/// `target` line are verified against `default_isa` when given (instructions
+/// such as `get_frame_pointer` need an ISA), else against flags alone.
+pub fn load_file(path: &Path, default_isa: Option<&dyn TargetIsa>) -> FileOutcome {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return FileOutcome::ReadError(e.to_string()),
+    };
+    match catch_unwind(AssertUnwindSafe(|| parse_text(&text, default_isa))) {
+        Ok(outcome) => outcome,
+        Err(panic) => FileOutcome::ParseError(format!(
+            "cranelift panicked on this file: {}",
+            panic_message(&panic)
+        )),
+    }
+}
+
+/// Parses and verifies CLIF text (the body of [`load_file`]).
+pub fn parse_text(text: &str, default_isa: Option<&dyn TargetIsa>) -> FileOutcome {
+    let file = match parse_test(text, ParseOptions::default()) {
+        Ok(file) => file,
+        Err(e) if e.is_warning && e.message.starts_with("unsupported target") => {
+            return FileOutcome::UnsupportedIsa(e.message);
+        }
+        Err(e) => return FileOutcome::ParseError(format!("line {}: {}", e.location.line_number, e.message)),
+    };
+    let (isas, flags) = match file.isa_spec {
+        IsaSpec::Some(isas) => (isas, None),
+        IsaSpec::None(flags) => (Vec::new(), Some(flags)),
+    };
+    let fisa = match (&flags, isas.first(), default_isa) {
+        (_, Some(isa), _) => FlagsOrIsa::from(&**isa),
+        (Some(_), None, Some(isa)) => FlagsOrIsa::from(isa),
+        (Some(flags), None, None) => FlagsOrIsa::from(flags),
+        (None, None, _) => return FileOutcome::ParseError("target list is empty".to_string()),
+    };
+    let functions = file
+        .functions
+        .into_iter()
+        .map(|(func, _)| {
+            let verifier_error = cranelift_codegen::verify_function(&func, fisa)
+                .err()
+                .map(|e| e.to_string());
+            ParsedFunction {
+                func,
+                verifier_error,
+            }
+        })
+        .collect();
+    FileOutcome::Parsed { isas, functions }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Every verifier-clean function under `paths`, in file order, skipping files
+/// that do not parse. For benchmarks and tests that need a body of real CLIF.
+pub fn valid_functions(
+    paths: &[PathBuf],
+    default_isa: Option<&dyn TargetIsa>,
+) -> Result<Vec<Function>, CorpusError> {
+    let mut out = Vec::new();
+    for file in clif_files(paths)? {
+        if let FileOutcome::Parsed { functions, .. } = load_file(&file, default_isa) {
+            out.extend(
+                functions
+                    .into_iter()
+                    .filter(|f| f.verifier_error.is_none())
+                    .map(|f| f.func),
+            );
+        }
+    }
+    Ok(out)
+}

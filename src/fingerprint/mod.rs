@@ -1,0 +1,190 @@
+//! Canonical fingerprints of CLIF functions.
+//!
+//! A [`Fingerprint`] is the result of one linear walk over an
+//! [`ir::Function`](cranelift_codegen::ir::Function) in CFG order. It holds a
+//! canonical **key**: a sequence of 32-bit words that records every fact about
+//! the function that can change what its compiled code does.
+//!
+//! # What this module guarantees
+//!
+//! For two functions `f` and `g` that pass the Cranelift verifier:
+//!
+//! - `key(f) == key(g)` **if and only if** `f` and `g` are the same function up
+//!   to the things listed under *ignored* below. Equal keys mean one function
+//!   can be compiled in place of the other.
+//! - `Ord` is the lexicographic order of the keys, so it is a total order
+//!   consistent with `Eq` and `Hash` by construction.
+//! - [`Fingerprint::stable_hash`] depends only on the key bytes and a fixed
+//!   seed: identical across processes and machines for a given version of
+//!   jitfold and of Cranelift (the key format may change with either).
+//! - The in-memory hash used by `Hash` is keyed with a per-process random
+//!   seed, so crafted inputs cannot force hash collisions in the cache.
+//!
+//! **Ignored** (not in the key): the function's name, value and block
+//! numbers, the layout order of blocks, source locations, value labels, debug
+//! tags, value aliases (resolved before numbering), blocks that are
+//! unreachable from the entry block, instructions and values that are not in
+//! the layout, declarations (signatures, external functions, global values,
+//! stack slots, alias regions, dynamic types and slots) that no reachable
+//! instruction uses, and the index order of side tables. Unused stack slots
+//! can make the frame larger but never change what the function computes;
+//! the CLIF parser even creates empty placeholder slots for gaps in `ssN`
+//! numbering.
+//!
+//! **Included** (each is a checklist item of the walk in `walk.rs`):
+//!
+//! 1. The signature: parameter and return types, their `ArgumentPurpose` and
+//!    `ArgumentExtension`, and the calling convention.
+//! 2. `stack_limit`, as a global value.
+//! 3. Reachable blocks in DFS pre-order from the entry block, following each
+//!    terminator's destinations in order; each block's parameter types.
+//! 4. Every instruction of those blocks in layout order: opcode, number and
+//!    types of results, operands as serial value numbers, and every immediate
+//!    of its `InstructionData` format: `Imm64` and float immediates by their raw
+//!    bits (so NaN payloads and `-0.0` are distinct), `Offset32`, `Uimm8`, lane
+//!    indices, condition codes, atomic RMW ops, trap codes.
+//! 5. Memory flags by their data (endianness, `aligned`, `readonly`,
+//!    `can_move`, trap code), never by their interned index; the alias region
+//!    by first-use number and its `user_id`.
+//! 6. Constant-pool and `dfg.immediates` bytes by value.
+//! 7. Branch destinations as block serial numbers with their arguments
+//!    (`BlockArg::{Value, TryCallRet, TryCallExn}`), jump tables entry by
+//!    entry, exception tables (signature, normal return, tags, defaults and
+//!    contexts in order).
+//! 8. Side tables in first-use order, each written out in full on its first
+//!    use: signatures of `SigRef`s; external functions (name, signature,
+//!    `colocated`, `patchable`); global values with all fields, recursively;
+//!    sized stack slots (kind, size, alignment, key); dynamic stack slots and
+//!    dynamic types; alias regions.
+//! 9. External names: `User` names by namespace and index, test-case names by
+//!    their bytes, libcalls and known symbols by variant.
+//! 10. User stack map entries of each instruction (type, slot, offset).
+//!
+//! Enums with data (`InstructionData`, `GlobalValueData`, `ExternalName`,
+//! `BlockArg`, `ExceptionTableItem`, `ArgumentPurpose`) are matched
+//! exhaustively, with no wildcard arm, so a new Cranelift variant is a compile
+//! error. Enums without data (`Opcode`, `CallConv`, condition codes, ...) are
+//! encoded by their discriminant, which is distinct per variant by
+//! construction.
+//!
+//! Integer immediates are encoded by their raw stored bits, not masked to the
+//! type width: the verifier already rejects out-of-range `iconst`s, and keeping
+//! the raw bits means a cache hit is always bit-identical to a function that
+//! passed the verifier.
+//!
+//! Functions that fail the verifier still get a fingerprint (the walk does not
+//! rely on dominance or well-formed side tables), but the "if and only if"
+//! above is only promised for valid functions.
+
+mod walk;
+
+use core::cmp::Ordering;
+use core::hash::{BuildHasher, Hash, Hasher};
+use cranelift_codegen::ir::Function;
+use std::sync::OnceLock;
+
+pub use walk::Fingerprinter;
+
+/// Version of the key format; mixed into the stable hash so that persisted
+/// hashes from an older format never match new keys.
+pub const KEY_FORMAT_VERSION: u32 = 1;
+
+/// The canonical fingerprint of one function: its key and a keyed hash of it.
+///
+/// Holds no reference to the function it came from; memory use is the key
+/// (a few words per instruction) plus two words.
+#[derive(Clone)]
+pub struct Fingerprint {
+    key: Box<[u32]>,
+    hash: u64,
+    instructions: u32,
+}
+
+impl Fingerprint {
+    /// Fingerprints `func` with a fresh [`Fingerprinter`]. To fingerprint many
+    /// functions, keep one `Fingerprinter` and reuse its scratch memory.
+    pub fn of(func: &Function) -> Self {
+        Fingerprinter::new().fingerprint(func)
+    }
+
+    fn from_key(key: Box<[u32]>, instructions: u32) -> Self {
+        let hash = process_hasher().hash_one(&key[..]);
+        Self {
+            key,
+            hash,
+            instructions,
+        }
+    }
+
+    /// The canonical key. Equal keys mean interchangeable functions.
+    pub fn key(&self) -> &[u32] {
+        &self.key
+    }
+
+    /// Number of instructions the walk encoded (reachable, in the layout).
+    pub fn instructions(&self) -> u32 {
+        self.instructions
+    }
+
+    /// The in-memory hash: keyed with a per-process random seed, so it is
+    /// different in every process. Use [`Fingerprint::stable_hash`] for
+    /// anything that is stored or compared across processes.
+    pub fn fast_hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// A 64-bit hash of the key that is the same in every process and on every
+    /// machine for a given version of jitfold and Cranelift (XXH3 over the
+    /// little-endian bytes of the key, seeded with [`KEY_FORMAT_VERSION`]).
+    pub fn stable_hash(&self) -> u64 {
+        let mut bytes = Vec::with_capacity(self.key.len() * 4);
+        for word in self.key.iter() {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, u64::from(KEY_FORMAT_VERSION))
+    }
+}
+
+/// One hasher per process, randomly seeded once, so every fingerprint of this
+/// process hashes the same way.
+fn process_hasher() -> &'static hashbrown::DefaultHashBuilder {
+    static HASHER: OnceLock<hashbrown::DefaultHashBuilder> = OnceLock::new();
+    HASHER.get_or_init(hashbrown::DefaultHashBuilder::default)
+}
+
+impl PartialEq for Fingerprint {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.key == other.key
+    }
+}
+
+impl Eq for Fingerprint {}
+
+impl Hash for Fingerprint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for Fingerprint {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Fingerprint {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+
+impl core::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "Fingerprint({:016x}, {} words)",
+            self.stable_hash(),
+            self.key.len()
+        )
+    }
+}

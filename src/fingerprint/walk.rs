@@ -1,0 +1,724 @@
+//! The canonical walk: one pass over the reachable blocks in DFS pre-order,
+//! numbering blocks, values and side-table entities on first sight, and
+//! writing every semantic fact as 32-bit words.
+//!
+//! The encoding is prefix-free: every variable-length part is preceded by its
+//! length or determined by what came before (an opcode determines its
+//! instruction format), and every entity reference is its serial number,
+//! where a number equal to the count of entities numbered so far means "new",
+//! followed by the entity's definition. Decoding a key therefore yields the
+//! function back up to renaming, which is why equal keys mean equal functions.
+
+use super::Fingerprint;
+use cranelift_codegen::ir::{
+    self, AbiParam, ArgumentPurpose, Block, Constant, BlockArg, BlockCall, ConstantData, DynamicStackSlot,
+    DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function, GlobalValue,
+    GlobalValueData, Inst, InstructionData, MemFlags, SigRef, Signature, StackSlot, Type, Value,
+    immediates::Offset32,
+};
+use cranelift_codegen::ir::{AliasRegion, Endianness};
+use cranelift_codegen::entity::{EntityRef, SecondaryMap};
+
+/// Serial numbers handed out on first sight, per entity kind.
+struct Numbering<K: EntityRef> {
+    /// 0 = not seen yet; otherwise serial number + 1.
+    seen: SecondaryMap<K, u32>,
+    next: u32,
+}
+
+impl<K: EntityRef> Numbering<K> {
+    fn new() -> Self {
+        Self {
+            seen: SecondaryMap::new(),
+            next: 0,
+        }
+    }
+
+    fn reset(&mut self, capacity: usize) {
+        self.seen.clear();
+        self.seen.resize(capacity);
+        self.next = 0;
+    }
+
+    /// The serial number of `k` and whether it was assigned by this call.
+    #[inline]
+    fn number(&mut self, k: K) -> (u32, bool) {
+        match self.seen[k] {
+            0 => {
+                let n = self.next;
+                self.next += 1;
+                self.seen[k] = n + 1;
+                (n, true)
+            }
+            n => (n - 1, false),
+        }
+    }
+}
+
+/// Marks a result or block parameter whose value was already numbered by an
+/// earlier use (only possible in functions that fail the verifier).
+const ALREADY_NUMBERED: u32 = 1 << 31;
+/// Set in an instruction's first word when user stack map entries follow.
+const HAS_STACK_MAP: u32 = 1 << 31;
+
+/// Computes fingerprints, reusing its scratch memory across functions.
+///
+/// Keeping one `Fingerprinter` per thread and calling
+/// [`Fingerprinter::fingerprint`] for each function avoids allocating the
+/// numbering tables again for every function.
+pub struct Fingerprinter {
+    out: Vec<u32>,
+    blocks: Numbering<Block>,
+    values: Numbering<Value>,
+    sigs: Numbering<SigRef>,
+    func_refs: Numbering<FuncRef>,
+    global_values: Numbering<GlobalValue>,
+    stack_slots: Numbering<StackSlot>,
+    dynamic_slots: Numbering<DynamicStackSlot>,
+    dynamic_types: Numbering<DynamicType>,
+    regions: Numbering<AliasRegion>,
+    visited: SecondaryMap<Block, bool>,
+    stack: Vec<Block>,
+    successors: Vec<Block>,
+    constant_handles: Vec<Constant>,
+}
+
+impl Default for Fingerprinter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fingerprinter {
+    /// A fingerprinter with empty scratch memory.
+    pub fn new() -> Self {
+        Self {
+            out: Vec::new(),
+            blocks: Numbering::new(),
+            values: Numbering::new(),
+            sigs: Numbering::new(),
+            func_refs: Numbering::new(),
+            global_values: Numbering::new(),
+            stack_slots: Numbering::new(),
+            dynamic_slots: Numbering::new(),
+            dynamic_types: Numbering::new(),
+            regions: Numbering::new(),
+            visited: SecondaryMap::new(),
+            stack: Vec::new(),
+            successors: Vec::new(),
+            constant_handles: Vec::new(),
+        }
+    }
+
+    /// The canonical fingerprint of `func` (see the module docs of
+    /// [`crate::fingerprint`] for what it contains).
+    pub fn fingerprint(&mut self, func: &Function) -> Fingerprint {
+        let instructions = self.encode(func);
+        Fingerprint::from_key(self.out.as_slice().into(), instructions)
+    }
+
+    /// Runs the walk, leaving the key in `self.out`; returns the number of
+    /// instructions encoded.
+    fn encode(&mut self, func: &Function) -> u32 {
+        let dfg = &func.dfg;
+        self.out.clear();
+        self.out.reserve(dfg.num_insts() * 6 + 16);
+        self.blocks.reset(dfg.num_blocks());
+        self.values.reset(dfg.num_values());
+        self.sigs.reset(dfg.signatures.len());
+        self.func_refs.reset(dfg.ext_funcs.len());
+        self.global_values.reset(func.global_values.len());
+        self.stack_slots.reset(func.sized_stack_slots.len());
+        self.dynamic_slots.reset(func.dynamic_stack_slots.len());
+        self.dynamic_types.reset(dfg.dynamic_types.len());
+        self.regions.reset(dfg.alias_regions.len());
+        self.visited.clear();
+        self.visited.resize(dfg.num_blocks());
+        self.constant_handles.clear();
+        self.constant_handles
+            .extend(dfg.constants.iter().map(|(&handle, _)| handle));
+
+        // 1. Signature; 2. stack limit.
+        self.signature(&func.signature);
+        match func.stack_limit {
+            None => self.out.push(0),
+            Some(gv) => {
+                self.out.push(1);
+                self.global_value(func, gv);
+            }
+        }
+
+        // 3. Reachable blocks in DFS pre-order.
+        let mut instructions = 0u32;
+        self.stack.clear();
+        if let Some(entry) = func.layout.entry_block() {
+            self.block_ref(entry);
+            self.stack.push(entry);
+        }
+        while let Some(block) = self.stack.pop() {
+            if self.visited[block] {
+                continue;
+            }
+            self.visited[block] = true;
+            self.successors.clear();
+            self.block_header(func, block);
+            for inst in func.layout.block_insts(block) {
+                instructions += 1;
+                self.instruction(func, inst);
+            }
+            // Push in reverse so the first destination is visited next.
+            self.stack.extend(self.successors.iter().rev());
+        }
+        self.out.push(u32::MAX); // End of blocks.
+
+        instructions
+    }
+
+    fn block_header(&mut self, func: &Function, block: Block) {
+        let params = func.dfg.block_params(block);
+        self.out.push(params.len() as u32);
+        for &param in params {
+            self.value_def(func, param);
+        }
+    }
+
+    /// A block reference: its serial number. New blocks are recognised by a
+    /// number equal to the count of blocks seen; their contents follow when the
+    /// walk reaches them.
+    #[inline]
+    fn block_ref(&mut self, block: Block) {
+        let (n, _) = self.blocks.number(block);
+        self.out.push(n);
+    }
+
+    /// A value definition (result or block parameter): its type; new values
+    /// are numbered implicitly in definition order.
+    #[inline]
+    fn value_def(&mut self, func: &Function, value: Value) {
+        let ty = func.dfg.value_type(value);
+        let (n, new) = self.values.number(value);
+        if new {
+            self.out.push(type_word(ty));
+        } else {
+            self.out.push(type_word(ty) | ALREADY_NUMBERED);
+            self.out.push(n);
+        }
+    }
+
+    /// A value use: the serial number of its alias-resolved value.
+    #[inline]
+    fn value_use(&mut self, func: &Function, value: Value) {
+        // Fast path: a value (or alias) whose number is already known.
+        // Numbers are cached on aliases too, so each alias is resolved once.
+        let known = self.values.seen[value];
+        if known != 0 {
+            self.out.push(known - 1);
+            return;
+        }
+        let resolved = func.dfg.resolve_aliases(value);
+        let (n, new) = self.values.number(resolved);
+        self.values.seen[value] = n + 1;
+        self.out.push(n);
+        if new {
+            // Used before its definition: only in invalid functions.
+            self.out.push(type_word(func.dfg.value_type(resolved)));
+        }
+    }
+
+    fn value_list(&mut self, func: &Function, values: &[Value]) {
+        self.out.push(values.len() as u32);
+        for &v in values {
+            self.value_use(func, v);
+        }
+    }
+
+    /// A branch destination: block, then its arguments. The block is also a
+    /// successor for the DFS.
+    fn block_call(&mut self, func: &Function, call: &BlockCall) {
+        let pool = &func.dfg.value_lists;
+        let block = call.block(pool);
+        self.block_ref(block);
+        self.successors.push(block);
+        let args = call.args(pool);
+        self.out.push(args.len() as u32);
+        for arg in args {
+            match arg {
+                BlockArg::Value(v) => {
+                    self.out.push(0);
+                    self.value_use(func, v);
+                }
+                BlockArg::TryCallRet(i) => self.out.extend([1, i]),
+                BlockArg::TryCallExn(i) => self.out.extend([2, i]),
+            }
+        }
+    }
+
+    fn signature(&mut self, sig: &Signature) {
+        self.out.push(sig.call_conv as u32);
+        self.out.push(sig.params.len() as u32);
+        for p in &sig.params {
+            self.abi_param(p);
+        }
+        self.out.push(sig.returns.len() as u32);
+        for p in &sig.returns {
+            self.abi_param(p);
+        }
+    }
+
+    fn abi_param(&mut self, p: &AbiParam) {
+        let (purpose, size) = match p.purpose {
+            ArgumentPurpose::Normal => (0, 0),
+            ArgumentPurpose::StructArgument(size) => (1, size),
+            ArgumentPurpose::StructReturn => (2, 0),
+            ArgumentPurpose::VMContext => (3, 0),
+        };
+        self.out
+            .extend([type_word(p.value_type) | (p.extension as u32) << 16 | purpose << 20]);
+        if purpose == 1 {
+            self.out.push(size);
+        }
+    }
+
+    fn sig_ref(&mut self, func: &Function, sig: SigRef) {
+        let (n, new) = self.sigs.number(sig);
+        self.out.push(n);
+        if new {
+            match func.dfg.signatures.get(sig) {
+                Some(s) => self.signature(s),
+                None => self.out.push(u32::MAX),
+            }
+        }
+    }
+
+    fn func_ref(&mut self, func: &Function, func_ref: FuncRef) {
+        let (n, new) = self.func_refs.number(func_ref);
+        self.out.push(n);
+        if !new {
+            return;
+        }
+        let Some(data) = func.dfg.ext_funcs.get(func_ref) else {
+            self.out.push(u32::MAX);
+            return;
+        };
+        self.external_name(func, &data.name);
+        self.sig_ref(func, data.signature);
+        self.out
+            .push(u32::from(data.colocated) | u32::from(data.patchable) << 1);
+    }
+
+    fn external_name(&mut self, func: &Function, name: &ExternalName) {
+        match name {
+            ExternalName::User(r) => match func.params.user_named_funcs().get(*r) {
+                Some(user) => self.out.extend([0, user.namespace, user.index]),
+                None => self.out.push(u32::MAX),
+            },
+            ExternalName::TestCase(name) => {
+                self.out.push(1);
+                self.bytes(name.raw());
+            }
+            ExternalName::LibCall(libcall) => self.out.extend([2, *libcall as u32]),
+            ExternalName::KnownSymbol(sym) => self.out.extend([3, *sym as u32]),
+        }
+    }
+
+    fn global_value(&mut self, func: &Function, gv: GlobalValue) {
+        let (n, new) = self.global_values.number(gv);
+        self.out.push(n);
+        if !new {
+            return;
+        }
+        // `gv` is numbered before its definition is written, so a (verifier-
+        // rejected) cycle of global values ends here instead of recursing.
+        let Some(data) = func.global_values.get(gv) else {
+            self.out.push(u32::MAX);
+            return;
+        };
+        match data {
+            GlobalValueData::VMContext => self.out.push(0),
+            GlobalValueData::Load {
+                base,
+                offset,
+                global_type,
+                flags,
+            } => {
+                self.out.push(1);
+                self.global_value(func, *base);
+                self.out.extend([offset32(*offset), type_word(*global_type)]);
+                self.mem_flags(func, *flags);
+            }
+            GlobalValueData::IAddImm {
+                base,
+                offset,
+                global_type,
+            } => {
+                self.out.push(2);
+                self.global_value(func, *base);
+                self.imm64(offset.bits());
+                self.out.push(type_word(*global_type));
+            }
+            GlobalValueData::Symbol {
+                name,
+                offset,
+                colocated,
+                tls,
+            } => {
+                self.out.push(3);
+                self.external_name(func, name);
+                self.imm64(offset.bits());
+                self.out.push(u32::from(*colocated) | u32::from(*tls) << 1);
+            }
+            GlobalValueData::DynScaleTargetConst { vector_type } => {
+                self.out.extend([4, type_word(*vector_type)]);
+            }
+        }
+    }
+
+    fn stack_slot(&mut self, func: &Function, slot: StackSlot) {
+        let (n, new) = self.stack_slots.number(slot);
+        self.out.push(n);
+        if !new {
+            return;
+        }
+        match func.sized_stack_slots.get(slot) {
+            Some(data) => {
+                let key = data.key.map_or(0, |k| k.bits());
+                self.out.extend([
+                    data.kind as u32,
+                    data.size,
+                    u32::from(data.align_shift),
+                    u32::from(data.key.is_some()),
+                ]);
+                self.imm64(key as i64);
+            }
+            None => self.out.push(u32::MAX),
+        }
+    }
+
+    fn dynamic_slot(&mut self, func: &Function, slot: DynamicStackSlot) {
+        let (n, new) = self.dynamic_slots.number(slot);
+        self.out.push(n);
+        if !new {
+            return;
+        }
+        match func.dynamic_stack_slots.get(slot) {
+            Some(data) => {
+                self.out.push(data.kind as u32);
+                self.dynamic_type(func, data.dyn_ty);
+            }
+            None => self.out.push(u32::MAX),
+        }
+    }
+
+    fn dynamic_type(&mut self, func: &Function, dt: DynamicType) {
+        let (n, new) = self.dynamic_types.number(dt);
+        self.out.push(n);
+        if !new {
+            return;
+        }
+        match func.dfg.dynamic_types.get(dt) {
+            Some(data) => {
+                self.out.push(type_word(data.base_vector_ty));
+                self.global_value(func, data.dynamic_scale);
+            }
+            None => self.out.push(u32::MAX),
+        }
+    }
+
+    /// Memory flags by their data, never by their interned index.
+    fn mem_flags(&mut self, func: &Function, flags: MemFlags) {
+        if !func.dfg.mem_flags.is_valid(flags) {
+            self.out.push(u32::MAX);
+            return;
+        }
+        let data = func.dfg.mem_flags[flags];
+        let endianness = match data.explicit_endianness() {
+            None => 0,
+            Some(Endianness::Little) => 1,
+            Some(Endianness::Big) => 2,
+        };
+        let trap = data.trap_code().map_or(0, |t| u32::from(t.as_raw().get()));
+        self.out.push(
+            endianness
+                | u32::from(data.aligned()) << 2
+                | u32::from(data.readonly()) << 3
+                | u32::from(data.can_move()) << 4
+                | trap << 8,
+        );
+        debug_assert_eq!(
+            data,
+            rebuild_mem_flags(&data),
+            "a memory flag is missing from the fingerprint"
+        );
+        match data.alias_region() {
+            None => self.out.push(0),
+            Some(region) => {
+                let (n, new) = self.regions.number(region);
+                self.out.push(n + 1);
+                if new {
+                    let user_id = if func.dfg.alias_regions.is_valid(region) {
+                        func.dfg.alias_regions[region].user_id
+                    } else {
+                        u32::MAX
+                    };
+                    self.out.push(user_id);
+                }
+            }
+        }
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.out.push(bytes.len() as u32);
+        for chunk in bytes.chunks(4) {
+            let mut word = [0u8; 4];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.out.push(u32::from_le_bytes(word));
+        }
+    }
+
+    fn constant_data(&mut self, data: Option<&ConstantData>) {
+        match data {
+            Some(data) => self.bytes(data.as_slice()),
+            None => self.out.push(u32::MAX),
+        }
+    }
+
+    #[inline]
+    fn imm64(&mut self, bits: i64) {
+        self.out.extend([bits as u32, (bits >> 32) as u32]);
+    }
+
+    /// One instruction: a word with opcode, result count and stack-map flag;
+    /// result types; then the fields of its format.
+    fn instruction(&mut self, func: &Function, inst: Inst) {
+        let dfg = &func.dfg;
+        let data = &dfg.insts[inst];
+        let results = dfg.inst_results(inst);
+        // Only safepoints can carry stack map entries (`DataFlowGraph`
+        // asserts it when they are added); the lookup is a tree search.
+        let stack_map = if data.opcode().is_safepoint() {
+            dfg.user_stack_map_entries(inst)
+        } else {
+            None
+        };
+        let head = data.opcode() as u32
+            | (results.len() as u32) << 16
+            | if stack_map.is_some() { HAS_STACK_MAP } else { 0 };
+        self.out.push(head);
+        for &r in results {
+            self.value_def(func, r);
+        }
+        self.instruction_data(func, data);
+        if let Some(entries) = stack_map {
+            self.out.push(entries.len() as u32);
+            for entry in entries {
+                self.out.push(type_word(entry.ty));
+                self.stack_slot(func, entry.slot);
+                self.out.push(entry.offset);
+            }
+        }
+    }
+
+    fn instruction_data(&mut self, func: &Function, data: &InstructionData) {
+        let dfg = &func.dfg;
+        let pool = &dfg.value_lists;
+        match *data {
+            InstructionData::AtomicCas { args, flags, .. } => {
+                self.value_list(func, &args);
+                self.mem_flags(func, flags);
+            }
+            InstructionData::AtomicRmw {
+                args, flags, op, ..
+            } => {
+                self.value_list(func, &args);
+                self.mem_flags(func, flags);
+                self.out.push(op as u32);
+            }
+            InstructionData::Binary { args, .. } => self.value_list(func, &args),
+            InstructionData::BinaryImm8 { arg, imm, .. } => {
+                self.value_use(func, arg);
+                self.out.push(u32::from(imm));
+            }
+            InstructionData::BranchTable { arg, table, .. } => {
+                self.value_use(func, arg);
+                match dfg.jump_tables.get(table) {
+                    Some(jt) => {
+                        self.out.push(jt.all_branches().len() as u32);
+                        for call in jt.all_branches() {
+                            self.block_call(func, call);
+                        }
+                    }
+                    None => self.out.push(u32::MAX),
+                }
+            }
+            InstructionData::Brif { arg, blocks, .. } => {
+                self.value_use(func, arg);
+                self.block_call(func, &blocks[0]);
+                self.block_call(func, &blocks[1]);
+            }
+            InstructionData::Call { args, func_ref, .. } => {
+                self.func_ref(func, func_ref);
+                self.value_list(func, args.as_slice(pool));
+            }
+            InstructionData::CallIndirect { args, sig_ref, .. } => {
+                self.sig_ref(func, sig_ref);
+                self.value_list(func, args.as_slice(pool));
+            }
+            InstructionData::CondTrap { arg, code, .. } => {
+                self.value_use(func, arg);
+                self.out.push(u32::from(code.as_raw().get()));
+            }
+            InstructionData::DynamicStackAddr {
+                dynamic_stack_slot, ..
+            } => self.dynamic_slot(func, dynamic_stack_slot),
+            InstructionData::ExceptionHandlerAddress { block, imm, .. } => {
+                self.block_ref(block);
+                self.imm64(imm.bits());
+            }
+            InstructionData::FloatCompare { args, cond, .. } => {
+                self.value_list(func, &args);
+                self.out.push(cond as u32);
+            }
+            InstructionData::FuncAddr { func_ref, .. } => self.func_ref(func, func_ref),
+            InstructionData::IntAddTrap { args, code, .. } => {
+                self.value_list(func, &args);
+                self.out.push(u32::from(code.as_raw().get()));
+            }
+            InstructionData::IntCompare { args, cond, .. } => {
+                self.value_list(func, &args);
+                self.out.push(cond as u32);
+            }
+            InstructionData::Jump { destination, .. } => self.block_call(func, &destination),
+            InstructionData::Load {
+                arg, flags, offset, ..
+            } => {
+                self.value_use(func, arg);
+                self.mem_flags(func, flags);
+                self.out.push(offset32(offset));
+            }
+            InstructionData::LoadNoOffset { arg, flags, .. } => {
+                self.value_use(func, arg);
+                self.mem_flags(func, flags);
+            }
+            InstructionData::MultiAry { args, .. } => {
+                self.value_list(func, args.as_slice(pool));
+            }
+            InstructionData::NullAry { .. } => {}
+            InstructionData::Shuffle { args, imm, .. } => {
+                self.value_list(func, &args);
+                self.constant_data(dfg.immediates.get(imm));
+            }
+            InstructionData::StackAddr {
+                stack_slot, offset, ..
+            } => {
+                self.stack_slot(func, stack_slot);
+                self.out.push(offset32(offset));
+            }
+            InstructionData::Store {
+                args, flags, offset, ..
+            } => {
+                self.value_list(func, &args);
+                self.mem_flags(func, flags);
+                self.out.push(offset32(offset));
+            }
+            InstructionData::StoreNoOffset { args, flags, .. } => {
+                self.value_list(func, &args);
+                self.mem_flags(func, flags);
+            }
+            InstructionData::Ternary { args, .. } => self.value_list(func, &args),
+            InstructionData::TernaryImm8 { args, imm, .. } => {
+                self.value_list(func, &args);
+                self.out.push(u32::from(imm));
+            }
+            InstructionData::Trap { code, .. } => {
+                self.out.push(u32::from(code.as_raw().get()));
+            }
+            InstructionData::TryCall {
+                args,
+                func_ref,
+                exception,
+                ..
+            } => {
+                self.func_ref(func, func_ref);
+                self.value_list(func, args.as_slice(pool));
+                self.exception_table(func, exception);
+            }
+            InstructionData::TryCallIndirect {
+                args, exception, ..
+            } => {
+                self.value_list(func, args.as_slice(pool));
+                self.exception_table(func, exception);
+            }
+            InstructionData::Unary { arg, .. } => self.value_use(func, arg),
+            InstructionData::UnaryConst {
+                constant_handle, ..
+            } => {
+                // `ConstantPool::get` panics on a missing handle; look first.
+                let present = self.constant_handles.binary_search(&constant_handle).is_ok();
+                self.constant_data(present.then(|| dfg.constants.get(constant_handle)));
+            }
+            InstructionData::UnaryGlobalValue { global_value, .. } => {
+                self.global_value(func, global_value);
+            }
+            InstructionData::UnaryIeee16 { imm, .. } => self.out.push(u32::from(imm.bits())),
+            InstructionData::UnaryIeee32 { imm, .. } => self.out.push(imm.bits()),
+            InstructionData::UnaryIeee64 { imm, .. } => self.imm64(imm.bits() as i64),
+            InstructionData::UnaryImm { imm, .. } => self.imm64(imm.bits()),
+        }
+    }
+
+    fn exception_table(&mut self, func: &Function, table: ir::ExceptionTable) {
+        let Some(et) = func.dfg.exception_tables.get(table) else {
+            self.out.push(u32::MAX);
+            return;
+        };
+        self.sig_ref(func, et.signature());
+        self.block_call(func, et.normal_return());
+        let items = et.items();
+        for item in items {
+            match item {
+                ExceptionTableItem::Tag(tag, call) => {
+                    self.out.extend([0, tag.as_u32()]);
+                    self.block_call(func, &call);
+                }
+                ExceptionTableItem::Default(call) => {
+                    self.out.push(1);
+                    self.block_call(func, &call);
+                }
+                ExceptionTableItem::Context(v) => {
+                    self.out.push(2);
+                    self.value_use(func, v);
+                }
+            }
+        }
+        self.out.push(3); // End of items.
+    }
+}
+
+#[inline]
+fn type_word(ty: Type) -> u32 {
+    ty.index() as u32
+}
+
+#[inline]
+fn offset32(offset: Offset32) -> u32 {
+    i32::from(offset) as u32
+}
+
+/// Rebuilds memory flags from exactly the fields the walk encodes; equal to
+/// the original only if no flag is missing from the key.
+pub(crate) fn rebuild_mem_flags(data: &ir::MemFlagsData) -> ir::MemFlagsData {
+    let mut rebuilt = ir::MemFlagsData::new().with_trap_code(data.trap_code());
+    if let Some(e) = data.explicit_endianness() {
+        rebuilt = rebuilt.with_endianness(e);
+    }
+    if data.aligned() {
+        rebuilt = rebuilt.with_aligned();
+    }
+    if data.readonly() {
+        rebuilt = rebuilt.with_readonly();
+    }
+    if data.can_move() {
+        rebuilt = rebuilt.with_can_move();
+    }
+    rebuilt.with_alias_region(data.alias_region())
+}

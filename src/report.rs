@@ -1,0 +1,207 @@
+//! `jitfold report`: fingerprint every function of a corpus of `.clif` files
+//! and group exact duplicates.
+//!
+//! # What this module guarantees
+//!
+//! - Every file is accounted for in exactly one of: parsed, `parse_errors`,
+//!   `skipped_unsupported`, `read_errors`.
+//! - Every function of a parsed file is either grouped (counted in
+//!   `functions`) or in `invalid_functions` (the verifier rejected it).
+//! - `exact_merged == functions - classes`, and the groups listed are exactly
+//!   the classes with two or more members, members in file order.
+//! - `fingerprint_ns_per_inst` is measured in this process over all grouped
+//!   functions (one timed loop per file), not estimated.
+
+use crate::cache::{ClassId, DedupCache, Lookup};
+use crate::corpus::{CorpusError, FileOutcome, clif_files, load_file};
+use crate::fingerprint::{Fingerprint, Fingerprinter};
+use cranelift_codegen::entity::SecondaryMap;
+use cranelift_codegen::isa::TargetIsa;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// A function by its file and its name as printed (e.g. `%foo` or `u0:12`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionName {
+    /// The file the function came from.
+    pub file: PathBuf,
+    /// The function's name as Cranelift prints it.
+    pub name: String,
+}
+
+/// A file-level problem: the file and the message.
+#[derive(Clone, Debug)]
+pub struct FileProblem {
+    /// The file.
+    pub file: PathBuf,
+    /// What went wrong, as the parser or the OS said it.
+    pub message: String,
+}
+
+/// A function the verifier rejected.
+#[derive(Clone, Debug)]
+pub struct InvalidFunction {
+    /// Which function.
+    pub function: FunctionName,
+    /// The verifier's message.
+    pub message: String,
+}
+
+/// A class with two or more members.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// Stable hash of the members' common fingerprint.
+    pub stable_hash: u64,
+    /// Instructions in each member.
+    pub instructions: u32,
+    /// The members, in the order they were read.
+    pub members: Vec<FunctionName>,
+}
+
+/// What the report found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// `.clif` files visited.
+    pub files: usize,
+    /// Functions fingerprinted and grouped (verifier-clean).
+    pub functions: usize,
+    /// Instructions encoded over those functions.
+    pub instructions: u64,
+    /// Files the parser rejected.
+    pub parse_errors: Vec<FileProblem>,
+    /// Files whose `target` Cranelift cannot build.
+    pub skipped_unsupported: Vec<FileProblem>,
+    /// Files that could not be read.
+    pub read_errors: Vec<FileProblem>,
+    /// Functions the verifier rejected (left out of grouping).
+    pub invalid_functions: Vec<InvalidFunction>,
+    /// Distinct fingerprints.
+    pub classes: usize,
+    /// `functions - classes`: functions that need not be compiled.
+    pub exact_merged: usize,
+    /// Members in the largest class (1 if there are no duplicates).
+    pub largest_group: usize,
+    /// Total time spent fingerprinting.
+    pub fingerprint_time: Duration,
+    /// Classes with two or more members, largest first.
+    pub groups: Vec<Group>,
+}
+
+impl Report {
+    /// Nanoseconds of fingerprinting per encoded instruction.
+    pub fn fingerprint_ns_per_inst(&self) -> f64 {
+        if self.instructions == 0 {
+            0.0
+        } else {
+            self.fingerprint_time.as_nanos() as f64 / self.instructions as f64
+        }
+    }
+}
+
+/// Progress through the files, for a progress bar.
+pub trait Progress {
+    /// Called once with the number of files, before reading any.
+    fn start(&mut self, files: usize);
+    /// Called after each file.
+    fn advance(&mut self);
+}
+
+/// A [`Progress`] that shows nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&mut self, _: usize) {}
+    fn advance(&mut self) {}
+}
+
+/// Reads every `.clif` file under `paths`, fingerprints and groups.
+/// Functions of files without a `target` line are verified against
+/// `default_isa` (see [`crate::corpus::load_file`]).
+pub fn build(
+    paths: &[PathBuf],
+    default_isa: Option<&dyn TargetIsa>,
+    progress: &mut dyn Progress,
+) -> Result<Report, CorpusError> {
+    let files = clif_files(paths)?;
+    progress.start(files.len());
+    let mut report = Report {
+        files: files.len(),
+        ..Report::default()
+    };
+    let mut fingerprinter = Fingerprinter::new();
+    let mut cache = DedupCache::new();
+    let mut members: SecondaryMap<ClassId, Vec<FunctionName>> = SecondaryMap::new();
+    let mut fingerprints: Vec<Fingerprint> = Vec::new();
+    for file in files {
+        match load_file(&file, default_isa) {
+            FileOutcome::Parsed { functions, .. } => {
+                let mut valid = Vec::with_capacity(functions.len());
+                for f in functions {
+                    let name = FunctionName {
+                        file: file.clone(),
+                        name: f.func.name.to_string(),
+                    };
+                    match f.verifier_error {
+                        None => valid.push((f.func, name)),
+                        Some(message) => report.invalid_functions.push(InvalidFunction {
+                            function: name,
+                            message,
+                        }),
+                    }
+                }
+                let start = Instant::now();
+                fingerprints.clear();
+                fingerprints.extend(valid.iter().map(|(f, _)| fingerprinter.fingerprint(f)));
+                report.fingerprint_time += start.elapsed();
+                for (fp, (_, name)) in fingerprints.drain(..).zip(valid) {
+                    report.functions += 1;
+                    report.instructions += u64::from(fp.instructions());
+                    let class = match cache.insert(fp) {
+                        Lookup::New(c) | Lookup::Duplicate(c) => c,
+                    };
+                    members[class].push(name);
+                }
+            }
+            FileOutcome::ParseError(message) => {
+                report.parse_errors.push(FileProblem { file, message })
+            }
+            FileOutcome::UnsupportedIsa(message) => {
+                report.skipped_unsupported.push(FileProblem { file, message })
+            }
+            FileOutcome::ReadError(message) => {
+                report.read_errors.push(FileProblem { file, message })
+            }
+        }
+        progress.advance();
+    }
+    report.classes = cache.classes();
+    report.exact_merged = report.functions - report.classes;
+    report.largest_group = members.values().map(Vec::len).max().unwrap_or(0);
+    report.groups = group_list(&cache, members);
+    Ok(report)
+}
+
+fn group_list(
+    cache: &DedupCache,
+    mut members: SecondaryMap<ClassId, Vec<FunctionName>>,
+) -> Vec<Group> {
+    let mut groups: Vec<Group> = cache
+        .iter()
+        .filter_map(|(fp, class)| {
+            let names = core::mem::take(&mut members[class]);
+            (names.len() >= 2).then(|| Group {
+                stable_hash: fp.stable_hash(),
+                instructions: fp.instructions(),
+                members: names,
+            })
+        })
+        .collect();
+    groups.sort_by(|a, b| {
+        (b.members.len(), &a.members[0].file, &a.members[0].name).cmp(&(
+            a.members.len(),
+            &b.members[0].file,
+            &b.members[0].name,
+        ))
+    });
+    groups
+}
