@@ -1,32 +1,183 @@
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use jitfold::Fingerprinter;
-use std::path::PathBuf;
+//! Fingerprint throughput against two baselines measured in the same run:
+//! Cranelift's incremental-cache key (`compute_cache_key`) on the same
+//! functions, and Cranelift's own compilation at `opt_level=speed` on a
+//! sample of them.
+//!
+//! Input: every valid function of the archives in `../shared/corpora`
+//! (unpacked once into `target/jitfold-bench-corpora`), or a built-in
+//! synthetic set when that folder is absent. Run with
+//! `cargo bench --bench fingerprint`; the ratios are printed at the end.
 
-fn bench(c: &mut Criterion) {
-    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
-    let dir = PathBuf::from(std::env::var("CORPUS").unwrap());
-    let funcs = jitfold::corpus::valid_functions(&[dir], Some(&*isa)).unwrap();
-    let mut fp = Fingerprinter::new();
-    let insts: u64 = funcs.iter().map(|f| fp.fingerprint(f).instructions() as u64).sum();
-    let mut g = c.benchmark_group("fp");
-    g.throughput(Throughput::Elements(insts));
-    g.bench_function("fingerprint", |b| b.iter(|| {
-        for f in &funcs { std::hint::black_box(fp.fingerprint(f)); }
-    }));
-    g.bench_function("cache_key", |b| b.iter(|| {
-        for f in &funcs { std::hint::black_box(cranelift_codegen::incremental_cache::compute_cache_key(&*isa, f)); }
-    }));
-    let big = funcs.iter().max_by_key(|f| f.layout.blocks().count()).unwrap();
-    let n = fp.fingerprint(big).instructions();
-    g.throughput(Throughput::Elements(n as u64));
-    g.bench_function("one-hot", |b| b.iter(|| std::hint::black_box(fp.fingerprint(big))));
-    let mut k = 0; 
-    let mid: Vec<_> = funcs.iter().filter(|f| { k+=1; k % 50 == 0}).collect();
-    let n: u64 = mid.iter().map(|f| fp.fingerprint(f).instructions() as u64).sum();
-    g.throughput(Throughput::Elements(n));
-    g.bench_function("sample50", |b| b.iter(|| {
-        for f in &mid { std::hint::black_box(fp.fingerprint(f)); }
-    }));
+#[path = "../tests/common/program.rs"]
+#[allow(dead_code)]
+mod program;
+
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::incremental_cache::compute_cache_key;
+use cranelift_codegen::ir::Function;
+use criterion::{Criterion, Throughput};
+use jitfold::Fingerprinter;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Unpacks each `.tar.zst` of `corpora` into `dest/<name>` unless present.
+fn unpack(corpora: &Path, dest: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut archives: Vec<_> = std::fs::read_dir(corpora)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".tar.zst"))
+        .collect();
+    archives.sort();
+    for archive in archives {
+        let name = archive
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".tar.zst", "");
+        let dir = dest.join(&name);
+        if !dir.join(".done").exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            let status = Command::new("tar")
+                .arg("--zstd")
+                .arg("-xf")
+                .arg(&archive)
+                .arg("-C")
+                .arg(&dir)
+                .status()
+                .expect("tar runs (with zstd installed)");
+            assert!(status.success(), "unpacking {}", archive.display());
+            std::fs::write(dir.join(".done"), "").unwrap();
+        }
+        dirs.push(dir);
+    }
+    dirs
 }
-criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn load_functions(isa: &dyn cranelift_codegen::isa::TargetIsa) -> (String, Vec<Function>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpora = root.join("../shared/corpora");
+    let dirs = unpack(&corpora, &root.join("target/jitfold-bench-corpora"));
+    if dirs.is_empty() {
+        let funcs = (0..5000)
+            .map(|seed| program::Program::generate(seed).build(program::Variant::default()))
+            .collect();
+        return ("synthetic".into(), funcs);
+    }
+    let funcs = jitfold::corpus::valid_functions(&dirs, Some(isa)).expect("corpora load");
+    ("shared corpora".into(), funcs)
+}
+
+fn main() {
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
+    let (source, funcs) = load_functions(&*isa);
+    let mut fp = Fingerprinter::new();
+    let instructions: u64 = funcs
+        .iter()
+        .map(|f| u64::from(fp.fingerprint(f).instructions()))
+        .sum();
+
+    // A sample for compilation: every function that compiles for the host,
+    // thinned to about 40,000 instructions.
+    let step = (instructions / 40_000).max(1) as usize;
+    // (Some of Cranelift's own filetests make its x64 backend panic, e.g.
+    // `f16` without the needed CPU features; those are left out.)
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let sample: Vec<&Function> = funcs
+        .iter()
+        .step_by(step)
+        .filter(|f| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut ctx = cranelift_codegen::Context::for_function((*f).clone());
+                ctx.compile(&*isa, &mut ControlPlane::default()).is_ok()
+            }))
+            .unwrap_or(false)
+        })
+        .collect();
+    std::panic::set_hook(hook);
+    let sample_insts: u64 = sample
+        .iter()
+        .map(|f| u64::from(fp.fingerprint(f).instructions()))
+        .sum();
+    println!(
+        "{source}: {} functions, {instructions} instructions; compile sample {} functions, {sample_insts} instructions",
+        funcs.len(),
+        sample.len()
+    );
+
+    let mut c = Criterion::default().configure_from_args().sample_size(10);
+    let mut all = c.benchmark_group("all");
+    all.throughput(Throughput::Elements(instructions));
+    all.bench_function("fingerprint", |b| {
+        b.iter(|| {
+            for f in &funcs {
+                black_box(fp.fingerprint(f));
+            }
+        })
+    });
+    all.bench_function("cache_key", |b| {
+        b.iter(|| {
+            for f in &funcs {
+                black_box(compute_cache_key(&*isa, f));
+            }
+        })
+    });
+    all.finish();
+
+    let mut s = c.benchmark_group("sample");
+    s.throughput(Throughput::Elements(sample_insts));
+    s.bench_function("fingerprint", |b| {
+        b.iter(|| {
+            for f in &sample {
+                black_box(fp.fingerprint(f));
+            }
+        })
+    });
+    s.bench_function("compile_speed", |b| {
+        b.iter(|| {
+            for f in &sample {
+                let mut ctx = cranelift_codegen::Context::for_function((*f).clone());
+                black_box(ctx.compile(&*isa, &mut ControlPlane::default()).is_ok());
+            }
+        })
+    });
+    s.finish();
+    c.final_summary();
+
+    // Ratios from this run's estimates.
+    let mean = |group: &str, name: &str| -> Option<f64> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/criterion")
+            .join(group)
+            .join(name)
+            .join("new/estimates.json");
+        let text = std::fs::read_to_string(path).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v["mean"]["point_estimate"].as_f64()
+    };
+    if let (Some(fpa), Some(key), Some(fps), Some(comp)) = (
+        mean("all", "fingerprint"),
+        mean("all", "cache_key"),
+        mean("sample", "fingerprint"),
+        mean("sample", "compile_speed"),
+    ) {
+        println!(
+            "fingerprint:        {:.2} ns/instruction",
+            fpa / instructions as f64
+        );
+        println!(
+            "cache key:          {:.2} ns/instruction",
+            key / instructions as f64
+        );
+        println!(
+            "compile (speed):    {:.1} ns/instruction",
+            comp / sample_insts as f64
+        );
+        println!("cache key / fingerprint:   {:.2}x", key / fpa);
+        println!("fingerprint / compile:     {:.3}%", 100.0 * fps / comp);
+    }
+}

@@ -139,7 +139,12 @@ pub fn parse_text(text: &str, default_isa: Option<&dyn TargetIsa>) -> FileOutcom
         Err(e) if e.is_warning && e.message.starts_with("unsupported target") => {
             return FileOutcome::UnsupportedIsa(e.message);
         }
-        Err(e) => return FileOutcome::ParseError(format!("line {}: {}", e.location.line_number, e.message)),
+        Err(e) => {
+            return FileOutcome::ParseError(format!(
+                "line {}: {}",
+                e.location.line_number, e.message
+            ));
+        }
     };
     let (isas, flags) = match file.isa_spec {
         IsaSpec::Some(isas) => (isas, None),

@@ -1,7 +1,12 @@
-//! jitfold: deduplicates JIT-compiled Cranelift functions.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+//!
+//! # Modules
 //!
 //! The pipeline: [`fingerprint`] (one canonical walk per function) →
-//! [`cache`] (exact duplicates found by key) → compile each class once.
+//! [`cache`] (exact duplicates found by key) → compile each class once. The
+//! [`corpus`], [`report`] and [`isa`] modules serve the `jitfold` command line
+//! and the benchmarks.
 
 pub mod cache;
 pub mod corpus;
@@ -10,5 +15,5 @@ pub mod isa;
 pub mod report;
 
 pub use cache::{ClassId, DedupCache, Lookup};
-pub use fingerprint::{Fingerprint, Fingerprinter};
 pub use cranelift_codegen;
+pub use fingerprint::{Fingerprint, Fingerprinter};

@@ -165,9 +165,9 @@ pub fn build(
             FileOutcome::ParseError(message) => {
                 report.parse_errors.push(FileProblem { file, message })
             }
-            FileOutcome::UnsupportedIsa(message) => {
-                report.skipped_unsupported.push(FileProblem { file, message })
-            }
+            FileOutcome::UnsupportedIsa(message) => report
+                .skipped_unsupported
+                .push(FileProblem { file, message }),
             FileOutcome::ReadError(message) => {
                 report.read_errors.push(FileProblem { file, message })
             }

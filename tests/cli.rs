@@ -1,1 +1,157 @@
+//! The `jitfold` command line on the project's own data and on bad input.
 
+mod common;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn jitfold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_jitfold"))
+        .args(args)
+        .output()
+        .expect("the jitfold binary runs")
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
+fn corpus() -> String {
+    common::data_dir().join("corpus").display().to_string()
+}
+
+#[test]
+fn report_groups_the_known_twins() {
+    let out = json_of(&jitfold(&["report", "--json", "--groups", &corpus()]));
+    // generics.clif: u0:1 and u0:2 are renumbered twins, u0:3 differs in type.
+    // stubs.clif: u0:10, u0:11, u0:12 are twins, u0:13 passes another constant.
+    assert_eq!(out["files"], 2);
+    assert_eq!(out["functions"], 7);
+    assert_eq!(out["classes"], 4);
+    assert_eq!(out["exact_merged"], 3);
+    assert_eq!(out["largest_group"], 3);
+    assert_eq!(out["parse_errors"], 0);
+    assert_eq!(out["invalid_functions"], 0);
+    assert!(out["fingerprint_ns_per_inst"].as_f64().unwrap() > 0.0);
+    let groups: Vec<Vec<String>> = out["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            g["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["function"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        vec![vec!["u0:10", "u0:11", "u0:12"], vec!["u0:1", "u0:2"]]
+    );
+}
+
+#[test]
+fn stable_hash_is_the_same_in_another_process() {
+    let out = json_of(&jitfold(&["report", "--json", "--groups", &corpus()]));
+    let cli_hash = out["groups"][1]["stable_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = std::fs::read_to_string(Path::new(&corpus()).join("generics.clif")).unwrap();
+    let funcs = common::parse_valid(&text);
+    let here = format!("{:016x}", jitfold::Fingerprint::of(&funcs[0]).stable_hash());
+    assert_eq!(cli_hash, here);
+    // And the fast hash is keyed per process: it need not match, but two
+    // fingerprints of one function in this process agree.
+    assert_eq!(
+        jitfold::Fingerprint::of(&funcs[0]).fast_hash(),
+        jitfold::Fingerprint::of(&funcs[1]).fast_hash()
+    );
+}
+
+#[test]
+fn summary_lists_group_members_by_file() {
+    let out = jitfold(&["report", "--groups", &corpus()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("exact_merged          3"), "{text}");
+    assert!(text.contains("stubs.clif u0:11"), "{text}");
+    assert!(text.contains("generics.clif u0:2"), "{text}");
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("jitfold-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn bad_files_are_reported_and_skipped() {
+    let dir = temp_dir("bad");
+    std::fs::write(dir.join("broken.clif"), "function %f( {\n").unwrap();
+    std::fs::write(
+        dir.join("old.clif"),
+        "test compile\ntarget i686\nfunction %f() {\nblock0:\n  return\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("invalid.clif"),
+        "function %bad(i32) -> i64 {\nblock0(v0: i32):\n  return v0\n}\nfunction %good(i32) -> i32 {\nblock0(v0: i32):\n  return v0\n}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("notes.txt"), "not clif").unwrap();
+    let out = json_of(&jitfold(&["report", "--json", dir.to_str().unwrap()]));
+    assert_eq!(out["files"], 3);
+    assert_eq!(out["parse_errors"], 1);
+    assert!(
+        out["parse_error_list"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("broken.clif")
+    );
+    assert_eq!(out["skipped_unsupported"], 1);
+    assert!(
+        out["skipped_unsupported_list"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("i686")
+    );
+    assert_eq!(out["invalid_functions"], 1);
+    assert_eq!(out["invalid_function_list"][0]["function"], "%bad");
+    assert_eq!(out["functions"], 1);
+
+    // --strict turns the parse error into a failure, still printing the report.
+    let strict = jitfold(&["report", "--json", "--strict", dir.to_str().unwrap()]);
+    assert_eq!(strict.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("failed to parse"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn missing_and_empty_inputs_are_clear_errors() {
+    let missing = jitfold(&["report", "/nonexistent/jitfold/path"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file or directory"));
+
+    let dir = temp_dir("empty");
+    let empty = jitfold(&["report", dir.to_str().unwrap()]);
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("no .clif files found"));
+
+    let none = jitfold(&["report"]);
+    assert_eq!(none.status.code(), Some(2));
+
+    let bad_isa = jitfold(&["report", "--isa", "i686", &corpus()]);
+    assert_eq!(bad_isa.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_isa.stderr).contains("no backend"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,25 +28,58 @@ fn renumbered_twins_have_one_key() {
         let base = program.build(Variant::default());
         let key = fp.fingerprint(&base);
         let variants = [
-            Variant { reverse_block_creation: true, ..Variant::default() },
-            Variant { reverse_layout: true, ..Variant::default() },
-            Variant { dead_code: true, ..Variant::default() },
-            Variant { srclocs: true, ..Variant::default() },
-            Variant { name: 77, ..Variant::default() },
-            Variant { reverse_block_creation: true, reverse_layout: true, dead_code: true, srclocs: true, name: 5 },
+            Variant {
+                reverse_block_creation: true,
+                ..Variant::default()
+            },
+            Variant {
+                reverse_layout: true,
+                ..Variant::default()
+            },
+            Variant {
+                dead_code: true,
+                ..Variant::default()
+            },
+            Variant {
+                srclocs: true,
+                ..Variant::default()
+            },
+            Variant {
+                name: 77,
+                ..Variant::default()
+            },
+            Variant {
+                reverse_block_creation: true,
+                reverse_layout: true,
+                dead_code: true,
+                srclocs: true,
+                name: 5,
+            },
         ];
         with_aliases += usize::from(has_alias(&base));
         for v in variants {
             let twin = program.build(v);
-            assert_eq!(key, fp.fingerprint(&twin), "seed {seed}, {v:?}:\n{}\n{}", base.display(), twin.display());
+            assert_eq!(
+                key,
+                fp.fingerprint(&twin),
+                "seed {seed}, {v:?}:\n{}\n{}",
+                base.display(),
+                twin.display()
+            );
             texts_differ += usize::from(base.display().to_string() != twin.display().to_string());
             checked += 1;
         }
     }
     // The variants really are different functions as printed, and value
     // aliases (left by `use_var`) really occur.
-    assert!(texts_differ * 10 >= checked * 8, "{texts_differ} of {checked} differ");
-    assert!(with_aliases >= 20, "only {with_aliases} functions have aliases");
+    assert!(
+        texts_differ * 10 >= checked * 8,
+        "{texts_differ} of {checked} differ"
+    );
+    assert!(
+        with_aliases >= 20,
+        "only {with_aliases} functions have aliases"
+    );
 }
 
 #[test]
@@ -90,7 +123,10 @@ fn clif_text_twins_have_one_key() {
     let fb = &common::parse_valid(b)[0];
     // ss6 and the parser's placeholders ss0..ss4 are unused: not in the key.
     assert_eq!(Fingerprint::of(fa), Fingerprint::of(fb));
-    assert_eq!(Fingerprint::of(fa).stable_hash(), Fingerprint::of(fb).stable_hash());
+    assert_eq!(
+        Fingerprint::of(fa).stable_hash(),
+        Fingerprint::of(fb).stable_hash()
+    );
     assert_eq!(canonical_text(fa), canonical_text(fb));
     // The twins really differ as printed.
     assert_ne!(fa.display().to_string(), fb.display().to_string());
@@ -100,57 +136,160 @@ fn clif_text_twins_have_one_key() {
 /// file must still be valid, and the mutated function must get a new key.
 const MUTATIONS: &[(&str, &str, &str)] = &[
     ("opcode", "v5 = iadd v0, v4", "v5 = isub v0, v4"),
-    ("result type", "v23 = atomic_load.i64 v12", "v23 = atomic_load.i32 v12"),
+    (
+        "result type",
+        "v23 = atomic_load.i64 v12",
+        "v23 = atomic_load.i32 v12",
+    ),
     ("Imm64", "iconst.i32 42", "iconst.i32 43"),
     ("Ieee16", "f16const 0x1.0p0", "f16const 0x1.8p0"),
     ("Ieee32", "f32const 0x1.5p2", "f32const 0x1.6p2"),
-    ("Ieee64 -0.0 vs 0.0", "f64const -0x0.0p0", "f64const 0x0.0p0"),
+    (
+        "Ieee64 -0.0 vs 0.0",
+        "f64const -0x0.0p0",
+        "f64const 0x0.0p0",
+    ),
     ("NaN payload f64", "+NaN:0x1", "+NaN:0x3"),
     ("NaN sign f32", "-NaN:0x2", "+NaN:0x2"),
     ("Offset32", "little region0 v12+8", "little region0 v12+12"),
-    ("stack_addr offset", "stack_addr.i64 ss0+4", "stack_addr.i64 ss0+0"),
+    (
+        "stack_addr offset",
+        "stack_addr.i64 ss0+4",
+        "stack_addr.i64 ss0+0",
+    ),
     ("lane index", "extractlane v4, 2", "extractlane v4, 3"),
-    ("insertlane index", "insertlane v4, v5, 1", "insertlane v4, v5, 0"),
+    (
+        "insertlane index",
+        "insertlane v4, v5, 1",
+        "insertlane v4, v5, 0",
+    ),
     ("IntCC", "icmp sgt", "icmp ugt"),
     ("FloatCC", "fcmp lt", "fcmp gt"),
-    ("memflags notrap", "load.i64 notrap aligned v12", "load.i64 aligned v12"),
+    (
+        "memflags notrap",
+        "load.i64 notrap aligned v12",
+        "load.i64 aligned v12",
+    ),
     ("memflags endianness", "little region0", "big region0"),
-    ("memflags readonly (global value)", "notrap aligned readonly gv0+8", "notrap aligned gv0+8"),
-    ("alias region", "region0 = 7 \"heap\"", "region0 = 8 \"heap\""),
+    (
+        "memflags readonly (global value)",
+        "notrap aligned readonly gv0+8",
+        "notrap aligned gv0+8",
+    ),
+    (
+        "alias region",
+        "region0 = 7 \"heap\"",
+        "region0 = 8 \"heap\"",
+    ),
     ("no alias region", "little region0 v12+8", "little v12+8"),
     ("trap code (trapz)", "trapz v20, user9", "trapz v20, user8"),
     ("trap code (IntAddTrap)", "v19, user7", "v19, user6"),
     ("trap code (trap)", "trap user3", "trap user4"),
     ("atomic rmw op", "atomic_rmw.i64 add", "atomic_rmw.i64 sub"),
-    ("stack slot size", "explicit_slot 16, align = 8", "explicit_slot 24, align = 8"),
-    ("stack slot alignment", "explicit_slot 16, align = 8", "explicit_slot 16, align = 16"),
+    (
+        "stack slot size",
+        "explicit_slot 16, align = 8",
+        "explicit_slot 24, align = 8",
+    ),
+    (
+        "stack slot alignment",
+        "explicit_slot 16, align = 8",
+        "explicit_slot 16, align = 16",
+    ),
     ("function call conv", "-> i64 system_v {", "-> i64 fast {"),
-    ("argument extension", "(i64, i32 uext) -> i64 sext", "(i64, i32 sext) -> i64 sext"),
-    ("return extension", "(i64, i32 uext) -> i64 sext", "(i64, i32 uext) -> i64 uext"),
-    ("argument purpose", "sig0 = (i64, i32 uext)", "sig0 = (i64 vmctx, i32 uext)"),
-    ("callee call conv", "%other(i32) -> i32 tail", "%other(i32) -> i32 system_v"),
+    (
+        "argument extension",
+        "(i64, i32 uext) -> i64 sext",
+        "(i64, i32 sext) -> i64 sext",
+    ),
+    (
+        "return extension",
+        "(i64, i32 uext) -> i64 sext",
+        "(i64, i32 uext) -> i64 uext",
+    ),
+    (
+        "argument purpose",
+        "sig0 = (i64, i32 uext)",
+        "sig0 = (i64 vmctx, i32 uext)",
+    ),
+    (
+        "callee call conv",
+        "%other(i32) -> i32 tail",
+        "%other(i32) -> i32 system_v",
+    ),
     ("callee name", "fn0 = %callee sig0", "fn0 = %callee2 sig0"),
     ("callee colocated", "fn1 = colocated %other", "fn1 = %other"),
-    ("global value load offset", "readonly gv0+8", "readonly gv0+16"),
-    ("global value iadd_imm", "iadd_imm.i64 gv1, 16", "iadd_imm.i64 gv1, 24"),
+    (
+        "global value load offset",
+        "readonly gv0+8",
+        "readonly gv0+16",
+    ),
+    (
+        "global value iadd_imm",
+        "iadd_imm.i64 gv1, 16",
+        "iadd_imm.i64 gv1, 24",
+    ),
     ("symbol offset", "%some_data+4", "%some_data+8"),
-    ("symbol colocated", "symbol colocated %some_data", "symbol %some_data"),
+    (
+        "symbol colocated",
+        "symbol colocated %some_data",
+        "symbol %some_data",
+    ),
     ("stack limit", "stack_limit = gv2", "stack_limit = gv1"),
-    ("constant pool bytes", "0x00000001000000020000000300000004", "0x00000001000000020000000300000005"),
-    ("shuffle immediate", "0x1f1e1d1c1b1a19181716151413121110", "0x1f1e1d1c1b1a19181716151413121111"),
-    ("jump table target", "[block1(v29), block3, block1(v26)]", "[block1(v29), block1(v26), block3]"),
-    ("jump table args", "[block1(v29), block3, block1(v26)]", "[block1(v26), block3, block1(v29)]"),
-    ("jump table default", "br_table v0, block3, [", "br_table v0, block1(v26), ["),
-    ("block argument order", "brif v4, block1(v4, v2), block2", "brif v4, block1(v2, v4), block2"),
-    ("branch condition", "brif v9, block1(v26), block2", "brif v10, block1(v26), block2"),
+    (
+        "constant pool bytes",
+        "0x00000001000000020000000300000004",
+        "0x00000001000000020000000300000005",
+    ),
+    (
+        "shuffle immediate",
+        "0x1f1e1d1c1b1a19181716151413121110",
+        "0x1f1e1d1c1b1a19181716151413121111",
+    ),
+    (
+        "jump table target",
+        "[block1(v29), block3, block1(v26)]",
+        "[block1(v29), block1(v26), block3]",
+    ),
+    (
+        "jump table args",
+        "[block1(v29), block3, block1(v26)]",
+        "[block1(v26), block3, block1(v29)]",
+    ),
+    (
+        "jump table default",
+        "br_table v0, block3, [",
+        "br_table v0, block1(v26), [",
+    ),
+    (
+        "block argument order",
+        "brif v4, block1(v4, v2), block2",
+        "brif v4, block1(v2, v4), block2",
+    ),
+    (
+        "branch condition",
+        "brif v9, block1(v26), block2",
+        "brif v10, block1(v26), block2",
+    ),
     ("exception tag", "tag0: block2(exn0)", "tag1: block2(exn0)"),
     ("exception context", "context v0, tag0", "context v1, tag0"),
-    ("exception default", "default: block3(exn0) ]\nblock1", "default: block2(exn0) ]\nblock1"),
-    ("operand order", "v11 = select v10, v1, v6", "v11 = select v10, v6, v1"),
+    (
+        "exception default",
+        "default: block3(exn0) ]\nblock1",
+        "default: block2(exn0) ]\nblock1",
+    ),
+    (
+        "operand order",
+        "v11 = select v10, v1, v6",
+        "v11 = select v10, v6, v1",
+    ),
 ];
 
 fn functions_by_name(text: &str) -> Vec<(String, Function)> {
-    common::parse_valid(text).into_iter().map(|f| (f.name.to_string(), f)).collect()
+    common::parse_valid(text)
+        .into_iter()
+        .map(|f| (f.name.to_string(), f))
+        .collect()
 }
 
 #[test]
@@ -158,7 +297,11 @@ fn every_semantic_fact_changes_the_key() {
     let text = formats_text();
     let originals = functions_by_name(&text);
     for &(what, from, to) in MUTATIONS {
-        assert_eq!(text.matches(from).count(), 1, "{what}: `{from}` must occur once");
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "{what}: `{from}` must occur once"
+        );
         let mutated = functions_by_name(&text.replacen(from, to, 1));
         let changed: Vec<_> = originals
             .iter()
@@ -213,7 +356,10 @@ fn keys_agree_with_canonical_printing() {
             if key_eq { equal += 1 } else { unequal += 1 }
         }
     }
-    assert!(equal >= 100 && unequal >= 1000, "equal {equal}, unequal {unequal}");
+    assert!(
+        equal >= 100 && unequal >= 1000,
+        "equal {equal}, unequal {unequal}"
+    );
 }
 
 fn order_set() -> Vec<Fingerprint> {

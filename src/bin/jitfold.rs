@@ -9,7 +9,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "jitfold", version, about = "Deduplicates JIT-compiled Cranelift functions")]
+#[command(
+    name = "jitfold",
+    version,
+    about = "Deduplicates JIT-compiled Cranelift functions"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -178,7 +182,10 @@ fn print_summary(r: &Report, with_groups: bool) {
     );
     println!("duplicate groups      {}", r.groups.len());
     println!("largest group         {}", r.largest_group);
-    println!("fingerprint           {:.2} ns/instruction", r.fingerprint_ns_per_inst());
+    println!(
+        "fingerprint           {:.2} ns/instruction",
+        r.fingerprint_ns_per_inst()
+    );
     println!("invalid functions     {}", r.invalid_functions.len());
     println!("skipped (target ISA)  {}", r.skipped_unsupported.len());
     println!("parse errors          {}", r.parse_errors.len());

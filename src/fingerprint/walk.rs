@@ -10,14 +10,14 @@
 //! function back up to renaming, which is why equal keys mean equal functions.
 
 use super::Fingerprint;
+use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
-    self, AbiParam, ArgumentPurpose, Block, Constant, BlockArg, BlockCall, ConstantData, DynamicStackSlot,
-    DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function, GlobalValue,
-    GlobalValueData, Inst, InstructionData, MemFlags, SigRef, Signature, StackSlot, Type, Value,
-    immediates::Offset32,
+    self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
+    DynamicStackSlot, DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function,
+    GlobalValue, GlobalValueData, Inst, InstructionData, MemFlags, SigRef, Signature, StackSlot,
+    Type, Value, immediates::Offset32,
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
-use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 
 /// Serial numbers handed out on first sight, per entity kind.
 struct Numbering<K: EntityRef> {
@@ -343,7 +343,8 @@ impl Fingerprinter {
             } => {
                 self.out.push(1);
                 self.global_value(func, *base);
-                self.out.extend([offset32(*offset), type_word(*global_type)]);
+                self.out
+                    .extend([offset32(*offset), type_word(*global_type)]);
                 self.mem_flags(func, *flags);
             }
             GlobalValueData::IAddImm {
@@ -502,7 +503,11 @@ impl Fingerprinter {
         };
         let head = data.opcode() as u32
             | (results.len() as u32) << 16
-            | if stack_map.is_some() { HAS_STACK_MAP } else { 0 };
+            | if stack_map.is_some() {
+                HAS_STACK_MAP
+            } else {
+                0
+            };
         self.out.push(head);
         for &r in results {
             self.value_def(func, r);
@@ -614,7 +619,10 @@ impl Fingerprinter {
                 self.out.push(offset32(offset));
             }
             InstructionData::Store {
-                args, flags, offset, ..
+                args,
+                flags,
+                offset,
+                ..
             } => {
                 self.value_list(func, &args);
                 self.mem_flags(func, flags);
@@ -653,7 +661,10 @@ impl Fingerprinter {
                 constant_handle, ..
             } => {
                 // `ConstantPool::get` panics on a missing handle; look first.
-                let present = self.constant_handles.binary_search(&constant_handle).is_ok();
+                let present = self
+                    .constant_handles
+                    .binary_search(&constant_handle)
+                    .is_ok();
                 self.constant_data(present.then(|| dfg.constants.get(constant_handle)));
             }
             InstructionData::UnaryGlobalValue { global_value, .. } => {

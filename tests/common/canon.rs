@@ -23,7 +23,10 @@ pub fn canonical_text(func: &Function) -> String {
 
     let mut lines = printed.lines();
     let header = lines.next().unwrap();
-    let header = Regex::new(r"^function \S+?\(").unwrap().replace(header, "function (").to_string();
+    let header = Regex::new(r"^function \S+?\(")
+        .unwrap()
+        .replace(header, "function (")
+        .to_string();
 
     let mut defs: HashMap<String, String> = HashMap::new();
     let mut stack_limit = None;
@@ -41,7 +44,10 @@ pub fn canonical_text(func: &Function) -> String {
         }
         if line.starts_with("block") && line.ends_with(':') {
             blocks.push((line.to_string(), Vec::new()));
-        } else if let Some((lhs, rhs)) = line.split_once(" -> ").filter(|(l, _)| value_re.is_match(l) && !l.contains('=')) {
+        } else if let Some((lhs, rhs)) = line
+            .split_once(" -> ")
+            .filter(|(l, _)| value_re.is_match(l) && !l.contains('='))
+        {
             aliases.insert(lhs.trim().to_string(), rhs.trim().to_string());
         } else if blocks.is_empty() {
             let (name, def) = line.split_once(" = ").unwrap();
@@ -57,7 +63,11 @@ pub fn canonical_text(func: &Function) -> String {
 
     // Blocks reachable from the entry, DFS pre-order.
     let name_of = |header: &str| block_re.find(header).unwrap().as_str().to_string();
-    let index: HashMap<String, usize> = blocks.iter().enumerate().map(|(i, b)| (name_of(&b.0), i)).collect();
+    let index: HashMap<String, usize> = blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (name_of(&b.0), i))
+        .collect();
     let mut order = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![0usize];
@@ -67,7 +77,10 @@ pub fn canonical_text(func: &Function) -> String {
         }
         order.push(i);
         let last = blocks[i].1.last().map(String::as_str).unwrap_or("");
-        let succs: Vec<usize> = block_re.find_iter(last).map(|m| index[m.as_str()]).collect();
+        let succs: Vec<usize> = block_re
+            .find_iter(last)
+            .map(|m| index[m.as_str()])
+            .collect();
         stack.extend(succs.into_iter().rev());
     }
 
@@ -99,7 +112,11 @@ pub fn canonical_text(func: &Function) -> String {
             .replace_all(text, |c: &Captures| {
                 let kind = &c[1];
                 let def = defs.get(&c[0]).map(|d| d.as_str()).unwrap_or("?");
-                let def = if depth > 8 { def.to_string() } else { expand(def, defs, entity, depth + 1) };
+                let def = if depth > 8 {
+                    def.to_string()
+                } else {
+                    expand(def, defs, entity, depth + 1)
+                };
                 let def = if kind == "region" {
                     // `user_id "description"`: the description is only for printing.
                     def.split_whitespace().next().unwrap_or("").to_string()

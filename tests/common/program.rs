@@ -83,7 +83,12 @@ impl Program {
                     1 => Op::Const(v(&mut rng), rng.next() as i64 >> rng.below(64)),
                     2 => Op::Cmp(rng.below(10) as u8, v(&mut rng), v(&mut rng), v(&mut rng)),
                     3 => {
-                        let bits = [0x8000_0000_0000_0000, 0x7ff8_0000_0000_0001, 0x7ff8_0000_0000_0002, 0x3ff0_0000_0000_0000];
+                        let bits = [
+                            0x8000_0000_0000_0000,
+                            0x7ff8_0000_0000_0001,
+                            0x7ff8_0000_0000_0002,
+                            0x3ff0_0000_0000_0000,
+                        ];
                         Op::Float(v(&mut rng), bits[rng.below(4) as usize])
                     }
                     4 => Op::Store(rng.below(2) as usize, v(&mut rng)),
@@ -100,7 +105,10 @@ impl Program {
                     1 => Term::Brif(rng.below(VARS as u64) as usize, b + 1, target(&mut rng)),
                     2 => Term::Table(
                         rng.below(VARS as u64) as usize,
-                        (0..1 + rng.below(3)).map(|_| target(&mut rng)).chain([b + 1]).collect(),
+                        (0..1 + rng.below(3))
+                            .map(|_| target(&mut rng))
+                            .chain([b + 1])
+                            .collect(),
                     ),
                     _ => Term::Jump(target(&mut rng).max(b + 1)),
                 }
@@ -116,7 +124,8 @@ impl Program {
         sig.params.push(AbiParam::new(I64));
         sig.params.push(AbiParam::new(I64));
         sig.returns.push(AbiParam::new(I64));
-        let mut func = Function::with_name_signature(UserFuncName::user(0, variant.name), sig.clone());
+        let mut func =
+            Function::with_name_signature(UserFuncName::user(0, variant.name), sig.clone());
         let mut ctx = FunctionBuilderContext::new();
         let mut b = FunctionBuilder::new(&mut func, &mut ctx);
         let n = self.blocks.len();
@@ -140,7 +149,9 @@ impl Program {
                 s.params.push(AbiParam::new(I64));
                 s.returns.push(AbiParam::new(I64));
                 let signature = b.import_signature(s);
-                let name = b.func.declare_imported_user_function(ir::UserExternalName::new(1, k));
+                let name = b
+                    .func
+                    .declare_imported_user_function(ir::UserExternalName::new(1, k));
                 b.import_function(ExtFuncData {
                     name: ExternalName::user(name),
                     signature,
