@@ -71,6 +71,16 @@ impl DedupCache {
         Lookup::New(class)
     }
 
+    /// The class of `fp`, if present, counted as a hit. A miss is not
+    /// counted: insert the fingerprint once it is known to be usable (e.g.
+    /// after it compiled).
+    pub fn lookup(&mut self, fp: &Fingerprint) -> Option<ClassId> {
+        let class = *self.classes.get(fp)?;
+        self.hits += 1;
+        self.members[class] += 1;
+        Some(class)
+    }
+
     /// The class of `fp`, if present. Does not count as a hit or a miss.
     pub fn get(&self, fp: &Fingerprint) -> Option<ClassId> {
         self.classes.get(fp).copied()

@@ -285,6 +285,23 @@ const MUTATIONS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+#[test]
+fn test_data_covers_every_instruction_format() {
+    let mut formats = std::collections::HashSet::new();
+    for name in ["formats.clif", "dynamic.clif"] {
+        let text = std::fs::read_to_string(common::data_dir().join(name)).unwrap();
+        for func in common::parse_valid(&text) {
+            for block in func.layout.blocks() {
+                for inst in func.layout.block_insts(block) {
+                    formats.insert(format!("{:?}", func.dfg.insts[inst].opcode().format()));
+                }
+            }
+        }
+    }
+    // `InstructionData` has 36 variants in Cranelift 0.135.8.
+    assert_eq!(formats.len(), 36, "{formats:?}");
+}
+
 fn functions_by_name(text: &str) -> Vec<(String, Function)> {
     common::parse_valid(text)
         .into_iter()

@@ -225,8 +225,15 @@ impl Fingerprinter {
         }
     }
 
+    /// A variable-length operand list: its length, then the values.
     fn value_list(&mut self, func: &Function, values: &[Value]) {
         self.out.push(values.len() as u32);
+        self.values_fixed(func, values);
+    }
+
+    /// Operands whose count the opcode fixes: the values only.
+    #[inline]
+    fn values_fixed(&mut self, func: &Function, values: &[Value]) {
         for &v in values {
             self.value_use(func, v);
         }
@@ -493,15 +500,16 @@ impl Fingerprinter {
     fn instruction(&mut self, func: &Function, inst: Inst) {
         let dfg = &func.dfg;
         let data = &dfg.insts[inst];
+        let opcode = data.opcode();
         let results = dfg.inst_results(inst);
         // Only safepoints can carry stack map entries (`DataFlowGraph`
         // asserts it when they are added); the lookup is a tree search.
-        let stack_map = if data.opcode().is_safepoint() {
+        let stack_map = if opcode.is_safepoint() {
             dfg.user_stack_map_entries(inst)
         } else {
             None
         };
-        let head = data.opcode() as u32
+        let head = opcode as u32
             | (results.len() as u32) << 16
             | if stack_map.is_some() {
                 HAS_STACK_MAP
@@ -528,17 +536,17 @@ impl Fingerprinter {
         let pool = &dfg.value_lists;
         match *data {
             InstructionData::AtomicCas { args, flags, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
             }
             InstructionData::AtomicRmw {
                 args, flags, op, ..
             } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
                 self.out.push(op as u32);
             }
-            InstructionData::Binary { args, .. } => self.value_list(func, &args),
+            InstructionData::Binary { args, .. } => self.values_fixed(func, &args),
             InstructionData::BinaryImm8 { arg, imm, .. } => {
                 self.value_use(func, arg);
                 self.out.push(u32::from(imm));
@@ -580,16 +588,16 @@ impl Fingerprinter {
                 self.imm64(imm.bits());
             }
             InstructionData::FloatCompare { args, cond, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.out.push(cond as u32);
             }
             InstructionData::FuncAddr { func_ref, .. } => self.func_ref(func, func_ref),
             InstructionData::IntAddTrap { args, code, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.out.push(u32::from(code.as_raw().get()));
             }
             InstructionData::IntCompare { args, cond, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.out.push(cond as u32);
             }
             InstructionData::Jump { destination, .. } => self.block_call(func, &destination),
@@ -609,7 +617,7 @@ impl Fingerprinter {
             }
             InstructionData::NullAry { .. } => {}
             InstructionData::Shuffle { args, imm, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.constant_data(dfg.immediates.get(imm));
             }
             InstructionData::StackAddr {
@@ -624,17 +632,17 @@ impl Fingerprinter {
                 offset,
                 ..
             } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
                 self.out.push(offset32(offset));
             }
             InstructionData::StoreNoOffset { args, flags, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
             }
-            InstructionData::Ternary { args, .. } => self.value_list(func, &args),
+            InstructionData::Ternary { args, .. } => self.values_fixed(func, &args),
             InstructionData::TernaryImm8 { args, imm, .. } => {
-                self.value_list(func, &args);
+                self.values_fixed(func, &args);
                 self.out.push(u32::from(imm));
             }
             InstructionData::Trap { code, .. } => {

@@ -1,0 +1,682 @@
+//! [`DedupModule`]: a `cranelift_module::Module` that compiles each distinct
+//! function once.
+//!
+//! Wrap the module you use today (`JITModule`, `ObjectModule`, ...) and keep
+//! your code generator as it is: every `Module` method forwards to the inner
+//! module, except `define_function*`, which first looks the function up by
+//! its [fingerprint](crate::fingerprint).
+//!
+//! # What this module guarantees
+//!
+//! 1. A function whose fingerprint was compiled before is not compiled again.
+//!    Its id is defined in the inner module as a trampoline into the
+//!    canonical function (see [`trampoline`]), so every reference to the id
+//!    resolves to working code, including references compiled before the id
+//!    was known to be a duplicate.
+//! 2. Before a function is fingerprinted and compiled, its references to
+//!    known duplicates are rewritten to their canonical functions (so callers
+//!    of twins become twins, and calls skip the trampoline).
+//! 3. Function identity: with [`DedupOptions::distinct_addresses`] every id
+//!    keeps its own address (its trampoline), and references used as data
+//!    (`func_addr`, symbol global values) are never rewritten. Without it,
+//!    duplicates are aliases: the JIT hands out the canonical entry point for
+//!    them, as identical-code folding in a linker does.
+//! 4. A function that fails to verify or compile returns the error and leaves
+//!    no cache entry and no definition: a later correct function with the same
+//!    fingerprint compiles, and the id may be defined again.
+//! 5. Misuse is an error, not a panic: defining an undeclared id, an import,
+//!    an id twice, or with a signature other than the declared one; in the
+//!    JIT, finalizing while a referenced local function or data object is
+//!    undefined, and asking for the pointer of an undefined or unfinalized id.
+//!
+//! # Where the wrapper sits
+//!
+//! On a cache hit nothing is compiled, so `ctx.compiled_code()` is `None`
+//! after `define_function` (Cranelift keeps that field private to its crate,
+//! so it cannot be filled in from the canonical function). Wrappers that read
+//! the compiled code after each definition (unwind info, disassembly) must
+//! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
+//! see every function that is actually compiled, and only those.
+//!
+//! # Modes
+//!
+//! [`Mode::Eager`] compiles at `define_function` (lowest latency).
+//! [`Mode::Batch`] only records definitions and compiles at
+//! `finalize_definitions` (or [`DedupModule::flush`]), after grouping all of
+//! them, so that callers defined before their callees still benefit from 2.
+
+#![allow(
+    clippy::result_large_err,
+    reason = "`ModuleResult` is cranelift-module's own error type; a drop-in wrapper returns it"
+)]
+
+mod jit;
+pub mod stats;
+pub mod trampoline;
+
+use crate::cache::{ClassId, DedupCache};
+use crate::fingerprint::Fingerprinter;
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
+use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
+use cranelift_codegen::{CodegenError, Context, isa};
+use cranelift_module::{
+    DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
+    ModuleRelocTarget, ModuleResult,
+};
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+pub use stats::Stats;
+
+/// When functions are compiled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// At `define_function`.
+    #[default]
+    Eager,
+    /// At `finalize_definitions` (or [`DedupModule::flush`]).
+    Batch,
+}
+
+/// Options of a [`DedupModule`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DedupOptions {
+    /// When functions are compiled.
+    pub mode: Mode,
+    /// Give every function id its own address (a trampoline), for runtimes
+    /// that compare function pointers.
+    pub distinct_addresses: bool,
+}
+
+/// What a function id is defined as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum State {
+    #[default]
+    Undefined,
+    /// Recorded in batch mode, not yet compiled.
+    Pending,
+    /// Compiled by the inner module; the first of its class.
+    Compiled(ClassId),
+    /// A duplicate of `canonical` (defined as a trampoline to it, or planned
+    /// to be, in batch mode).
+    Duplicate { canonical: FuncId },
+    /// Defined by the user from raw bytes.
+    Bytes,
+}
+
+/// The compiled function of a class.
+struct ClassInfo {
+    canonical: FuncId,
+    code_bytes: u64,
+    compile_time: Duration,
+}
+
+/// A `Module` that compiles each distinct function once; see the
+/// [module docs](self).
+pub struct DedupModule<M: Module> {
+    inner: M,
+    options: DedupOptions,
+    cache: DedupCache,
+    fingerprinter: Fingerprinter,
+    functions: SecondaryMap<FuncId, State>,
+    /// Number of function ids declared in the inner module.
+    declared_functions: usize,
+    classes: PrimaryMap<ClassId, ClassInfo>,
+    pending: Vec<(FuncId, Function)>,
+    /// Local functions and data objects referenced by definitions so far.
+    referenced_functions: HashSet<FuncId>,
+    referenced_data: HashSet<DataId>,
+    defined_data: SecondaryMap<DataId, bool>,
+    /// Ids defined in the inner module since the last finalization.
+    unfinalized: Vec<FuncId>,
+    finalized: SecondaryMap<FuncId, bool>,
+    stats: Stats,
+}
+
+impl<M: Module> DedupModule<M> {
+    /// Wraps `inner`. Declarations already made in `inner` are kept.
+    pub fn new(inner: M, options: DedupOptions) -> Self {
+        let declared_functions = inner.declarations().get_functions().count();
+        Self {
+            inner,
+            options,
+            cache: DedupCache::new(),
+            fingerprinter: Fingerprinter::new(),
+            functions: SecondaryMap::new(),
+            declared_functions,
+            classes: PrimaryMap::new(),
+            pending: Vec::new(),
+            referenced_functions: HashSet::new(),
+            referenced_data: HashSet::new(),
+            defined_data: SecondaryMap::new(),
+            unfinalized: Vec::new(),
+            finalized: SecondaryMap::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The wrapped module.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    /// The wrapped module, mutably. Definitions made on it directly bypass
+    /// deduplication and are not known to the wrapper.
+    pub fn inner_mut(&mut self) -> &mut M {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner module (pending batch definitions are dropped; call
+    /// [`DedupModule::flush`] first).
+    pub fn into_inner(self) -> M {
+        self.inner
+    }
+
+    /// The options this module was made with.
+    pub fn options(&self) -> DedupOptions {
+        self.options
+    }
+
+    /// What the module did so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The cache of fingerprints of compiled functions.
+    pub fn cache(&self) -> &DedupCache {
+        &self.cache
+    }
+
+    /// The function whose code `id` runs: `id` itself unless it is a
+    /// duplicate. `None` if `id` is not defined (or still pending).
+    pub fn canonical(&self, id: FuncId) -> Option<FuncId> {
+        match self.state(id) {
+            State::Compiled(_) | State::Bytes => Some(id),
+            State::Duplicate { canonical } => Some(canonical),
+            State::Undefined | State::Pending => None,
+        }
+    }
+
+    fn state(&self, id: FuncId) -> State {
+        if id.index() < self.declared_functions {
+            self.functions[id]
+        } else {
+            State::Undefined
+        }
+    }
+
+    fn function_name(&self, id: FuncId) -> String {
+        self.inner
+            .declarations()
+            .get_function_decl(id)
+            .linkage_name(id)
+            .into_owned()
+    }
+
+    /// Checks that `id` may be defined now with `signature`.
+    fn check_definable(&self, id: FuncId, signature: &ir::Signature) -> ModuleResult<()> {
+        if id.index() >= self.declared_functions {
+            return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
+        }
+        let decl = self.inner.declarations().get_function_decl(id);
+        if !decl.linkage.is_definable() {
+            return Err(ModuleError::InvalidImportDefinition(self.function_name(id)));
+        }
+        if self.functions[id] != State::Undefined {
+            return Err(ModuleError::DuplicateDefinition(self.function_name(id)));
+        }
+        if decl.signature != *signature {
+            return Err(ModuleError::IncompatibleSignature(
+                self.function_name(id),
+                decl.signature.clone(),
+                signature.clone(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rewrites `func`'s references to known duplicates into references to
+    /// their canonical functions (all of them, or only calls when addresses
+    /// must stay distinct).
+    fn canonicalize_references(&self, func: &mut Function) {
+        let protected = if self.options.distinct_addresses {
+            names_used_as_data(func)
+        } else {
+            HashSet::new()
+        };
+        let rewrites: Vec<(UserExternalNameRef, FuncId)> = func
+            .params
+            .user_named_funcs()
+            .iter()
+            .filter(|(r, name)| name.namespace == 0 && !protected.contains(r))
+            .filter_map(|(r, name)| match self.state(FuncId::from_u32(name.index)) {
+                State::Duplicate { canonical } => Some((r, canonical)),
+                _ => None,
+            })
+            .collect();
+        for (r, canonical) in rewrites {
+            func.params
+                .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
+        }
+    }
+
+    /// Notes the local functions and data objects `func` refers to, so that
+    /// finalizing can check they are defined.
+    fn note_references(&mut self, func: &Function) {
+        for (_, name) in func.params.user_named_funcs().iter() {
+            match name.namespace {
+                0 => self
+                    .referenced_functions
+                    .insert(FuncId::from_u32(name.index)),
+                1 => self.referenced_data.insert(DataId::from_u32(name.index)),
+                _ => false,
+            };
+        }
+    }
+
+    /// Defines `id` now: as a duplicate if its fingerprint is known, else by
+    /// compiling it in the inner module.
+    fn define_now(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<()> {
+        let fp = self.fingerprinter.fingerprint(&ctx.func);
+        if let Some(class) = self.cache.lookup(&fp) {
+            let canonical = self.classes[class].canonical;
+            if self.define_trampoline(id, canonical)? {
+                return Ok(());
+            }
+        }
+        let start = Instant::now();
+        let inner = &mut self.inner;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            inner.define_function_with_control_plane(id, ctx, ctrl_plane)
+        }))
+        .unwrap_or_else(|panic| Err(compile_panic(panic)));
+        let compile_time = start.elapsed();
+        result?;
+        let code_bytes = ctx
+            .compiled_code()
+            .map_or(0, |c| u64::from(c.code_info().total_size));
+        self.note_references(&ctx.func);
+        let class = match self.cache.get(&fp) {
+            Some(class) => class,
+            None => {
+                let class = self.cache.insert(fp).class();
+                let pushed = self.classes.push(ClassInfo {
+                    canonical: id,
+                    code_bytes,
+                    compile_time,
+                });
+                debug_assert_eq!(class, pushed, "classes are numbered like the cache's");
+                class
+            }
+        };
+        self.functions[id] = State::Compiled(class);
+        self.unfinalized.push(id);
+        self.stats.compiled += 1;
+        self.stats.code_bytes += code_bytes;
+        self.stats.code_bytes_without_dedup += code_bytes;
+        self.stats.compile_time += compile_time;
+        Ok(())
+    }
+
+    /// Defines `id` as a trampoline to `canonical`. Returns `false` (and
+    /// defines nothing) when the ISA has no trampoline form.
+    fn define_trampoline(&mut self, id: FuncId, canonical: FuncId) -> ModuleResult<bool> {
+        let Some(t) = trampoline::trampoline_to(self.inner.isa(), canonical) else {
+            return Ok(false);
+        };
+        self.inner.define_function_bytes(
+            id,
+            t.alignment,
+            &t.bytes,
+            std::slice::from_ref(&t.reloc),
+        )?;
+        self.functions[id] = State::Duplicate { canonical };
+        self.unfinalized.push(id);
+        self.referenced_functions.insert(canonical);
+        if self.options.distinct_addresses {
+            self.stats.trampolined += 1;
+        } else {
+            self.stats.aliased += 1;
+        }
+        self.stats.trampoline_bytes += t.bytes.len() as u64;
+        if let State::Compiled(class) = self.functions[canonical] {
+            let info = &self.classes[class];
+            self.stats.code_bytes_without_dedup += info.code_bytes;
+            self.stats.compile_time_saved += info.compile_time;
+        }
+        Ok(true)
+    }
+
+    /// Compiles the definitions recorded in batch mode: groups them by
+    /// fingerprint (repeating after each round of reference rewriting, so that
+    /// callers of merged functions merge too), compiles one function per
+    /// group and defines the others as duplicates. Does nothing in eager mode.
+    ///
+    /// On an error the failed function (and its planned duplicates) are left
+    /// undefined and may be defined again; the others are defined.
+    pub fn flush(&mut self) -> ModuleResult<()> {
+        let mut pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        // Plan: which pending function is a duplicate of which.
+        loop {
+            let mut first_of: hashbrown::HashMap<crate::Fingerprint, FuncId> =
+                hashbrown::HashMap::new();
+            let mut changed = false;
+            for (id, func) in pending.iter_mut() {
+                if self.functions[*id] != State::Pending {
+                    continue;
+                }
+                self.canonicalize_references(func);
+                let fp = self.fingerprinter.fingerprint(func);
+                if let Some(class) = self.cache.get(&fp) {
+                    self.functions[*id] = State::Duplicate {
+                        canonical: self.classes[class].canonical,
+                    };
+                    changed = true;
+                } else if let Some(&first) = first_of.get(&fp) {
+                    self.functions[*id] = State::Duplicate { canonical: first };
+                    changed = true;
+                } else {
+                    first_of.insert(fp, *id);
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // Compile the first of each group, then define the duplicates.
+        let mut first_error = None;
+        let mut failed = HashSet::new();
+        for (id, func) in pending.iter_mut() {
+            if self.functions[*id] != State::Pending {
+                continue;
+            }
+            self.functions[*id] = State::Undefined;
+            let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
+            if let Err(e) = self.define_now(*id, &mut ctx, &mut ControlPlane::default()) {
+                failed.insert(*id);
+                first_error.get_or_insert(e);
+            }
+        }
+        for (id, _) in &pending {
+            let State::Duplicate { canonical } = self.functions[*id] else {
+                continue;
+            };
+            // Planning may chain duplicates (a group's first member can turn
+            // out to be a duplicate in a later round); follow to the root.
+            let root = self.root_of(canonical);
+            self.functions[*id] = State::Undefined;
+            let defined = matches!(self.functions[root], State::Compiled(_) | State::Bytes);
+            if defined && !failed.contains(&root) {
+                match self.define_trampoline(*id, root) {
+                    Ok(true) => {}
+                    Ok(false) => unreachable!("batch duplicates are planned only with trampolines"),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Follows duplicate links from `id` to a function that is not a
+    /// duplicate. Links always point to earlier definitions or planned ones,
+    /// so the chain is at most as long as the number of functions.
+    fn root_of(&self, mut id: FuncId) -> FuncId {
+        for _ in 0..=self.declared_functions {
+            match self.state(id) {
+                State::Duplicate { canonical } => id = canonical,
+                _ => break,
+            }
+        }
+        id
+    }
+
+    /// Checks that every local function and data object referenced by a
+    /// definition is defined (the JIT would panic while relocating otherwise).
+    fn check_references_defined(&self) -> ModuleResult<()> {
+        let decls = self.inner.declarations();
+        let mut missing: Vec<String> = Vec::new();
+        for &id in &self.referenced_functions {
+            let local = id.index() < self.declared_functions
+                && decls.get_function_decl(id).linkage.is_final()
+                && decls.get_function_decl(id).linkage != Linkage::Import;
+            if local && matches!(self.state(id), State::Undefined | State::Pending) {
+                missing.push(format!("function {}", self.function_name(id)));
+            }
+        }
+        for &id in &self.referenced_data {
+            let decl = decls.get_data_objects().nth(id.index()).map(|(_, d)| d);
+            if let Some(decl) = decl
+                && decl.linkage.is_final()
+                && !self.defined_data[id]
+            {
+                missing.push(format!("data object {}", decl.linkage_name(id)));
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            missing.sort();
+            Err(ModuleError::Backend(anyhow::anyhow!(
+                "referenced but not defined: {}",
+                missing.join(", ")
+            )))
+        }
+    }
+}
+
+/// The external-name references of `func` that are used as data: by
+/// `func_addr` or by symbol global values.
+fn names_used_as_data(func: &Function) -> HashSet<UserExternalNameRef> {
+    let mut names = HashSet::new();
+    let mut note = |name: &ir::ExternalName| {
+        if let ir::ExternalName::User(r) = name {
+            names.insert(*r);
+        }
+    };
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if let InstructionData::FuncAddr { func_ref, .. } = func.dfg.insts[inst]
+                && let Some(data) = func.dfg.ext_funcs.get(func_ref)
+            {
+                note(&data.name);
+            }
+        }
+    }
+    for (_, gv) in func.global_values.iter() {
+        if let ir::GlobalValueData::Symbol { name, .. } = gv {
+            note(name);
+        }
+    }
+    names
+}
+
+fn compile_panic(panic: Box<dyn std::any::Any + Send>) -> ModuleError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    ModuleError::Compilation(CodegenError::Unsupported(format!(
+        "Cranelift panicked while compiling: {message}"
+    )))
+}
+
+impl<M: Module> Module for DedupModule<M> {
+    fn isa(&self) -> &dyn isa::TargetIsa {
+        self.inner.isa()
+    }
+
+    fn declarations(&self) -> &ModuleDeclarations {
+        self.inner.declarations()
+    }
+
+    fn get_name(&self, name: &str) -> Option<cranelift_module::FuncOrDataId> {
+        self.inner.get_name(name)
+    }
+
+    fn target_config(&self) -> isa::TargetFrontendConfig {
+        self.inner.target_config()
+    }
+
+    fn make_context(&self) -> Context {
+        self.inner.make_context()
+    }
+
+    fn clear_context(&self, ctx: &mut Context) {
+        self.inner.clear_context(ctx)
+    }
+
+    fn make_signature(&self) -> ir::Signature {
+        self.inner.make_signature()
+    }
+
+    fn clear_signature(&self, sig: &mut ir::Signature) {
+        self.inner.clear_signature(sig)
+    }
+
+    fn declare_function(
+        &mut self,
+        name: &str,
+        linkage: Linkage,
+        signature: &ir::Signature,
+    ) -> ModuleResult<FuncId> {
+        let id = self.inner.declare_function(name, linkage, signature)?;
+        self.declared_functions = self.declared_functions.max(id.index() + 1);
+        Ok(id)
+    }
+
+    fn declare_anonymous_function(&mut self, signature: &ir::Signature) -> ModuleResult<FuncId> {
+        let id = self.inner.declare_anonymous_function(signature)?;
+        self.declared_functions = self.declared_functions.max(id.index() + 1);
+        Ok(id)
+    }
+
+    fn declare_data(
+        &mut self,
+        name: &str,
+        linkage: Linkage,
+        writable: bool,
+        tls: bool,
+    ) -> ModuleResult<DataId> {
+        self.inner.declare_data(name, linkage, writable, tls)
+    }
+
+    fn declare_anonymous_data(&mut self, writable: bool, tls: bool) -> ModuleResult<DataId> {
+        self.inner.declare_anonymous_data(writable, tls)
+    }
+
+    fn declare_func_in_func(&mut self, func_id: FuncId, func: &mut ir::Function) -> ir::FuncRef {
+        self.inner.declare_func_in_func(func_id, func)
+    }
+
+    fn declare_data_in_func(&self, data: DataId, func: &mut ir::Function) -> ir::GlobalValue {
+        self.inner.declare_data_in_func(data, func)
+    }
+
+    fn declare_func_in_data(&self, func_id: FuncId, data: &mut DataDescription) -> ir::FuncRef {
+        self.inner.declare_func_in_data(func_id, data)
+    }
+
+    fn declare_data_in_data(&self, data_id: DataId, data: &mut DataDescription) -> ir::GlobalValue {
+        self.inner.declare_data_in_data(data_id, data)
+    }
+
+    fn define_function_with_control_plane(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<()> {
+        self.check_definable(id, &ctx.func.signature)?;
+        self.canonicalize_references(&mut ctx.func);
+        self.stats.defined += 1;
+        match self.options.mode {
+            Mode::Eager => self.define_now(id, ctx, ctrl_plane).inspect_err(|_| {
+                self.stats.defined -= 1;
+            }),
+            Mode::Batch => {
+                self.note_references(&ctx.func);
+                self.functions[id] = State::Pending;
+                self.pending.push((id, ctx.func.clone()));
+                Ok(())
+            }
+        }
+    }
+
+    fn define_function_bytes(
+        &mut self,
+        id: FuncId,
+        alignment: u64,
+        bytes: &[u8],
+        relocs: &[ModuleReloc],
+    ) -> ModuleResult<()> {
+        self.check_definable(
+            id,
+            &self
+                .inner
+                .declarations()
+                .get_function_decl(id)
+                .signature
+                .clone(),
+        )
+        .or_else(|e| match e {
+            // Raw bytes carry no signature to compare.
+            ModuleError::IncompatibleSignature(..) => Ok(()),
+            e => Err(e),
+        })?;
+        self.inner
+            .define_function_bytes(id, alignment, bytes, relocs)?;
+        for reloc in relocs {
+            if let ModuleRelocTarget::User {
+                namespace: 0,
+                index,
+            } = reloc.name
+            {
+                self.referenced_functions.insert(FuncId::from_u32(index));
+            }
+        }
+        self.functions[id] = State::Bytes;
+        self.unfinalized.push(id);
+        self.stats.defined += 1;
+        self.stats.bytes_defined += 1;
+        Ok(())
+    }
+
+    fn define_data(&mut self, data_id: DataId, data: &DataDescription) -> ModuleResult<()> {
+        self.inner.define_data(data_id, data)?;
+        self.defined_data[data_id] = true;
+        for target in data.function_decls.values().chain(data.data_decls.values()) {
+            match *target {
+                ModuleRelocTarget::User {
+                    namespace: 0,
+                    index,
+                } => {
+                    self.referenced_functions.insert(FuncId::from_u32(index));
+                }
+                ModuleRelocTarget::User {
+                    namespace: 1,
+                    index,
+                } => {
+                    self.referenced_data.insert(DataId::from_u32(index));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}

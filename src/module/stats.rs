@@ -1,0 +1,58 @@
+//! What a [`DedupModule`](super::DedupModule) did, counted as it happens.
+
+use core::fmt;
+use std::time::Duration;
+
+/// Counters of a [`DedupModule`](super::DedupModule).
+///
+/// Every defined function is exactly one of: compiled, aliased (a duplicate
+/// whose id hands out the canonical entry point) or trampolined (a duplicate
+/// with an address of its own); so
+/// `defined == compiled + aliased + trampolined + bytes_defined`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Functions defined through `define_function` (and `_with_control_plane`).
+    pub defined: u64,
+    /// Functions the inner module compiled.
+    pub compiled: u64,
+    /// Duplicates that share the canonical function's entry point.
+    pub aliased: u64,
+    /// Duplicates that keep a distinct address through a trampoline.
+    pub trampolined: u64,
+    /// Functions defined from raw bytes by the user (`define_function_bytes`).
+    pub bytes_defined: u64,
+    /// Machine-code bytes of the compiled functions.
+    pub code_bytes: u64,
+    /// Bytes of trampolines emitted (every duplicate gets one, so that
+    /// references to its id made before it was known to be a duplicate still
+    /// resolve).
+    pub trampoline_bytes: u64,
+    /// Machine-code bytes that compiling every function would have emitted
+    /// (each duplicate counted at its canonical function's size).
+    pub code_bytes_without_dedup: u64,
+    /// Time spent compiling.
+    pub compile_time: Duration,
+    /// Estimated compile time saved: for each duplicate, the time its
+    /// canonical function took to compile.
+    pub compile_time_saved: Duration,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "functions defined     {}", self.defined)?;
+        writeln!(f, "compiled              {}", self.compiled)?;
+        writeln!(f, "aliased               {}", self.aliased)?;
+        writeln!(f, "trampolined           {}", self.trampolined)?;
+        writeln!(
+            f,
+            "code bytes            {} (+{} in trampolines; {} without dedup)",
+            self.code_bytes, self.trampoline_bytes, self.code_bytes_without_dedup
+        )?;
+        write!(
+            f,
+            "compile time          {:.3} ms (about {:.3} ms saved)",
+            self.compile_time.as_secs_f64() * 1e3,
+            self.compile_time_saved.as_secs_f64() * 1e3
+        )
+    }
+}

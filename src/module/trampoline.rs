@@ -1,0 +1,63 @@
+//! Trampolines: the smallest machine code that continues in another
+//! function with every register and stack slot as it found them.
+//!
+//! # What this module guarantees
+//!
+//! - A trampoline is one unconditional direct jump, so arguments (in
+//!   registers and on the stack), the return address and callee-saved state
+//!   reach the target untouched: the target returns straight to the
+//!   trampoline's caller. This is correct for every calling convention,
+//!   because caller and target have the same signature.
+//! - x86-64: `jmp rel32` (5 bytes, `X86CallPCRel4` relocation); aarch64: `b`
+//!   (4 bytes, `Arm64Call`). Other ISAs get `None`, and callers must compile
+//!   the function instead.
+
+use cranelift_codegen::binemit::Reloc;
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_module::{FuncId, ModuleReloc, ModuleRelocTarget};
+use target_lexicon::Architecture;
+
+/// Machine code of a trampoline with the relocation that points it at its
+/// target.
+#[derive(Clone)]
+pub struct Trampoline {
+    /// The code bytes, with the jump offset left for the relocation.
+    pub bytes: Vec<u8>,
+    /// The one relocation.
+    pub reloc: ModuleReloc,
+    /// Required alignment of the code.
+    pub alignment: u64,
+}
+
+/// A trampoline that jumps to the function `target`, or `None` when this ISA
+/// has no trampoline form here.
+pub fn trampoline_to(isa: &dyn TargetIsa, target: FuncId) -> Option<Trampoline> {
+    let name = ModuleRelocTarget::user(0, target.as_u32());
+    let alignment = u64::from(isa.function_alignment().minimum).max(1);
+    match isa.triple().architecture {
+        Architecture::X86_64 => Some(Trampoline {
+            // jmp rel32; the displacement is relative to the end of the
+            // instruction, hence the addend -4 from the relocated field.
+            bytes: vec![0xe9, 0, 0, 0, 0],
+            reloc: ModuleReloc {
+                offset: 1,
+                kind: Reloc::X86CallPCRel4,
+                name,
+                addend: -4,
+            },
+            alignment,
+        }),
+        Architecture::Aarch64(_) => Some(Trampoline {
+            // b #0; the relocation fills in the 26-bit word offset.
+            bytes: 0x1400_0000u32.to_le_bytes().to_vec(),
+            reloc: ModuleReloc {
+                offset: 0,
+                kind: Reloc::Arm64Call,
+                name,
+                addend: 0,
+            },
+            alignment,
+        }),
+        _ => None,
+    }
+}

@@ -1,0 +1,613 @@
+//! Execution tests of `DedupModule<JITModule>`: the same program is compiled
+#![allow(
+    clippy::result_large_err,
+    reason = "ModuleError is cranelift-module's type"
+)]
+//! with plain `JITModule` and through jitfold (every mode and option), every
+//! function is called, and the results must be equal.
+
+#![allow(
+    clippy::result_large_err,
+    reason = "ModuleError is cranelift-module's type"
+)]
+
+use cranelift_codegen::ir::{
+    AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, condcodes::IntCC,
+    types::*,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_codegen::{Context, ir};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{
+    DataDescription, FuncId, Linkage, Module, ModuleError, default_libcall_names,
+};
+use jitfold::{DedupModule, DedupOptions, Mode};
+
+extern "C" fn host_triple(x: i64) -> i64 {
+    3 * x
+}
+
+fn jit_builder() -> JITBuilder {
+    let mut b = JITBuilder::with_flags(
+        &[
+            ("opt_level", "speed"),
+            ("enable_llvm_abi_extensions", "true"),
+        ],
+        default_libcall_names(),
+    )
+    .unwrap();
+    b.symbol("host_triple", host_triple as *const u8);
+    b
+}
+
+fn plain() -> JITModule {
+    JITModule::new(jit_builder())
+}
+
+fn dedup(mode: Mode, distinct_addresses: bool) -> DedupModule<JITModule> {
+    DedupModule::new(
+        JITModule::new(jit_builder()),
+        DedupOptions {
+            mode,
+            distinct_addresses,
+        },
+    )
+}
+
+const ALL_OPTIONS: [(Mode, bool); 4] = [
+    (Mode::Eager, false),
+    (Mode::Eager, true),
+    (Mode::Batch, false),
+    (Mode::Batch, true),
+];
+
+fn sig(m: &impl Module, params: &[ir::Type], returns: &[ir::Type]) -> Signature {
+    let mut s = m.make_signature();
+    s.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+    s.returns.extend(returns.iter().map(|&t| AbiParam::new(t)));
+    s
+}
+
+/// Defines `id` with a body built by `body` (entry block already created,
+/// switched to and holding the parameters).
+fn define<M: Module>(
+    m: &mut M,
+    id: FuncId,
+    body: impl FnOnce(&mut FunctionBuilder, &mut M, &[ir::Value]),
+) -> Result<(), ModuleError> {
+    let mut ctx = m.make_context();
+    ctx.func.signature = m.declarations().get_function_decl(id).signature.clone();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    body(&mut b, m, &params);
+    b.seal_all_blocks();
+    b.finalize(m.target_config());
+    m.define_function(id, &mut ctx)
+}
+
+/// `x * k + c`, with blocks created in the order given by `twisted` (a
+/// renumbered twin when true).
+fn affine(b: &mut FunctionBuilder, x: ir::Value, k: i64, c: i64, twisted: bool) {
+    let (done, odd) = if twisted {
+        let odd = b.create_block();
+        (b.create_block(), odd)
+    } else {
+        (b.create_block(), b.create_block())
+    };
+    b.append_block_param(done, I64);
+    let kx = b.ins().imul_imm_s(x, k);
+    let is_odd = b.ins().band_imm_s(x, 1);
+    b.ins().brif(is_odd, odd, &[], done, &[kx.into()]);
+    b.switch_to_block(odd);
+    let plus = b.ins().iadd_imm_s(kx, c);
+    b.ins().jump(done, &[plus.into()]);
+    b.switch_to_block(done);
+    let r = b.block_params(done)[0];
+    b.ins().return_(&[r]);
+}
+
+/// Declares and defines the test program; returns the ids to call, each
+/// with the arguments to call it with.
+struct Program {
+    twins: [FuncId; 3],
+    other: FuncId,
+    caller_of_dup: FuncId,
+    caller_of_canonical: FuncId,
+    late_caller: FuncId,
+    calls_host: FuncId,
+    reads_data: FuncId,
+}
+
+fn build_program<M: Module>(m: &mut M) -> Program {
+    let s1 = sig(m, &[I64], &[I64]);
+    let f = m.declare_function("f", Linkage::Local, &s1).unwrap();
+    let g = m.declare_function("g", Linkage::Export, &s1).unwrap();
+    let h = m.declare_function("h", Linkage::Local, &s1).unwrap();
+    let other = m.declare_function("other", Linkage::Local, &s1).unwrap();
+    let caller_of_dup = m.declare_function("a", Linkage::Local, &s1).unwrap();
+    let caller_of_canonical = m.declare_function("b", Linkage::Local, &s1).unwrap();
+    let late_caller = m.declare_function("late", Linkage::Local, &s1).unwrap();
+    let late_callee = m
+        .declare_function("late_callee", Linkage::Local, &s1)
+        .unwrap();
+    let host = m
+        .declare_function("host_triple", Linkage::Import, &s1)
+        .unwrap();
+    let calls_host = m
+        .declare_function("calls_host", Linkage::Local, &s1)
+        .unwrap();
+    let reads_data = m
+        .declare_function("reads_data", Linkage::Local, &s1)
+        .unwrap();
+    let table = m
+        .declare_data("table", Linkage::Local, false, false)
+        .unwrap();
+
+    define(m, f, |b, _, p| affine(b, p[0], 7, 3, false)).unwrap();
+    define(m, g, |b, _, p| affine(b, p[0], 7, 3, true)).unwrap();
+    // A caller compiled before its callee is known to be a duplicate.
+    define(m, late_caller, |b, m, p| {
+        let callee = m.declare_func_in_func(late_callee, b.func);
+        let call = b.ins().call(callee, &[p[0]]);
+        let r = b.inst_results(call)[0];
+        let r = b.ins().iadd_imm_s(r, 1);
+        b.ins().return_(&[r]);
+    })
+    .unwrap();
+    define(m, h, |b, _, p| affine(b, p[0], 7, 3, false)).unwrap();
+    define(m, other, |b, _, p| affine(b, p[0], 7, 4, false)).unwrap();
+    let call_one = |callee: FuncId| {
+        move |b: &mut FunctionBuilder, m: &mut M, p: &[ir::Value]| {
+            let callee = m.declare_func_in_func(callee, b.func);
+            let call = b.ins().call(callee, &[p[0]]);
+            let r = b.inst_results(call)[0];
+            let r = b.ins().iadd_imm_s(r, 1);
+            b.ins().return_(&[r]);
+        }
+    };
+    define(m, caller_of_dup, call_one(g)).unwrap();
+    define(m, caller_of_canonical, call_one(f)).unwrap();
+    define(m, late_callee, |b, _, p| affine(b, p[0], 7, 3, true)).unwrap();
+    define(m, calls_host, |b, m, p| {
+        let callee = m.declare_func_in_func(host, b.func);
+        let call = b.ins().call(callee, &[p[0]]);
+        let r = b.inst_results(call)[0];
+        b.ins().return_(&[r]);
+    })
+    .unwrap();
+    let mut data = DataDescription::new();
+    data.define((0..64u8).map(|i| i.wrapping_mul(37)).collect());
+    m.define_data(table, &data).unwrap();
+    define(m, reads_data, |b, m, p| {
+        let gv = m.declare_data_in_func(table, b.func);
+        let base = b.ins().symbol_value(I64, gv);
+        let idx = b.ins().band_imm_s(p[0], 7);
+        let off = b.ins().imul_imm_s(idx, 8);
+        let addr = b.ins().iadd(base, off);
+        let v = b.ins().load(I64, MemFlagsData::trusted(), addr, 0);
+        b.ins().return_(&[v]);
+    })
+    .unwrap();
+    Program {
+        twins: [f, g, h],
+        other,
+        caller_of_dup,
+        caller_of_canonical,
+        late_caller,
+        calls_host,
+        reads_data,
+    }
+}
+
+fn call1(ptr: *const u8, x: i64) -> i64 {
+    // SAFETY: every function this is used on has the signature (i64) -> i64
+    // in the host's default calling convention and was finalized.
+    let f: extern "C" fn(i64) -> i64 = unsafe { std::mem::transmute(ptr) };
+    f(x)
+}
+
+fn results(get: impl Fn(FuncId) -> *const u8, p: &Program) -> Vec<i64> {
+    let ids = p.twins.iter().copied().chain([
+        p.other,
+        p.caller_of_dup,
+        p.caller_of_canonical,
+        p.late_caller,
+        p.calls_host,
+        p.reads_data,
+    ]);
+    let mut out = Vec::new();
+    for id in ids {
+        for x in [-5i64, 0, 1, 2, 9, 1 << 40] {
+            out.push(call1(get(id), x));
+        }
+    }
+    out
+}
+
+#[test]
+fn merged_code_computes_what_plain_code_computes() {
+    let mut m = plain();
+    let p = build_program(&mut m);
+    m.finalize_definitions().unwrap();
+    let expected = results(|id| m.get_finalized_function(id), &p);
+    // The twins and their callers really compute the documented values.
+    assert_eq!(call1(m.get_finalized_function(p.twins[0]), 2), 14);
+    assert_eq!(call1(m.get_finalized_function(p.twins[0]), 3), 24);
+
+    for (mode, distinct) in ALL_OPTIONS {
+        let mut d = dedup(mode, distinct);
+        let p2 = build_program(&mut d);
+        d.finalize_definitions().unwrap();
+        let got = results(|id| d.get_finalized_function(id).unwrap(), &p2);
+        assert_eq!(got, expected, "{mode:?}, distinct addresses {distinct}");
+        let s = d.stats();
+        // 10 functions: f, g, h and late_callee are one class; a and b call
+        // twins (g is rewritten to f) and become one class. In batch mode
+        // `late` (which calls late_callee) joins them too; eager mode compiled
+        // it before late_callee was known to be a duplicate.
+        let merged = if mode == Mode::Batch { 5 } else { 4 };
+        assert_eq!(s.defined, 10, "{mode:?} {distinct}: {s:?}");
+        assert_eq!(
+            s.aliased + s.trampolined,
+            merged,
+            "{mode:?} {distinct}: {s:?}"
+        );
+        assert_eq!(s.compiled, 10 - merged, "{mode:?} {distinct}: {s:?}");
+        let ab = [
+            d.canonical(p2.caller_of_canonical),
+            d.canonical(p2.caller_of_dup),
+        ];
+        assert_eq!(ab[0], ab[1]);
+        if distinct {
+            assert_eq!(s.aliased, 0);
+        } else {
+            assert_eq!(s.trampolined, 0);
+        }
+        assert!(s.code_bytes < s.code_bytes_without_dedup, "{s:?}");
+        assert_eq!(d.canonical(p2.twins[1]), Some(p2.twins[0]));
+        assert_eq!(d.canonical(p2.other), Some(p2.other));
+        // Aliases share the entry point; distinct mode keeps addresses apart.
+        let a = d.get_finalized_function(p2.twins[0]).unwrap();
+        let b = d.get_finalized_function(p2.twins[1]).unwrap();
+        assert_eq!(a == b, !distinct);
+    }
+}
+
+#[test]
+fn a_caller_compiled_before_its_callee_merged_still_works() {
+    // Eager mode: `late` is compiled while `late_callee` is still undefined,
+    // so its call goes through late_callee's trampoline.
+    let mut d = dedup(Mode::Eager, false);
+    let p = build_program(&mut d);
+    d.finalize_definitions().unwrap();
+    for x in [0i64, 1, 5, -3] {
+        let direct = 7 * x + if x & 1 != 0 { 3 } else { 0 };
+        assert_eq!(
+            call1(d.get_finalized_function(p.late_caller).unwrap(), x),
+            direct + 1
+        );
+    }
+}
+
+/// Two duplicates whose addresses the program itself compares.
+#[test]
+fn distinct_addresses_keep_function_pointers_apart() {
+    for distinct in [false, true] {
+        let mut d = dedup(Mode::Eager, distinct);
+        let s1 = sig(&d, &[I64], &[I64]);
+        let f = d.declare_function("f", Linkage::Local, &s1).unwrap();
+        let g = d.declare_function("g", Linkage::Local, &s1).unwrap();
+        let cmp = d
+            .declare_function("same_fn", Linkage::Local, &sig(&d, &[], &[I64]))
+            .unwrap();
+        define(&mut d, f, |b, _, p| affine(b, p[0], 5, 1, false)).unwrap();
+        define(&mut d, g, |b, _, p| affine(b, p[0], 5, 1, true)).unwrap();
+        define(&mut d, cmp, |b, m, _| {
+            let fr = m.declare_func_in_func(f, b.func);
+            let gr = m.declare_func_in_func(g, b.func);
+            let fa = b.ins().func_addr(I64, fr);
+            let ga = b.ins().func_addr(I64, gr);
+            let eq = b.ins().icmp(IntCC::Equal, fa, ga);
+            let eq = b.ins().uextend(I64, eq);
+            // Call g through its address, too.
+            let sig = b.import_signature({
+                let mut s =
+                    Signature::new(CallConv::triple_default(&target_lexicon::Triple::host()));
+                s.params.push(AbiParam::new(I64));
+                s.returns.push(AbiParam::new(I64));
+                s
+            });
+            let five = b.ins().iconst(I64, 5);
+            let call = b.ins().call_indirect(sig, ga, &[five]);
+            let r = b.inst_results(call)[0];
+            let r = b.ins().imul_imm_s(r, 10);
+            let r = b.ins().iadd(r, eq);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        d.finalize_definitions().unwrap();
+        let ptr = d.get_finalized_function(cmp).unwrap();
+        // SAFETY: `same_fn` takes nothing and returns an i64.
+        let same: extern "C" fn() -> i64 = unsafe { std::mem::transmute(ptr) };
+        // g(5) = 26, so 260 + (f == g).
+        assert_eq!(same(), 260 + i64::from(!distinct));
+        let (pf, pg) = (
+            d.get_finalized_function(f).unwrap(),
+            d.get_finalized_function(g).unwrap(),
+        );
+        assert_eq!(pf == pg, !distinct);
+        assert_eq!(call1(pg, 3), 16);
+    }
+}
+
+/// Types that stress the ABI: stack-passed arguments, i128, floats, SIMD.
+#[test]
+fn wide_and_many_arguments() {
+    fn program<M: Module>(m: &mut M) -> [FuncId; 6] {
+        let many: Vec<ir::Type> = (0..12)
+            .map(|i| if i % 3 == 0 { F64 } else { I64 })
+            .collect();
+        let s_many = sig(m, &many, &[F64]);
+        let s_wide = sig(m, &[I128, I128], &[I128]);
+        let s_simd = sig(m, &[I32X4, I32X4], &[I32X4]);
+        let many_a = m
+            .declare_function("many_a", Linkage::Local, &s_many)
+            .unwrap();
+        let many_b = m
+            .declare_function("many_b", Linkage::Local, &s_many)
+            .unwrap();
+        let wide_a = m
+            .declare_function("wide_a", Linkage::Local, &s_wide)
+            .unwrap();
+        let wide_b = m
+            .declare_function("wide_b", Linkage::Local, &s_wide)
+            .unwrap();
+        let simd_a = m
+            .declare_function("simd_a", Linkage::Local, &s_simd)
+            .unwrap();
+        let simd_b = m
+            .declare_function("simd_b", Linkage::Local, &s_simd)
+            .unwrap();
+        for id in [many_a, many_b] {
+            define(m, id, |b, _, p| {
+                let mut acc = b.ins().f64const(0.5);
+                for (i, &v) in p.iter().enumerate() {
+                    let v = if i % 3 == 0 {
+                        v
+                    } else {
+                        b.ins().fcvt_from_sint(F64, v)
+                    };
+                    let scaled = b.ins().fmul(acc, v);
+                    acc = b.ins().fadd(scaled, v);
+                }
+                b.ins().return_(&[acc]);
+            })
+            .unwrap();
+        }
+        for id in [wide_a, wide_b] {
+            define(m, id, |b, _, p| {
+                let x = b.ins().imul(p[0], p[1]);
+                let y = b.ins().iadd(x, p[0]);
+                b.ins().return_(&[y]);
+            })
+            .unwrap();
+        }
+        for id in [simd_a, simd_b] {
+            define(m, id, |b, _, p| {
+                let x = b.ins().iadd(p[0], p[1]);
+                let y = b.ins().imul(x, p[1]);
+                b.ins().return_(&[y]);
+            })
+            .unwrap();
+        }
+        [many_a, many_b, wide_a, wide_b, simd_a, simd_b]
+    }
+    type Many = extern "C" fn(f64, i64, i64, f64, i64, i64, f64, i64, i64, f64, i64, i64) -> f64;
+    type Wide = extern "C" fn(i128, i128) -> i128;
+    let run = |get: &dyn Fn(FuncId) -> *const u8, ids: [FuncId; 6]| -> Vec<u128> {
+        let mut out = Vec::new();
+        for &id in &ids[0..2] {
+            // SAFETY: the signature declared above, in the host convention.
+            let f: Many = unsafe { std::mem::transmute(get(id)) };
+            out.push(f(1.5, -2, 3, -0.0, 5, 6, f64::MAX, 8, -9, 1e-300, 11, 12).to_bits() as u128);
+        }
+        for &id in &ids[2..4] {
+            // SAFETY: as above.
+            let f: Wide = unsafe { std::mem::transmute(get(id)) };
+            out.push(f(-(1i128 << 100) + 12345, 987654321987654321) as u128);
+        }
+        for &id in &ids[4..6] {
+            // SAFETY: (i32x4, i32x4) -> i32x4 is passed in xmm registers as __m128i.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                use std::arch::x86_64::*;
+                let f: extern "C" fn(__m128i, __m128i) -> __m128i = std::mem::transmute(get(id));
+                let r = f(
+                    _mm_set_epi32(1, -2, 3, i32::MAX),
+                    _mm_set_epi32(5, 6, -7, 8),
+                );
+                out.push(std::mem::transmute::<__m128i, u128>(r));
+            }
+        }
+        out
+    };
+    let mut m = plain();
+    let ids = program(&mut m);
+    m.finalize_definitions().unwrap();
+    let expected = run(&|id| m.get_finalized_function(id), ids);
+    for (mode, distinct) in ALL_OPTIONS {
+        let mut d = dedup(mode, distinct);
+        let ids = program(&mut d);
+        d.finalize_definitions().unwrap();
+        assert_eq!(
+            run(&|id| d.get_finalized_function(id).unwrap(), ids),
+            expected,
+            "{mode:?} {distinct}"
+        );
+        assert_eq!(
+            d.stats().compiled,
+            3,
+            "{mode:?} {distinct}: {:?}",
+            d.stats()
+        );
+    }
+}
+
+#[test]
+fn misuse_is_an_error_not_a_panic() {
+    for mode in [Mode::Eager, Mode::Batch] {
+        let mut d = dedup(mode, false);
+        let s1 = sig(&d, &[I64], &[I64]);
+        let f = d.declare_function("f", Linkage::Local, &s1).unwrap();
+        let imported = d
+            .declare_function("host_triple", Linkage::Import, &s1)
+            .unwrap();
+        let unused = d
+            .declare_function("never_defined", Linkage::Local, &s1)
+            .unwrap();
+        define(&mut d, f, |b, _, p| affine(b, p[0], 2, 1, false)).unwrap();
+
+        // Defining twice.
+        let again = define(&mut d, f, |b, _, p| affine(b, p[0], 2, 1, false));
+        assert!(
+            matches!(again, Err(ModuleError::DuplicateDefinition(ref n)) if n == "f"),
+            "{again:?}"
+        );
+        // Defining an import.
+        let import = define(&mut d, imported, |b, _, p| affine(b, p[0], 2, 1, false));
+        assert!(
+            matches!(import, Err(ModuleError::InvalidImportDefinition(_))),
+            "{import:?}"
+        );
+        // Defining with another signature than declared.
+        let mut ctx = d.make_context();
+        ctx.func.signature = sig(&d, &[I32], &[I32]);
+        let wrong = d.define_function(unused, &mut ctx);
+        assert!(
+            matches!(wrong, Err(ModuleError::IncompatibleSignature(..))),
+            "{wrong:?}"
+        );
+        // An id from nowhere.
+        let mut ctx = d.make_context();
+        ctx.func.signature = s1.clone();
+        let bogus = d.define_function(FuncId::from_u32(999), &mut ctx);
+        assert!(
+            matches!(bogus, Err(ModuleError::Undeclared(_))),
+            "{bogus:?}"
+        );
+        // Pointers of undefined or unfinalized ids.
+        let early = d.get_finalized_function(f);
+        assert!(early.is_err(), "pointer before finalize");
+        d.finalize_definitions().unwrap();
+        let undefined = d.get_finalized_function(unused);
+        assert!(format!("{}", undefined.unwrap_err()).contains("never_defined is not defined"));
+        assert!(d.get_finalized_function(FuncId::from_u32(999)).is_err());
+        assert_eq!(call1(d.get_finalized_function(f).unwrap(), 3), 7);
+    }
+}
+
+#[test]
+fn finalize_reports_a_referenced_undefined_function() {
+    let mut d = dedup(Mode::Eager, false);
+    let s1 = sig(&d, &[I64], &[I64]);
+    let missing = d.declare_function("missing", Linkage::Local, &s1).unwrap();
+    let caller = d.declare_function("caller", Linkage::Local, &s1).unwrap();
+    define(&mut d, caller, |b, m, p| {
+        let callee = m.declare_func_in_func(missing, b.func);
+        let call = b.ins().call(callee, &[p[0]]);
+        let r = b.inst_results(call)[0];
+        b.ins().return_(&[r]);
+    })
+    .unwrap();
+    let err = d.finalize_definitions().unwrap_err();
+    assert!(err.to_string().contains("missing"), "{err}");
+    // Defining it afterwards makes finalization succeed.
+    define(&mut d, missing, |b, _, p| affine(b, p[0], 1, 0, false)).unwrap();
+    d.finalize_definitions().unwrap();
+    assert_eq!(call1(d.get_finalized_function(caller).unwrap(), 4), 4);
+}
+
+#[test]
+fn a_failed_compile_leaves_no_cache_entry() {
+    for mode in [Mode::Eager, Mode::Batch] {
+        let mut d = dedup(mode, false);
+        let s1 = sig(&d, &[I64], &[I64]);
+        let f = d.declare_function("f", Linkage::Local, &s1).unwrap();
+        let g = d.declare_function("g", Linkage::Local, &s1).unwrap();
+        // The verifier rejects a function whose block is not terminated.
+        let mut ctx = d.make_context();
+        ctx.func.signature = s1.clone();
+        let entry = ctx.func.dfg.make_block();
+        ctx.func.layout.append_block(entry);
+        let result = d.define_function(f, &mut ctx).and_then(|()| d.flush());
+        assert!(
+            matches!(result, Err(ModuleError::Compilation(_))),
+            "{mode:?}: {result:?}"
+        );
+        assert_eq!(d.cache().classes(), 0);
+        // f may be defined again, correctly, and g (same body) is its twin.
+        define(&mut d, f, |b, _, p| affine(b, p[0], 3, 1, false)).unwrap();
+        define(&mut d, g, |b, _, p| affine(b, p[0], 3, 1, true)).unwrap();
+        d.finalize_definitions().unwrap();
+        assert_eq!(d.stats().compiled, 1);
+        assert_eq!(call1(d.get_finalized_function(g).unwrap(), 5), 16);
+    }
+}
+
+#[test]
+fn stack_slots_and_loops_survive_merging() {
+    fn program<M: Module>(m: &mut M) -> [FuncId; 2] {
+        let s1 = sig(m, &[I64], &[I64]);
+        let a = m.declare_function("sum_a", Linkage::Local, &s1).unwrap();
+        let b2 = m.declare_function("sum_b", Linkage::Local, &s1).unwrap();
+        for (id, twisted) in [(a, false), (b2, true)] {
+            define(m, id, |b, _, p| {
+                let slot = b.create_sized_stack_slot(StackSlotData::new(
+                    StackSlotKind::ExplicitSlot,
+                    8,
+                    3,
+                ));
+                let (head, body, exit) = if twisted {
+                    let exit = b.create_block();
+                    let body = b.create_block();
+                    (b.create_block(), body, exit)
+                } else {
+                    (b.create_block(), b.create_block(), b.create_block())
+                };
+                let zero = b.ins().iconst(I64, 0);
+                b.ins().stack_store(I64, zero, slot, 0);
+                b.append_block_param(head, I64);
+                b.ins().jump(head, &[p[0].into()]);
+                b.switch_to_block(head);
+                let n = b.block_params(head)[0];
+                b.ins().brif(n, body, &[], exit, &[]);
+                b.switch_to_block(body);
+                let acc = b.ins().stack_load(I64, I64, slot, 0);
+                let acc = b.ins().iadd(acc, n);
+                b.ins().stack_store(I64, acc, slot, 0);
+                let n1 = b.ins().iadd_imm_s(n, -1);
+                b.ins().jump(head, &[n1.into()]);
+                b.switch_to_block(exit);
+                let r = b.ins().stack_load(I64, I64, slot, 0);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        [a, b2]
+    }
+    for (mode, distinct) in ALL_OPTIONS {
+        let mut d = dedup(mode, distinct);
+        let ids = program(&mut d);
+        d.finalize_definitions().unwrap();
+        assert_eq!(d.stats().compiled, 1, "{mode:?}");
+        for id in ids {
+            assert_eq!(call1(d.get_finalized_function(id).unwrap(), 100), 5050);
+        }
+    }
+    let _ = Context::new();
+}
