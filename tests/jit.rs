@@ -1,8 +1,4 @@
 //! Execution tests of `DedupModule<JITModule>`: the same program is compiled
-#![allow(
-    clippy::result_large_err,
-    reason = "ModuleError is cranelift-module's type"
-)]
 //! with plain `JITModule` and through jitfold (every mode and option), every
 //! function is called, and the results must be equal.
 
