@@ -11,6 +11,7 @@
 
 pub mod cache;
 pub mod corpus;
+pub mod demo;
 pub mod fingerprint;
 pub mod isa;
 pub mod module;

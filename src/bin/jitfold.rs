@@ -23,6 +23,20 @@ struct Cli {
 enum Command {
     /// Fingerprint every function of `.clif` files and group exact duplicates.
     Report(ReportArgs),
+    /// JIT a built-in workload (generic library instantiated for many types
+    /// in several units, plus call-site stubs) with plain `JITModule` and
+    /// through jitfold, run every function under each, compare the results.
+    Demo(DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Units that each instantiate the generic library for every type.
+    #[arg(long, default_value_t = 4)]
+    units: usize,
+    /// Per-call-site stubs into the runtime.
+    #[arg(long, default_value_t = 200)]
+    stubs: usize,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +63,63 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Report(args) => run_report(&args),
+        Command::Demo(args) => run_demo(&args),
+    }
+}
+
+fn run_demo(args: &DemoArgs) -> ExitCode {
+    use jitfold::{DedupOptions, Mode};
+    let options = [
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: false,
+        },
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: true,
+        },
+    ];
+    let runs = match jitfold::demo::compare(args.units, args.stubs, &options) {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("jitfold demo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let plain = &runs[0];
+    println!(
+        "{:<26} {:>9} {:>9} {:>8} {:>11} {:>11} {:>11} {:>8}",
+        "", "functions", "compiled", "aliased", "trampolines", "code bytes", "time (ms)", "speedup"
+    );
+    for r in &runs {
+        println!(
+            "{:<26} {:>9} {:>9} {:>8} {:>11} {:>11} {:>11.2} {:>7.2}x",
+            r.label,
+            r.functions,
+            r.compiled,
+            r.aliased,
+            r.trampolined,
+            r.code_bytes,
+            r.time.as_secs_f64() * 1e3,
+            plain.time.as_secs_f64() / r.time.as_secs_f64()
+        );
+    }
+    let calls = plain.results.len();
+    let mismatched: Vec<&str> = runs[1..]
+        .iter()
+        .filter(|r| r.results != plain.results)
+        .map(|r| r.label.as_str())
+        .collect();
+    if mismatched.is_empty() {
+        println!("\nall {calls} calls returned the same results under every configuration");
+        ExitCode::SUCCESS
+    } else {
+        println!("\nMISMATCH: results differ from plain JITModule under {mismatched:?}");
+        ExitCode::from(1)
     }
 }
 
