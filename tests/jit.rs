@@ -2,11 +2,6 @@
 //! with plain `JITModule` and through jitfold (every mode and option), every
 //! function is called, and the results must be equal.
 
-#![allow(
-    clippy::result_large_err,
-    reason = "ModuleError is cranelift-module's type"
-)]
-
 use cranelift_codegen::ir::{
     AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, condcodes::IntCC,
     types::*,

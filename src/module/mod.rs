@@ -45,11 +45,6 @@
 //! `finalize_definitions` (or [`DedupModule::flush`]), after grouping all of
 //! them, so that callers defined before their callees still benefit from 2.
 
-#![allow(
-    clippy::result_large_err,
-    reason = "`ModuleResult` is cranelift-module's own error type; a drop-in wrapper returns it"
-)]
-
 mod jit;
 pub mod stats;
 pub mod trampoline;
