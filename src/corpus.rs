@@ -127,7 +127,7 @@ pub fn load_file(path: &Path, default_isa: Option<&dyn TargetIsa>) -> FileOutcom
         Ok(outcome) => outcome,
         Err(panic) => FileOutcome::ParseError(format!(
             "cranelift panicked on this file: {}",
-            panic_message(&panic)
+            crate::compile::panic_message(&panic)
         )),
     }
 }
@@ -170,16 +170,6 @@ pub fn parse_text(text: &str, default_isa: Option<&dyn TargetIsa>) -> FileOutcom
         })
         .collect();
     FileOutcome::Parsed { isas, functions }
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
 }
 
 /// Every verifier-clean function under `paths`, in file order, skipping files

@@ -10,6 +10,7 @@
 //! and the benchmarks.
 
 pub mod cache;
+pub mod compile;
 pub mod corpus;
 pub mod demo;
 pub mod fingerprint;

@@ -11,11 +11,17 @@
 //!   the classes with two or more members, members in file order.
 //! - `fingerprint_ns_per_inst` is measured in this process over all grouped
 //!   functions (one timed loop per file), not estimated.
+//! - With `--compile`, every grouped function is compiled once; functions
+//!   that fail to compile for the ISA are listed and counted in neither the
+//!   baseline nor the dedup figures. With `--verify`, every later member of a
+//!   class is compared with the class's first member.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
+use crate::compile::{MachineCode, compile, with_quiet_panics};
 use crate::corpus::{CorpusError, FileOutcome, clif_files, load_file};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use cranelift_codegen::entity::SecondaryMap;
+use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -58,6 +64,49 @@ pub struct Group {
     pub members: Vec<FunctionName>,
 }
 
+/// `--compile`: every function compiled once (baseline) against one
+/// compilation per class plus fingerprinting every function (dedup).
+#[derive(Clone, Debug, Default)]
+pub struct CompileSummary {
+    /// The ISA compiled for.
+    pub isa: String,
+    /// Functions that compiled.
+    pub functions: usize,
+    /// Functions that failed to compile for this ISA, with the reason.
+    pub errors: Vec<InvalidFunction>,
+    /// Time to compile every function.
+    pub baseline_time: Duration,
+    /// Time to fingerprint every function and compile one per class.
+    /// (Each class's compile time is the one measured in the baseline pass.)
+    pub dedup_time: Duration,
+    /// Code bytes of every function.
+    pub baseline_code_bytes: u64,
+    /// Code bytes of one function per class.
+    pub dedup_code_bytes: u64,
+}
+
+/// `--verify`: every member of a duplicate group compiled and compared with
+/// its group's first member.
+#[derive(Clone, Debug, Default)]
+pub struct VerifySummary {
+    /// Members compared with their representative.
+    pub pairs: usize,
+    /// Members whose code or relocations differ: (member, representative,
+    /// what differs).
+    pub mismatches: Vec<(FunctionName, FunctionName, String)>,
+}
+
+/// What to do besides fingerprinting.
+#[derive(Clone, Copy, Default)]
+pub struct ReportOptions<'a> {
+    /// ISA to verify functions of files without a `target` line against.
+    pub default_isa: Option<&'a dyn TargetIsa>,
+    /// Compile every function for this ISA (`--compile`).
+    pub compile_isa: Option<&'a dyn TargetIsa>,
+    /// Compare duplicates' machine code (`--verify`; needs `compile_isa`).
+    pub verify: bool,
+}
+
 /// What the report found.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -85,6 +134,10 @@ pub struct Report {
     pub fingerprint_time: Duration,
     /// Classes with two or more members, largest first.
     pub groups: Vec<Group>,
+    /// Present with `--compile`.
+    pub compile: Option<CompileSummary>,
+    /// Present with `--verify`.
+    pub verify: Option<VerifySummary>,
 }
 
 impl Report {
@@ -114,14 +167,27 @@ impl Progress for NoProgress {
     fn advance(&mut self) {}
 }
 
-/// Reads every `.clif` file under `paths`, fingerprints and groups.
-/// Functions of files without a `target` line are verified against
-/// `default_isa` (see [`crate::corpus::load_file`]).
+/// Reads every `.clif` file under `paths`, fingerprints and groups; compiles
+/// and verifies as `options` say. Functions of files without a `target` line
+/// are verified against `options.default_isa` (see
+/// [`crate::corpus::load_file`]).
 pub fn build(
     paths: &[PathBuf],
-    default_isa: Option<&dyn TargetIsa>,
+    options: &ReportOptions,
     progress: &mut dyn Progress,
 ) -> Result<Report, CorpusError> {
+    match options.compile_isa {
+        Some(_) => with_quiet_panics(|| build_inner(paths, options, progress)),
+        None => build_inner(paths, options, progress),
+    }
+}
+
+fn build_inner(
+    paths: &[PathBuf],
+    options: &ReportOptions,
+    progress: &mut dyn Progress,
+) -> Result<Report, CorpusError> {
+    let default_isa = options.default_isa;
     let files = clif_files(paths)?;
     progress.start(files.len());
     let mut report = Report {
@@ -132,6 +198,15 @@ pub fn build(
     let mut cache = DedupCache::new();
     let mut members: SecondaryMap<ClassId, Vec<FunctionName>> = SecondaryMap::new();
     let mut fingerprints: Vec<Fingerprint> = Vec::new();
+    let mut compiling = options.compile_isa.map(|isa| Compiling {
+        isa,
+        summary: CompileSummary {
+            isa: isa.triple().to_string(),
+            ..CompileSummary::default()
+        },
+        verify: options.verify.then(VerifySummary::default),
+        representatives: SecondaryMap::new(),
+    });
     for file in files {
         match load_file(&file, default_isa) {
             FileOutcome::Parsed { functions, .. } => {
@@ -153,13 +228,14 @@ pub fn build(
                 fingerprints.clear();
                 fingerprints.extend(valid.iter().map(|(f, _)| fingerprinter.fingerprint(f)));
                 report.fingerprint_time += start.elapsed();
-                for (fp, (_, name)) in fingerprints.drain(..).zip(valid) {
+                for (fp, (func, name)) in fingerprints.drain(..).zip(valid) {
                     report.functions += 1;
                     report.instructions += u64::from(fp.instructions());
-                    let class = match cache.insert(fp) {
-                        Lookup::New(c) | Lookup::Duplicate(c) => c,
-                    };
-                    members[class].push(name);
+                    let lookup = cache.insert(fp);
+                    if let Some(c) = &mut compiling {
+                        c.compile(&func, &name, lookup);
+                    }
+                    members[lookup.class()].push(name);
                 }
             }
             FileOutcome::ParseError(message) => {
@@ -178,7 +254,69 @@ pub fn build(
     report.exact_merged = report.functions - report.classes;
     report.largest_group = members.values().map(Vec::len).max().unwrap_or(0);
     report.groups = group_list(&cache, members);
+    if let Some(mut c) = compiling {
+        c.summary.dedup_time += report.fingerprint_time;
+        report.compile = Some(c.summary);
+        report.verify = c.verify;
+    }
     Ok(report)
+}
+
+/// The state of `--compile` and `--verify` while files are read.
+struct Compiling<'a> {
+    isa: &'a dyn TargetIsa,
+    summary: CompileSummary,
+    verify: Option<VerifySummary>,
+    /// For `--verify`: each class's first member and its code.
+    representatives: SecondaryMap<ClassId, Option<(FunctionName, MachineCode)>>,
+}
+
+impl Compiling<'_> {
+    fn compile(&mut self, func: &Function, name: &FunctionName, lookup: Lookup) {
+        let compiled = match compile(func, self.isa) {
+            Ok(c) => c,
+            Err(message) => {
+                self.summary.errors.push(InvalidFunction {
+                    function: name.clone(),
+                    message,
+                });
+                return;
+            }
+        };
+        let bytes = compiled.code.bytes.len() as u64;
+        self.summary.functions += 1;
+        self.summary.baseline_time += compiled.time;
+        self.summary.baseline_code_bytes += bytes;
+        match lookup {
+            Lookup::New(class) => {
+                self.summary.dedup_time += compiled.time;
+                self.summary.dedup_code_bytes += bytes;
+                if self.verify.is_some() {
+                    self.representatives[class] = Some((name.clone(), compiled.code));
+                }
+            }
+            Lookup::Duplicate(class) => {
+                let (Some(verify), Some((rep_name, rep_code))) =
+                    (&mut self.verify, &self.representatives[class])
+                else {
+                    return;
+                };
+                verify.pairs += 1;
+                let difference = if rep_code.bytes != compiled.code.bytes {
+                    Some("machine code")
+                } else if rep_code.relocs != compiled.code.relocs {
+                    Some("relocations")
+                } else {
+                    None
+                };
+                if let Some(what) = difference {
+                    verify
+                        .mismatches
+                        .push((name.clone(), rep_name.clone(), what.to_string()));
+                }
+            }
+        }
+    }
 }
 
 fn group_list(

@@ -155,3 +155,51 @@ fn missing_and_empty_inputs_are_clear_errors() {
     assert!(String::from_utf8_lossy(&bad_isa.stderr).contains("no backend"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn compile_and_verify_on_the_known_twins() {
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--compile",
+        "--verify",
+        "--isa",
+        "x86_64",
+        &corpus(),
+    ]));
+    let c = &out["compile"];
+    assert_eq!(c["functions"], 7);
+    assert_eq!(c["compile_errors"], 0);
+    let (base, dedup) = (
+        c["baseline_code_bytes"].as_u64().unwrap(),
+        c["dedup_code_bytes"].as_u64().unwrap(),
+    );
+    // Three of seven functions are duplicates, so dedup emits strictly less.
+    assert!(dedup < base && dedup > 0, "{base} {dedup}");
+    assert!(c["baseline_s"].as_f64().unwrap() > 0.0);
+    // u0:11 and u0:12 against u0:10, u0:2 against u0:1.
+    assert_eq!(out["verify"]["pairs"], 3);
+    assert_eq!(out["verify"]["mismatches"], 0);
+
+    // Functions that cannot be compiled for the ISA are listed, not fatal.
+    let dir = temp_dir("compile-errors");
+    std::fs::write(
+        dir.join("x86_only.clif"),
+        "test compile\ntarget x86_64\nfunction %f(i8x16, i8x16) -> i8x16 {\nblock0(v0: i8x16, v1: i8x16):\n  v2 = x86_pshufb v0, v1\n  return v2\n}\nfunction %g(i64) -> i64 {\nblock0(v0: i64):\n  return v0\n}\n",
+    )
+    .unwrap();
+    let out = jitfold(&[
+        "report",
+        "--json",
+        "--compile",
+        "--isa",
+        "aarch64",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = json_of(&out);
+    assert_eq!(out["functions"], 2);
+    assert_eq!(out["compile"]["functions"], 1);
+    assert_eq!(out["compile"]["compile_errors"], 1);
+    assert_eq!(out["compile"]["compile_error_list"][0]["function"], "%f");
+}

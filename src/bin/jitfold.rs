@@ -50,10 +50,19 @@ struct ReportArgs {
     /// Exit with status 1 if any file fails to parse or read.
     #[arg(long)]
     strict: bool,
-    /// ISA to verify functions of files without a `target` line against
-    /// (default: the host), with `opt_level=speed` and frame pointers kept.
+    /// ISA to verify functions of files without a `target` line against, and
+    /// to compile for (default: the host), with `opt_level=speed` and frame
+    /// pointers kept.
     #[arg(long)]
     isa: Option<String>,
+    /// Compile every function (baseline) and one per class (dedup) for the
+    /// ISA, without linking; adds a `compile` object to the JSON.
+    #[arg(long)]
+    compile: bool,
+    /// Compile every member of every duplicate group and compare its machine
+    /// code and relocations with the group's first member; adds `verify`.
+    #[arg(long)]
+    verify: bool,
     /// `.clif` files or directories (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -132,7 +141,12 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         }
     };
     let mut bar = Bar::default();
-    let report = match report::build(&args.paths, Some(&*isa), &mut bar) {
+    let options = report::ReportOptions {
+        default_isa: Some(&*isa),
+        compile_isa: (args.compile || args.verify).then_some(&*isa),
+        verify: args.verify,
+    };
+    let report = match report::build(&args.paths, &options, &mut bar) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("jitfold report: {e}");
@@ -223,6 +237,33 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
         "duplicate_groups": r.groups.len(),
         "fingerprint_ns_per_inst": r.fingerprint_ns_per_inst(),
     });
+    if let Some(c) = &r.compile {
+        out["compile"] = json!({
+            "isa": c.isa,
+            "functions": c.functions,
+            "compile_errors": c.errors.len(),
+            "compile_error_list": c.errors.iter()
+                .map(|f| json!({ "file": f.function.file, "function": f.function.name, "message": f.message }))
+                .collect::<Vec<_>>(),
+            "baseline_s": c.baseline_time.as_secs_f64(),
+            "dedup_s": c.dedup_time.as_secs_f64(),
+            "baseline_code_bytes": c.baseline_code_bytes,
+            "dedup_code_bytes": c.dedup_code_bytes,
+        });
+    }
+    if let Some(v) = &r.verify {
+        out["verify"] = json!({
+            "pairs": v.pairs,
+            "mismatches": v.mismatches.len(),
+            "mismatch_list": v.mismatches.iter()
+                .map(|(m, rep, what)| json!({
+                    "file": m.file, "function": m.name,
+                    "representative_file": rep.file, "representative": rep.name,
+                    "differs_in": what,
+                }))
+                .collect::<Vec<_>>(),
+        });
+    }
     if with_groups {
         out["groups"] = r
             .groups
@@ -262,6 +303,34 @@ fn print_summary(r: &Report, with_groups: bool) {
     println!("parse errors          {}", r.parse_errors.len());
     for p in r.parse_errors.iter().chain(&r.read_errors) {
         println!("  {}: {}", p.file.display(), p.message);
+    }
+    if let Some(c) = &r.compile {
+        println!(
+            "compile ({})        {} functions ({} failed): baseline {:.3} s, {} bytes; dedup {:.3} s, {} bytes",
+            c.isa,
+            c.functions,
+            c.errors.len(),
+            c.baseline_time.as_secs_f64(),
+            c.baseline_code_bytes,
+            c.dedup_time.as_secs_f64(),
+            c.dedup_code_bytes
+        );
+    }
+    if let Some(v) = &r.verify {
+        println!(
+            "verify                {} pairs, {} mismatches",
+            v.pairs,
+            v.mismatches.len()
+        );
+        for (m, rep, what) in &v.mismatches {
+            println!(
+                "  {} {} differs from {} {} in {what}",
+                m.file.display(),
+                m.name,
+                rep.file.display(),
+                rep.name
+            );
+        }
     }
     if with_groups {
         for (i, g) in r.groups.iter().enumerate() {

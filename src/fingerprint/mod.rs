@@ -25,11 +25,10 @@
 //! tags, value aliases (resolved before numbering), blocks that are
 //! unreachable from the entry block, instructions and values that are not in
 //! the layout, declarations (signatures, external functions, global values,
-//! stack slots, alias regions, dynamic types and slots) that no reachable
-//! instruction uses, and the index order of side tables. Unused stack slots
-//! can make the frame larger but never change what the function computes;
-//! the CLIF parser even creates empty placeholder slots for gaps in `ssN`
-//! numbering.
+//! alias regions, dynamic types and slots) that no reachable instruction
+//! uses, stack slots of size 0 and alignment 1 that nothing uses (the CLIF
+//! parser creates them for gaps in `ssN` numbering), and the index order of
+//! side tables.
 //!
 //! **Included** (each is a checklist item of the walk in `walk.rs`):
 //!
@@ -37,7 +36,8 @@
 //!    `ArgumentExtension`, and the calling convention.
 //! 2. `stack_limit`, as a global value.
 //! 3. Reachable blocks in DFS pre-order from the entry block, following each
-//!    terminator's destinations in order; each block's parameter types.
+//!    terminator's destinations in order; each block's parameter types and
+//!    whether it is marked cold (cold blocks are laid out last).
 //! 4. Every instruction of those blocks in layout order: opcode, number and
 //!    types of results, operands as serial value numbers, and every immediate
 //!    of its `InstructionData` format: `Imm64` and float immediates by their raw
@@ -59,6 +59,9 @@
 //! 9. External names: `User` names by namespace and index, test-case names by
 //!    their bytes, libcalls and known symbols by variant.
 //! 10. User stack map entries of each instruction (type, slot, offset).
+//! 11. Sized stack slots that no instruction uses, as a sorted multiset: they
+//!     enlarge the frame, which changes the code and where a stack-limit
+//!     check or probe traps.
 //!
 //! Enums with data (`InstructionData`, `GlobalValueData`, `ExternalName`,
 //! `BlockArg`, `ExceptionTableItem`, `ArgumentPurpose`) are matched

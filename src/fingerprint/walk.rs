@@ -58,6 +58,9 @@ impl<K: EntityRef> Numbering<K> {
 /// Marks a result or block parameter whose value was already numbered by an
 /// earlier use (only possible in functions that fail the verifier).
 const ALREADY_NUMBERED: u32 = 1 << 31;
+/// Set in a block's first word when the block is marked cold (it is laid
+/// out at the end of the code).
+const COLD_BLOCK: u32 = 1 << 31;
 /// Set in an instruction's first word when user stack map entries follow.
 const HAS_STACK_MAP: u32 = 1 << 31;
 
@@ -80,6 +83,7 @@ pub struct Fingerprinter {
     visited: SecondaryMap<Block, bool>,
     stack: Vec<Block>,
     successors: Vec<Block>,
+    unused_slots: Vec<[u32; 6]>,
     constant_handles: Vec<Constant>,
 }
 
@@ -106,6 +110,7 @@ impl Fingerprinter {
             visited: SecondaryMap::new(),
             stack: Vec::new(),
             successors: Vec::new(),
+            unused_slots: Vec::new(),
             constant_handles: Vec::new(),
         }
     }
@@ -171,12 +176,42 @@ impl Fingerprinter {
         }
         self.out.push(u32::MAX); // End of blocks.
 
+        // 11. Sized stack slots no reachable instruction uses: they still
+        // make the frame larger, which changes the code and where a stack
+        // limit or probe traps. Slots of size 0 and alignment 1 change
+        // nothing (the CLIF parser makes them for gaps in `ssN` numbers).
+        self.unused_slots.clear();
+        for (slot, data) in func.sized_stack_slots.iter() {
+            let placeholder = data.size == 0 && data.align_shift == 0;
+            if self.stack_slots.seen[slot] == 0 && !placeholder {
+                let key = data.key.map_or(0, |k| k.bits());
+                self.unused_slots.push([
+                    data.kind as u32,
+                    data.size,
+                    u32::from(data.align_shift),
+                    u32::from(data.key.is_some()),
+                    key as u32,
+                    (key >> 32) as u32,
+                ]);
+            }
+        }
+        self.unused_slots.sort_unstable();
+        self.out.push(self.unused_slots.len() as u32);
+        for slot in &self.unused_slots {
+            self.out.extend_from_slice(slot);
+        }
+
         instructions
     }
 
     fn block_header(&mut self, func: &Function, block: Block) {
         let params = func.dfg.block_params(block);
-        self.out.push(params.len() as u32);
+        let cold = if func.layout.is_cold(block) {
+            COLD_BLOCK
+        } else {
+            0
+        };
+        self.out.push(params.len() as u32 | cold);
         for &param in params {
             self.value_def(func, param);
         }

@@ -501,11 +501,7 @@ fn names_used_as_data(func: &Function) -> HashSet<UserExternalNameRef> {
 }
 
 fn compile_panic(panic: Box<dyn std::any::Any + Send>) -> ModuleError {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_string());
+    let message = crate::compile::panic_message(&panic);
     ModuleError::Compilation(CodegenError::Unsupported(format!(
         "Cranelift panicked while compiling: {message}"
     )))

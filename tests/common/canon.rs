@@ -6,7 +6,8 @@
 //! pre-order (destinations read from each block's last line, in order);
 //! replace every side-table reference by its (recursively expanded)
 //! definition, tagged with its first-appearance number (constants by value
-//! only); finally rename values
+//! only); list unused stack slots (but for the parser's empty placeholders)
+//! as a sorted multiset; finally rename values
 //! and blocks by first appearance. Two valid functions should have equal
 //! fingerprints exactly when this text is equal.
 
@@ -130,11 +131,15 @@ pub fn canonical_text(func: &Function) -> String {
     let expanded = expand(&body, &defs, &entity, 0);
     let numbered_entity = Regex::new(r"\b(ss|dss|dt|gv|sig|fn|const|region)@(\d+)").unwrap();
     let mut numbers: HashMap<String, usize> = HashMap::new();
+    let mut used_slots = HashSet::new();
     let mut counts: HashMap<String, usize> = HashMap::new();
     let expanded = numbered_entity.replace_all(&expanded, |c: &Captures| {
         let kind = c[1].to_string();
         if kind == "const" {
             return "const".to_string(); // By value only.
+        }
+        if kind == "ss" {
+            used_slots.insert(format!("ss{}", &c[2]));
         }
         let key = format!("{kind}{}", &c[2]);
         let next = counts.entry(kind.clone()).or_insert(0);
@@ -144,6 +149,19 @@ pub fn canonical_text(func: &Function) -> String {
         });
         format!("{kind}#{n}")
     });
+    // Unused stack slots (but the parser's empty placeholders), as a sorted
+    // multiset.
+    let mut unused: Vec<&String> = defs
+        .iter()
+        .filter(|(name, def)| {
+            name.starts_with("ss")
+                && !used_slots.contains(*name)
+                && def.as_str() != "explicit_slot 0"
+        })
+        .map(|(_, def)| def)
+        .collect();
+    unused.sort();
+
     // Values and blocks by first appearance.
     let mut renamed = String::new();
     let mut names: HashMap<String, String> = HashMap::new();
@@ -167,5 +185,6 @@ pub fn canonical_text(func: &Function) -> String {
     renamed.push_str(&header);
     renamed.push('\n');
     renamed.push_str(&text);
+    renamed.push_str(&format!("unused slots: {unused:?}\n"));
     renamed
 }
