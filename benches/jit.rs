@@ -1,0 +1,151 @@
+//! End-to-end JIT throughput, from `ir::Function` to callable pointer:
+//! `DedupModule<JITModule>` (eager) against plain `JITModule`, measured in
+//! the same run, on workloads with 0%, 50% and 90% duplicates (duplicates
+//! are renumbered copies of earlier functions).
+//!
+//! Run with `cargo bench --bench jit`; the ratios are printed at the end.
+
+use cranelift_codegen::Context;
+use cranelift_codegen::ir::{
+    AbiParam, Function, InstBuilder, Signature, UserFuncName, condcodes::IntCC, types::I64,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module, default_libcall_names};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use jitfold::{DedupModule, DedupOptions};
+use std::hint::black_box;
+use std::path::Path;
+
+const FUNCTIONS: usize = 300;
+
+/// A function of about 40 instructions whose constants depend on `k`;
+/// `renumbered` builds the same function with other value numbers.
+fn make(k: i64, renumbered: bool, call_conv: CallConv) -> Function {
+    let mut sig = Signature::new(call_conv);
+    sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
+    sig.returns.push(AbiParam::new(I64));
+    let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let entry = b.create_block();
+    let (then_block, join) = (b.create_block(), b.create_block());
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    if renumbered {
+        let dead = b.ins().iconst(I64, 0);
+        let inst = b.func.dfg.value_def(dead).unwrap_inst();
+        b.func.layout.remove_inst(inst);
+    }
+    let (mut x, y) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+    for i in 0..12 {
+        let c = b
+            .ins()
+            .iconst(I64, k.wrapping_mul(1_000_003).wrapping_add(i));
+        let t = b.ins().imul(x, c);
+        x = b.ins().bxor(t, y);
+    }
+    let cond = b.ins().icmp(IntCC::SignedLessThan, x, y);
+    b.append_block_param(join, I64);
+    b.ins().brif(cond, then_block, &[], join, &[x.into()]);
+    b.switch_to_block(then_block);
+    let z = b.ins().iadd(x, y);
+    b.ins().jump(join, &[z.into()]);
+    b.switch_to_block(join);
+    let r = b.block_params(join)[0];
+    b.ins().return_(&[r]);
+    b.seal_all_blocks();
+    b.finalize(cranelift_codegen::isa::TargetFrontendConfig {
+        default_call_conv: call_conv,
+        pointer_width: target_lexicon::PointerWidth::U64,
+        page_size_align_log2: 12,
+    });
+    func
+}
+
+fn workload(duplicate_percent: usize, call_conv: CallConv) -> Vec<Function> {
+    let unique = (FUNCTIONS * (100 - duplicate_percent) / 100).max(1);
+    (0..FUNCTIONS)
+        .map(|i| make((i % unique) as i64, i >= unique, call_conv))
+        .collect()
+}
+
+/// Declares, defines and finalizes every function; returns the pointers.
+fn jit_all<M: Module>(m: &mut M, funcs: &[Function]) -> Vec<cranelift_module::FuncId> {
+    let mut ids = Vec::with_capacity(funcs.len());
+    let mut ctx = Context::new();
+    for (i, f) in funcs.iter().enumerate() {
+        let id = m
+            .declare_function(&format!("f{i}"), Linkage::Local, &f.signature)
+            .unwrap();
+        ctx.clear();
+        ctx.func = f.clone();
+        m.define_function(id, &mut ctx).unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
+fn builder() -> JITBuilder {
+    JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names()).unwrap()
+}
+
+fn main() {
+    let call_conv = JITModule::new(builder()).isa().default_call_conv();
+    let mut c = Criterion::default().configure_from_args().sample_size(10);
+    let mut group = c.benchmark_group("jit");
+    group.throughput(Throughput::Elements(FUNCTIONS as u64));
+    for percent in [0usize, 50, 90] {
+        let funcs = workload(percent, call_conv);
+        group.bench_with_input(BenchmarkId::new("plain", percent), &funcs, |b, funcs| {
+            b.iter(|| {
+                let mut m = JITModule::new(builder());
+                let ids = jit_all(&mut m, funcs);
+                m.finalize_definitions().unwrap();
+                for id in ids {
+                    black_box(m.get_finalized_function(id));
+                }
+                // SAFETY: no pointer into this module's code is used after.
+                unsafe { m.free_memory() };
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("jitfold", percent), &funcs, |b, funcs| {
+            b.iter(|| {
+                let mut m = DedupModule::new(JITModule::new(builder()), DedupOptions::default());
+                let ids = jit_all(&mut m, funcs);
+                m.finalize_definitions().unwrap();
+                for id in ids {
+                    black_box(m.get_finalized_function(id).unwrap());
+                }
+                // SAFETY: as above.
+                unsafe { m.into_inner().free_memory() };
+            })
+        });
+    }
+    group.finish();
+    c.final_summary();
+
+    let mean = |name: &str, percent: usize| -> Option<f64> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/criterion/jit")
+            .join(name)
+            .join(percent.to_string())
+            .join("new/estimates.json");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+        v["mean"]["point_estimate"].as_f64()
+    };
+    for percent in [0usize, 50, 90] {
+        if let (Some(plain), Some(dedup)) = (mean("plain", percent), mean("jitfold", percent)) {
+            let per_sec = |ns: f64| FUNCTIONS as f64 / (ns * 1e-9);
+            println!(
+                "{percent:>2}% duplicates: plain {:.0} functions/s, jitfold {:.0} functions/s, jitfold/plain time {:.3} ({:.2}x faster)",
+                per_sec(plain),
+                per_sec(dedup),
+                dedup / plain,
+                plain / dedup
+            );
+        }
+    }
+}
