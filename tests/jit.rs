@@ -602,3 +602,64 @@ fn stack_slots_and_loops_survive_merging() {
     }
     let _ = Context::new();
 }
+
+#[test]
+fn f32_twins_merge_and_keep_their_bits() {
+    fn program<M: Module>(m: &mut M) -> [FuncId; 3] {
+        let s = sig(m, &[F32, F32], &[F32]);
+        let ids = [
+            m.declare_function("fa", Linkage::Local, &s).unwrap(),
+            m.declare_function("fb", Linkage::Local, &s).unwrap(),
+            m.declare_function("fc_neg_zero", Linkage::Local, &s)
+                .unwrap(),
+        ];
+        for (i, &id) in ids.iter().enumerate() {
+            define(m, id, |b, _, p| {
+                if i == 1 {
+                    // Renumber: a dead constant first.
+                    let dead = b.ins().f32const(9.0);
+                    let inst = b.func.dfg.value_def(dead).unwrap_inst();
+                    b.func.layout.remove_inst(inst);
+                }
+                // fc adds -0.0 instead of +0.0: a different function.
+                let zero = b.ins().f32const(if i == 2 { -0.0 } else { 0.0 });
+                let prod = b.ins().fmul(p[0], p[1]);
+                let r = b.ins().fadd(prod, zero);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        ids
+    }
+    let call = |ptr: *const u8, a: f32, b: f32| -> u32 {
+        // SAFETY: (f32, f32) -> f32 in the host convention, finalized.
+        let f: extern "C" fn(f32, f32) -> f32 = unsafe { std::mem::transmute(ptr) };
+        f(a, b).to_bits()
+    };
+    let inputs = [
+        (1.5f32, -2.0f32),
+        (-0.0, 3.0),
+        (f32::NAN, 1.0),
+        (1e30, 1e30),
+    ];
+    let mut m = plain();
+    let ids = program(&mut m);
+    m.finalize_definitions().unwrap();
+    let expected: Vec<u32> = ids
+        .iter()
+        .flat_map(|&id| inputs.map(|(a, b)| call(m.get_finalized_function(id), a, b)))
+        .collect();
+    // -0.0 * 3 + 0.0 = +0.0, but + (-0.0) keeps -0.0: the functions differ.
+    assert_ne!(expected[1], expected[9]);
+    for (mode, distinct) in ALL_OPTIONS {
+        let mut d = dedup(mode, distinct);
+        let ids = program(&mut d);
+        d.finalize_definitions().unwrap();
+        let got: Vec<u32> = ids
+            .iter()
+            .flat_map(|&id| inputs.map(|(a, b)| call(d.get_finalized_function(id).unwrap(), a, b)))
+            .collect();
+        assert_eq!(got, expected, "{mode:?} {distinct}");
+        assert_eq!(d.stats().compiled, 2, "{mode:?} {distinct}");
+    }
+}

@@ -361,8 +361,11 @@ impl<M: Module> DedupModule<M> {
         if pending.is_empty() {
             return Ok(());
         }
-        // Plan: which pending function is a duplicate of which.
-        loop {
+        // Plan: which pending function is a duplicate of which. Without a
+        // trampoline form for this ISA every function is compiled.
+        let can_trampoline =
+            trampoline::trampoline_to(self.inner.isa(), FuncId::from_u32(0)).is_some();
+        while can_trampoline {
             let mut first_of: hashbrown::HashMap<crate::Fingerprint, FuncId> =
                 hashbrown::HashMap::new();
             let mut changed = false;
@@ -414,7 +417,7 @@ impl<M: Module> DedupModule<M> {
             if defined && !failed.contains(&root) {
                 match self.define_trampoline(*id, root) {
                     Ok(true) => {}
-                    Ok(false) => unreachable!("batch duplicates are planned only with trampolines"),
+                    Ok(false) => unreachable!("duplicates are planned only with trampolines"),
                     Err(e) => {
                         first_error.get_or_insert(e);
                     }

@@ -1,0 +1,92 @@
+//! `DedupModule` over `ObjectModule` for other ISAs than the host's: aarch64
+//! gets `b` trampolines; an ISA without a trampoline form compiles every
+//! function instead of failing.
+
+#![cfg(feature = "all-targets")]
+
+use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use cranelift_object::{ObjectBuilder, ObjectModule};
+use jitfold::{DedupModule, DedupOptions, Mode};
+
+fn object_module(isa: &str) -> ObjectModule {
+    let isa = jitfold::isa::isa_by_name(isa, jitfold::isa::flags(&[]).unwrap()).unwrap();
+    ObjectModule::new(ObjectBuilder::new(isa, "twins", default_libcall_names()).unwrap())
+}
+
+/// Defines three functions, the first two twins; returns their ids.
+fn define_twins<M: Module>(m: &mut M) -> [FuncId; 3] {
+    let mut sig = m.make_signature();
+    sig.params.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    let mut ids = [FuncId::from_u32(0); 3];
+    for (i, (name, k)) in [("twin_a", 5), ("twin_b", 5), ("other", 6)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = m.declare_function(name, Linkage::Export, &sig).unwrap();
+        let mut ctx = m.make_context();
+        ctx.func.signature = sig.clone();
+        let mut fctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        if i == 1 {
+            b.create_block(); // renumber the blocks
+        }
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let x = b.block_params(entry)[0];
+        let r = b.ins().imul_imm_s(x, k);
+        b.ins().return_(&[r]);
+        b.seal_all_blocks();
+        b.finalize(m.target_config());
+        m.define_function(id, &mut ctx).unwrap();
+        ids[i] = id;
+    }
+    ids
+}
+
+#[test]
+fn aarch64_duplicates_become_branch_trampolines() {
+    for mode in [Mode::Eager, Mode::Batch] {
+        let mut m = DedupModule::new(
+            object_module("aarch64"),
+            DedupOptions {
+                mode,
+                distinct_addresses: false,
+            },
+        );
+        let ids = define_twins(&mut m);
+        m.flush().unwrap();
+        assert_eq!(m.stats().compiled, 2, "{mode:?}");
+        assert_eq!(m.stats().aliased, 1);
+        assert_eq!(m.stats().trampoline_bytes, 4, "one `b` instruction");
+        assert_eq!(m.canonical(ids[1]), Some(ids[0]));
+        let product = m.into_inner().finish();
+        // Every function keeps its symbol.
+        for id in ids {
+            assert!(product.functions[id].is_some());
+        }
+        assert!(!product.emit().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn isas_without_a_trampoline_form_compile_every_function() {
+    for mode in [Mode::Eager, Mode::Batch] {
+        let mut m = DedupModule::new(
+            object_module("riscv64"),
+            DedupOptions {
+                mode,
+                distinct_addresses: false,
+            },
+        );
+        let ids = define_twins(&mut m);
+        m.flush().unwrap();
+        assert_eq!(m.stats().compiled, 3, "{mode:?}: {:?}", m.stats());
+        assert_eq!(m.stats().aliased + m.stats().trampolined, 0);
+        assert_eq!(m.canonical(ids[1]), Some(ids[1]));
+        assert!(!m.into_inner().finish().emit().unwrap().is_empty());
+    }
+}
