@@ -361,35 +361,9 @@ impl<M: Module> DedupModule<M> {
         if pending.is_empty() {
             return Ok(());
         }
-        // Plan: which pending function is a duplicate of which. Without a
-        // trampoline form for this ISA every function is compiled.
-        let can_trampoline =
-            trampoline::trampoline_to(self.inner.isa(), FuncId::from_u32(0)).is_some();
-        while can_trampoline {
-            let mut first_of: hashbrown::HashMap<crate::Fingerprint, FuncId> =
-                hashbrown::HashMap::new();
-            let mut changed = false;
-            for (id, func) in pending.iter_mut() {
-                if self.functions[*id] != State::Pending {
-                    continue;
-                }
-                self.canonicalize_references(func);
-                let fp = self.fingerprinter.fingerprint(func);
-                if let Some(class) = self.cache.get(&fp) {
-                    self.functions[*id] = State::Duplicate {
-                        canonical: self.classes[class].canonical,
-                    };
-                    changed = true;
-                } else if let Some(&first) = first_of.get(&fp) {
-                    self.functions[*id] = State::Duplicate { canonical: first };
-                    changed = true;
-                } else {
-                    first_of.insert(fp, *id);
-                }
-            }
-            if !changed {
-                break;
-            }
+        // Without a trampoline form for this ISA every function is compiled.
+        if trampoline::trampoline_to(self.inner.isa(), FuncId::from_u32(0)).is_some() {
+            self.plan_duplicates(&mut pending);
         }
         // Compile the first of each group, then define the duplicates.
         let mut first_error = None;
@@ -427,6 +401,39 @@ impl<M: Module> DedupModule<M> {
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// Marks each pending function whose fingerprint equals an earlier one's
+    /// (or a compiled class's) as its duplicate; repeats, since rewriting
+    /// references to new duplicates can make callers equal, until nothing
+    /// changes.
+    fn plan_duplicates(&mut self, pending: &mut [(FuncId, Function)]) {
+        loop {
+            let mut first_of: hashbrown::HashMap<crate::Fingerprint, FuncId> =
+                hashbrown::HashMap::new();
+            let mut changed = false;
+            for (id, func) in pending.iter_mut() {
+                if self.functions[*id] != State::Pending {
+                    continue;
+                }
+                self.canonicalize_references(func);
+                let fp = self.fingerprinter.fingerprint(func);
+                if let Some(class) = self.cache.get(&fp) {
+                    self.functions[*id] = State::Duplicate {
+                        canonical: self.classes[class].canonical,
+                    };
+                    changed = true;
+                } else if let Some(&first) = first_of.get(&fp) {
+                    self.functions[*id] = State::Duplicate { canonical: first };
+                    changed = true;
+                } else {
+                    first_of.insert(fp, *id);
+                }
+            }
+            if !changed {
+                break;
+            }
         }
     }
 
