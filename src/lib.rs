@@ -6,14 +6,17 @@
 //! The pipeline: [`fingerprint`] (one canonical walk per function) →
 //! [`cache`] (exact duplicates found by key) → [`module`] (a
 //! `cranelift_module::Module` that compiles each class once). The
-//! [`corpus`], [`report`] and [`isa`] modules serve the `jitfold` command line
-//! and the benchmarks.
+//! [`corpus`], [`report`], [`compile`] and [`isa`] modules serve the
+//! `jitfold` command line and the benchmarks; [`demo`] is the built-in
+//! workload, and `fuzzing` (feature `fuzzing`) the differential check.
 
 pub mod cache;
 pub mod compile;
 pub mod corpus;
 pub mod demo;
 pub mod fingerprint;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod isa;
 pub mod module;
 pub mod report;

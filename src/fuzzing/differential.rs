@@ -1,0 +1,249 @@
+//! The differential check: a generated program compiled with plain
+//! `JITModule` and through `DedupModule` in every mode and option must
+//! return the same bits for every call; and the fingerprint laws hold on its
+//! functions.
+//!
+//! # What this module guarantees
+//!
+//! [`check`] returns `Err` (with a description) exactly when one of these
+//! fails, and panics never on a generated program:
+//!
+//! 1. Every generated function passes the verifier.
+//! 2. Fingerprint laws: a twin has its original's fingerprint; a mutant whose
+//!    changed constant is used in a reachable block has another fingerprint,
+//!    and one whose changed constant is not has the same.
+//! 3. Every function called on every input returns the same value under
+//!    plain `JITModule` and under `DedupModule` with each of
+//!    [`ALL_OPTIONS`].
+
+use super::program::{Form, Op, Program, emit};
+use crate::{DedupModule, DedupOptions, Fingerprint, Mode};
+use cranelift_codegen::ir::{AbiParam, Function, UserFuncName, types::I64};
+use cranelift_codegen::settings::FlagsOrIsa;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+
+/// Every mode and option of `DedupModule` the check runs.
+pub const ALL_OPTIONS: [DedupOptions; 4] = [
+    DedupOptions {
+        mode: Mode::Eager,
+        distinct_addresses: false,
+    },
+    DedupOptions {
+        mode: Mode::Eager,
+        distinct_addresses: true,
+    },
+    DedupOptions {
+        mode: Mode::Batch,
+        distinct_addresses: false,
+    },
+    DedupOptions {
+        mode: Mode::Batch,
+        distinct_addresses: true,
+    },
+];
+
+/// What a passing check saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Functions in the program.
+    pub functions: usize,
+    /// Functions `DedupModule` did not compile (most over all options).
+    pub merged: usize,
+    /// Calls compared.
+    pub calls: usize,
+}
+
+/// Builds function `index` of `program`; `callee(j)` gives the reference to
+/// function `j` inside the function being built.
+fn build(
+    program: &Program,
+    index: usize,
+    func: &mut Function,
+    callee: &mut dyn FnMut(usize, &mut Function) -> cranelift_codegen::ir::FuncRef,
+) {
+    let (body, twisted) = program.body(index);
+    let origin = match program.functions[index] {
+        Form::Original(_) => index,
+        Form::Twin { of } | Form::Mutant { of, .. } => of,
+    };
+    let callees: Vec<_> = (origin + 1..program.functions.len())
+        .map(|j| callee(j, func))
+        .collect();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(func, &mut fctx);
+    emit(&mut b, &body, &callees, twisted);
+    b.finalize(cranelift_codegen::isa::TargetFrontendConfig {
+        default_call_conv: func_call_conv(),
+        pointer_width: target_lexicon::PointerWidth::U64,
+        page_size_align_log2: 12,
+    });
+}
+
+fn func_call_conv() -> cranelift_codegen::isa::CallConv {
+    cranelift_codegen::isa::CallConv::triple_default(&target_lexicon::Triple::host())
+}
+
+fn signature() -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(func_call_conv());
+    sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// The functions of `program` outside any module: callee `j` is the user
+/// name `u0:j`, as `Module::declare_func_in_func` names it.
+pub fn functions(program: &Program) -> Vec<Function> {
+    (0..program.functions.len())
+        .map(|i| {
+            let mut func =
+                Function::with_name_signature(UserFuncName::user(0, i as u32), signature());
+            build(program, i, &mut func, &mut |j, f| {
+                let sig = f.import_signature(signature());
+                let name = f.declare_imported_user_function(
+                    cranelift_codegen::ir::UserExternalName::new(0, j as u32),
+                );
+                f.import_function(cranelift_codegen::ir::ExtFuncData {
+                    name: cranelift_codegen::ir::ExternalName::user(name),
+                    signature: sig,
+                    colocated: true,
+                    patchable: false,
+                })
+            });
+            func
+        })
+        .collect()
+}
+
+/// Checks the fingerprint laws (1 and 2 of the module docs).
+pub fn check_fingerprints(program: &Program) -> Result<(), String> {
+    let funcs = functions(program);
+    let flags = crate::isa::flags(&[]).map_err(|e| e.to_string())?;
+    for (i, f) in funcs.iter().enumerate() {
+        cranelift_codegen::verify_function(f, FlagsOrIsa::from(&flags))
+            .map_err(|e| format!("f{i} fails the verifier: {e}\n{}", f.display()))?;
+    }
+    let fps: Vec<Fingerprint> = funcs.iter().map(Fingerprint::of).collect();
+    for (i, form) in program.functions.iter().enumerate() {
+        let (of, expect_equal) = match form {
+            Form::Original(_) => continue,
+            Form::Twin { of } => (*of, true),
+            Form::Mutant { of, which, .. } => {
+                let body = program.body(*of).0;
+                let k = which % body.constants.len();
+                let reachable = body.reachable();
+                let used = body
+                    .blocks
+                    .iter()
+                    .zip(reachable)
+                    .filter(|(_, r)| *r)
+                    .flat_map(|((ops, _), _)| ops)
+                    .any(|op| matches!(op, Op::Const(_, c) if *c as usize % body.constants.len() == k));
+                let changed = program.body(i).0.constants[k] != body.constants[k];
+                (*of, !(used && changed))
+            }
+        };
+        if (fps[i] == fps[of]) != expect_equal {
+            return Err(format!(
+                "f{i} ({form:?}) and f{of}: fingerprints {}equal, expected {}equal\n{}\n{}",
+                if fps[i] == fps[of] { "" } else { "not " },
+                if expect_equal { "" } else { "not " },
+                funcs[i].display(),
+                funcs[of].display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn jit_builder() -> Result<JITBuilder, String> {
+    JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names())
+        .map_err(|e| e.to_string())
+}
+
+/// Declares and defines every function of `program` in `m`.
+fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, String> {
+    let sig = signature();
+    let ids: Vec<FuncId> = (0..program.functions.len())
+        .map(|i| m.declare_function(&format!("f{i}"), Linkage::Local, &sig))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for (i, &id) in ids.iter().enumerate() {
+        let mut ctx = m.make_context();
+        ctx.func.signature = sig.clone();
+        build(program, i, &mut ctx.func, &mut |j, f| {
+            m.declare_func_in_func(ids[j], f)
+        });
+        m.define_function(id, &mut ctx)
+            .map_err(|e| format!("defining f{i}: {e:?}"))?;
+    }
+    Ok(ids)
+}
+
+fn call_all(program: &Program, pointers: &[*const u8]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for &ptr in pointers {
+        // SAFETY: every generated function has the signature
+        // `(i64, i64) -> i64` in the host's default calling convention, is
+        // finalized, never traps and terminates (see `program`).
+        let f: extern "C" fn(i64, i64) -> i64 = unsafe { core::mem::transmute(ptr) };
+        for &(a, b) in &program.inputs {
+            out.push(f(a, b));
+        }
+    }
+    out
+}
+
+/// Runs the whole check (see the module docs).
+pub fn check(program: &Program) -> Result<Outcome, String> {
+    check_fingerprints(program)?;
+
+    let mut plain = JITModule::new(jit_builder()?);
+    let ids = define_all(&mut plain, program)?;
+    plain.finalize_definitions().map_err(|e| e.to_string())?;
+    let pointers: Vec<_> = ids
+        .iter()
+        .map(|&id| plain.get_finalized_function(id))
+        .collect();
+    let expected = call_all(program, &pointers);
+
+    let mut outcome = Outcome {
+        functions: ids.len(),
+        merged: 0,
+        calls: expected.len(),
+    };
+    for options in ALL_OPTIONS {
+        let mut dedup = DedupModule::new(JITModule::new(jit_builder()?), options);
+        let ids = define_all(&mut dedup, program)?;
+        dedup.finalize_definitions().map_err(|e| e.to_string())?;
+        let pointers = ids
+            .iter()
+            .map(|&id| dedup.get_finalized_function(id))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let got = call_all(program, &pointers);
+        if got != expected {
+            let at = got
+                .iter()
+                .zip(&expected)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            let (f, input) = (
+                at / program.inputs.len(),
+                program.inputs[at % program.inputs.len()],
+            );
+            return Err(format!(
+                "{options:?}: f{f}{input:?} = {} through jitfold, {} plainly",
+                got[at], expected[at]
+            ));
+        }
+        let s = dedup.stats();
+        outcome.merged = outcome.merged.max((s.aliased + s.trampolined) as usize);
+        // SAFETY: no pointer into this module's code is used after this.
+        unsafe { dedup.into_inner().free_memory() };
+    }
+    // SAFETY: as above.
+    unsafe { plain.free_memory() };
+    Ok(outcome)
+}

@@ -1,0 +1,40 @@
+//! The differential fuzz check over a fixed set of seeds, so every test run
+//! exercises it (the same check `cargo fuzz run differential` runs).
+
+use jitfold::fuzzing::differential_bytes;
+
+/// Deterministic pseudo-random bytes for a seed.
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn differential_check_passes_on_fixed_seeds() {
+    let (mut programs, mut functions, mut merged, mut calls) = (0, 0, 0, 0);
+    for seed in 0..300 {
+        let data = bytes(seed, 64 + (seed as usize % 7) * 64);
+        let Some(result) = differential_bytes(&data) else {
+            continue;
+        };
+        let outcome = result.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        programs += 1;
+        functions += outcome.functions;
+        merged += outcome.merged;
+        calls += outcome.calls;
+    }
+    println!("{programs} programs, {functions} functions, {merged} merged, {calls} calls compared");
+    // The seeds really make programs, and the programs really merge.
+    assert!(programs >= 250, "{programs}");
+    assert!(
+        merged * 10 >= functions,
+        "only {merged} of {functions} merged"
+    );
+}
