@@ -663,3 +663,44 @@ fn f32_twins_merge_and_keep_their_bits() {
         assert_eq!(d.stats().compiled, 2, "{mode:?} {distinct}");
     }
 }
+
+#[test]
+fn raw_bytes_and_data_misuse_are_errors() {
+    let mut d = dedup(Mode::Eager, false);
+    // Undeclared ids, for raw bytes and for data.
+    let bytes = d.define_function_bytes(FuncId::from_u32(7), 16, &[0xc3], &[]);
+    assert!(
+        matches!(bytes, Err(ModuleError::Undeclared(_))),
+        "{bytes:?}"
+    );
+    let data = d.define_data(
+        cranelift_module::DataId::from_u32(3),
+        &DataDescription::new(),
+    );
+    assert!(matches!(data, Err(ModuleError::Undeclared(_))), "{data:?}");
+    assert!(
+        d.get_finalized_data(cranelift_module::DataId::from_u32(3))
+            .is_err()
+    );
+    // A declared but undefined data object referenced by code.
+    let s1 = sig(&d, &[I64], &[I64]);
+    let table = d
+        .declare_data("table", Linkage::Local, false, false)
+        .unwrap();
+    let f = d.declare_function("f", Linkage::Local, &s1).unwrap();
+    define(&mut d, f, |b, m, _| {
+        let gv = m.declare_data_in_func(table, b.func);
+        let base = b.ins().symbol_value(I64, gv);
+        b.ins().return_(&[base]);
+    })
+    .unwrap();
+    let err = d.finalize_definitions().unwrap_err();
+    assert!(err.to_string().contains("data object table"), "{err}");
+    let mut data = DataDescription::new();
+    data.define_zeroinit(8);
+    d.define_data(table, &data).unwrap();
+    d.finalize_definitions().unwrap();
+    let (ptr, size) = d.get_finalized_data(table).unwrap();
+    assert_eq!(size, 8);
+    assert_eq!(call1(d.get_finalized_function(f).unwrap(), 0), ptr as i64);
+}

@@ -47,10 +47,10 @@ impl DedupModule<JITModule> {
 
     /// The address and size of a finalized data object.
     pub fn get_finalized_data(&self, id: DataId) -> ModuleResult<(*const u8, usize)> {
-        let declared = self.inner.declarations().get_data_objects().nth(id.index());
-        let Some((_, decl)) = declared else {
+        if id.index() >= self.declared_data {
             return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
-        };
+        }
+        let decl = self.inner.declarations().get_data_decl(id);
         if !self.defined_data[id] {
             return Err(ModuleError::Backend(anyhow::anyhow!(
                 "data object {} is not defined",

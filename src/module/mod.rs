@@ -118,6 +118,8 @@ pub struct DedupModule<M: Module> {
     functions: SecondaryMap<FuncId, State>,
     /// Number of function ids declared in the inner module.
     declared_functions: usize,
+    /// Number of data ids declared in the inner module.
+    declared_data: usize,
     classes: PrimaryMap<ClassId, ClassInfo>,
     pending: Vec<(FuncId, Function)>,
     /// Local functions and data objects referenced by definitions so far.
@@ -134,6 +136,7 @@ impl<M: Module> DedupModule<M> {
     /// Wraps `inner`. Declarations already made in `inner` are kept.
     pub fn new(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
+        let declared_data = inner.declarations().get_data_objects().count();
         Self {
             inner,
             options,
@@ -141,6 +144,7 @@ impl<M: Module> DedupModule<M> {
             fingerprinter: Fingerprinter::new(),
             functions: SecondaryMap::new(),
             declared_functions,
+            declared_data,
             classes: PrimaryMap::new(),
             pending: Vec::new(),
             referenced_functions: HashSet::new(),
@@ -210,8 +214,9 @@ impl<M: Module> DedupModule<M> {
             .into_owned()
     }
 
-    /// Checks that `id` may be defined now with `signature`.
-    fn check_definable(&self, id: FuncId, signature: &ir::Signature) -> ModuleResult<()> {
+    /// Checks that `id` may be defined now, with `signature` when given (raw
+    /// bytes carry none).
+    fn check_definable(&self, id: FuncId, signature: Option<&ir::Signature>) -> ModuleResult<()> {
         if id.index() >= self.declared_functions {
             return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
         }
@@ -222,7 +227,9 @@ impl<M: Module> DedupModule<M> {
         if self.functions[id] != State::Undefined {
             return Err(ModuleError::DuplicateDefinition(self.function_name(id)));
         }
-        if decl.signature != *signature {
+        if let Some(signature) = signature
+            && decl.signature != *signature
+        {
             return Err(ModuleError::IncompatibleSignature(
                 self.function_name(id),
                 decl.signature.clone(),
@@ -464,7 +471,7 @@ impl<M: Module> DedupModule<M> {
             }
         }
         for &id in &self.referenced_data {
-            let decl = decls.get_data_objects().nth(id.index()).map(|(_, d)| d);
+            let decl = (id.index() < self.declared_data).then(|| decls.get_data_decl(id));
             if let Some(decl) = decl
                 && decl.linkage.is_final()
                 && !self.defined_data[id]
@@ -574,11 +581,15 @@ impl<M: Module> Module for DedupModule<M> {
         writable: bool,
         tls: bool,
     ) -> ModuleResult<DataId> {
-        self.inner.declare_data(name, linkage, writable, tls)
+        let id = self.inner.declare_data(name, linkage, writable, tls)?;
+        self.declared_data = self.declared_data.max(id.index() + 1);
+        Ok(id)
     }
 
     fn declare_anonymous_data(&mut self, writable: bool, tls: bool) -> ModuleResult<DataId> {
-        self.inner.declare_anonymous_data(writable, tls)
+        let id = self.inner.declare_anonymous_data(writable, tls)?;
+        self.declared_data = self.declared_data.max(id.index() + 1);
+        Ok(id)
     }
 
     fn declare_func_in_func(&mut self, func_id: FuncId, func: &mut ir::Function) -> ir::FuncRef {
@@ -603,7 +614,7 @@ impl<M: Module> Module for DedupModule<M> {
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
-        self.check_definable(id, &ctx.func.signature)?;
+        self.check_definable(id, Some(&ctx.func.signature))?;
         self.canonicalize_references(&mut ctx.func);
         self.stats.defined += 1;
         match self.options.mode {
@@ -626,20 +637,8 @@ impl<M: Module> Module for DedupModule<M> {
         bytes: &[u8],
         relocs: &[ModuleReloc],
     ) -> ModuleResult<()> {
-        self.check_definable(
-            id,
-            &self
-                .inner
-                .declarations()
-                .get_function_decl(id)
-                .signature
-                .clone(),
-        )
-        .or_else(|e| match e {
-            // Raw bytes carry no signature to compare.
-            ModuleError::IncompatibleSignature(..) => Ok(()),
-            e => Err(e),
-        })?;
+        // Raw bytes carry no signature to compare.
+        self.check_definable(id, None)?;
         self.inner
             .define_function_bytes(id, alignment, bytes, relocs)?;
         for reloc in relocs {
@@ -659,6 +658,11 @@ impl<M: Module> Module for DedupModule<M> {
     }
 
     fn define_data(&mut self, data_id: DataId, data: &DataDescription) -> ModuleResult<()> {
+        if data_id.index() >= self.declared_data {
+            return Err(ModuleError::Undeclared(format!(
+                "{data_id} (never declared)"
+            )));
+        }
         self.inner.define_data(data_id, data)?;
         self.defined_data[data_id] = true;
         for target in data.function_decls.values().chain(data.data_decls.values()) {
