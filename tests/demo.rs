@@ -1,29 +1,11 @@
 //! The built-in workload: merged code must compute what plain code computes,
 //! and the workload must really contain duplicates.
 
-use jitfold::{DedupOptions, Mode};
+use jitfold::DedupOptions;
 
 #[test]
 fn demo_results_match_plain_jit_in_every_configuration() {
-    let options = [
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: false,
-        },
-        DedupOptions {
-            mode: Mode::Batch,
-            distinct_addresses: false,
-        },
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: true,
-        },
-        DedupOptions {
-            mode: Mode::Batch,
-            distinct_addresses: true,
-        },
-    ];
-    let runs = jitfold::demo::compare(2, 20, &options).unwrap();
+    let runs = jitfold::demo::compare(2, 20, &DedupOptions::ALL).unwrap();
     let plain = &runs[0];
     // 2 units x 9 types x 6 generics + 20 stubs.
     assert_eq!(plain.functions, 2 * 9 * 6 + 20);

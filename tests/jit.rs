@@ -46,12 +46,12 @@ fn dedup(mode: Mode, distinct_addresses: bool) -> DedupModule<JITModule> {
     )
 }
 
-const ALL_OPTIONS: [(Mode, bool); 4] = [
-    (Mode::Eager, false),
-    (Mode::Eager, true),
-    (Mode::Batch, false),
-    (Mode::Batch, true),
-];
+/// Every (mode, distinct addresses) combination.
+fn all_options() -> impl Iterator<Item = (Mode, bool)> {
+    DedupOptions::ALL
+        .into_iter()
+        .map(|o| (o.mode, o.distinct_addresses))
+}
 
 fn sig(m: &impl Module, params: &[ir::Type], returns: &[ir::Type]) -> Signature {
     let mut s = m.make_signature();
@@ -230,7 +230,7 @@ fn merged_code_computes_what_plain_code_computes() {
     assert_eq!(call1(m.get_finalized_function(p.twins[0]), 2), 14);
     assert_eq!(call1(m.get_finalized_function(p.twins[0]), 3), 24);
 
-    for (mode, distinct) in ALL_OPTIONS {
+    for (mode, distinct) in all_options() {
         let mut d = dedup(mode, distinct);
         let p2 = build_program(&mut d);
         d.finalize_definitions().unwrap();
@@ -431,7 +431,7 @@ fn wide_and_many_arguments() {
     let ids = program(&mut m);
     m.finalize_definitions().unwrap();
     let expected = run(&|id| m.get_finalized_function(id), ids);
-    for (mode, distinct) in ALL_OPTIONS {
+    for (mode, distinct) in all_options() {
         let mut d = dedup(mode, distinct);
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
@@ -591,7 +591,7 @@ fn stack_slots_and_loops_survive_merging() {
         }
         [a, b2]
     }
-    for (mode, distinct) in ALL_OPTIONS {
+    for (mode, distinct) in all_options() {
         let mut d = dedup(mode, distinct);
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
@@ -651,7 +651,7 @@ fn f32_twins_merge_and_keep_their_bits() {
         .collect();
     // -0.0 * 3 + 0.0 = +0.0, but + (-0.0) keeps -0.0: the functions differ.
     assert_ne!(expected[1], expected[9]);
-    for (mode, distinct) in ALL_OPTIONS {
+    for (mode, distinct) in all_options() {
         let mut d = dedup(mode, distinct);
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();

@@ -77,22 +77,7 @@ fn main() -> ExitCode {
 }
 
 fn run_demo(args: &DemoArgs) -> ExitCode {
-    use jitfold::{DedupOptions, Mode};
-    let options = [
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: false,
-        },
-        DedupOptions {
-            mode: Mode::Batch,
-            distinct_addresses: false,
-        },
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: true,
-        },
-    ];
-    let runs = match jitfold::demo::compare(args.units, args.stubs, &options) {
+    let runs = match jitfold::demo::compare(args.units, args.stubs, &jitfold::DedupOptions::ALL) {
         Ok(runs) => runs,
         Err(e) => {
             eprintln!("jitfold demo: {e}");

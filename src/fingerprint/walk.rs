@@ -184,15 +184,7 @@ impl Fingerprinter {
         for (slot, data) in func.sized_stack_slots.iter() {
             let placeholder = data.size == 0 && data.align_shift == 0;
             if self.stack_slots.seen[slot] == 0 && !placeholder {
-                let key = data.key.map_or(0, |k| k.bits());
-                self.unused_slots.push([
-                    data.kind as u32,
-                    data.size,
-                    u32::from(data.align_shift),
-                    u32::from(data.key.is_some()),
-                    key as u32,
-                    (key >> 32) as u32,
-                ]);
+                self.unused_slots.push(stack_slot_words(data));
             }
         }
         self.unused_slots.sort_unstable();
@@ -423,16 +415,7 @@ impl Fingerprinter {
             return;
         }
         match func.sized_stack_slots.get(slot) {
-            Some(data) => {
-                let key = data.key.map_or(0, |k| k.bits());
-                self.out.extend([
-                    data.kind as u32,
-                    data.size,
-                    u32::from(data.align_shift),
-                    u32::from(data.key.is_some()),
-                ]);
-                self.imm64(key as i64);
-            }
+            Some(data) => self.out.extend(stack_slot_words(data)),
             None => self.out.push(u32::MAX),
         }
     }
@@ -746,6 +729,19 @@ impl Fingerprinter {
         }
         self.out.push(3); // End of items.
     }
+}
+
+/// A sized stack slot's kind, size, alignment and key.
+fn stack_slot_words(data: &ir::StackSlotData) -> [u32; 6] {
+    let key = data.key.map_or(0, |k| k.bits());
+    [
+        data.kind as u32,
+        data.size,
+        u32::from(data.align_shift),
+        u32::from(data.key.is_some()),
+        key as u32,
+        (key >> 32) as u32,
+    ]
 }
 
 #[inline]

@@ -14,35 +14,15 @@
 //!    and one whose changed constant is not has the same.
 //! 3. Every function called on every input returns the same value under
 //!    plain `JITModule` and under `DedupModule` with each of
-//!    [`ALL_OPTIONS`].
+//!    [`DedupOptions::ALL`].
 
 use super::program::{Form, Op, Program, emit};
-use crate::{DedupModule, DedupOptions, Fingerprint, Mode};
+use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::ir::{AbiParam, Function, UserFuncName, types::I64};
 use cranelift_codegen::settings::FlagsOrIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
-
-/// Every mode and option of `DedupModule` the check runs.
-pub const ALL_OPTIONS: [DedupOptions; 4] = [
-    DedupOptions {
-        mode: Mode::Eager,
-        distinct_addresses: false,
-    },
-    DedupOptions {
-        mode: Mode::Eager,
-        distinct_addresses: true,
-    },
-    DedupOptions {
-        mode: Mode::Batch,
-        distinct_addresses: false,
-    },
-    DedupOptions {
-        mode: Mode::Batch,
-        distinct_addresses: true,
-    },
-];
 
 /// What a passing check saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -213,7 +193,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         merged: 0,
         calls: expected.len(),
     };
-    for options in ALL_OPTIONS {
+    for options in DedupOptions::ALL {
         let mut dedup = DedupModule::new(JITModule::new(jit_builder()?), options);
         let ids = define_all(&mut dedup, program)?;
         dedup.finalize_definitions().map_err(|e| e.to_string())?;

@@ -85,6 +85,29 @@ pub struct DedupOptions {
     pub distinct_addresses: bool,
 }
 
+impl DedupOptions {
+    /// Every combination of mode and address identity, for tests and
+    /// comparisons that must cover them all.
+    pub const ALL: [DedupOptions; 4] = [
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+        },
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: true,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: false,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: true,
+        },
+    ];
+}
+
 /// What a function id is defined as.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum State {
