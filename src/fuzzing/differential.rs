@@ -15,9 +15,13 @@
 //! 3. Every function called on every input returns the same value under
 //!    plain `JITModule` and under `DedupModule` with each of
 //!    [`DedupOptions::ALL`].
+//! 4. Where the Cranelift interpreter runs the program (no float operations,
+//!    whose NaN bits the interpreter does not model like the hardware), it
+//!    returns the same values as plain `JITModule`.
 
 use super::program::{Form, Op, Program, emit};
 use crate::{DedupModule, DedupOptions, Fingerprint};
+use cranelift_codegen::data_value::DataValue;
 use cranelift_codegen::ir::{AbiParam, Function, UserFuncName, types::I64};
 use cranelift_codegen::settings::FlagsOrIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -33,6 +37,43 @@ pub struct Outcome {
     pub merged: usize,
     /// Calls compared.
     pub calls: usize,
+    /// Whether the interpreter also ran the program (check 4).
+    pub interpreted: bool,
+}
+
+/// Runs every function on every input in the Cranelift interpreter. `None`
+/// when the program uses float operations or the interpreter cannot run it.
+fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<i64>> {
+    use cranelift_interpreter::environment::FunctionStore;
+    use cranelift_interpreter::interpreter::{Interpreter, InterpreterState};
+    use cranelift_interpreter::step::ControlFlow;
+    let has_float = (0..program.functions.len())
+        .flat_map(|i| program.body(i).0.blocks)
+        .flat_map(|(ops, _)| ops)
+        .any(|op| matches!(op, Op::Float(..)));
+    if has_float {
+        return None;
+    }
+    let mut store = FunctionStore::default();
+    for f in funcs {
+        store.add(f.name.to_string(), f);
+    }
+    let mut out = Vec::new();
+    for f in funcs {
+        for &(a, b) in &program.inputs {
+            let state = InterpreterState::default().with_function_store(store.clone());
+            let mut interpreter = Interpreter::new(state).with_fuel(Some(10_000_000));
+            let args = [DataValue::I64(a), DataValue::I64(b)];
+            match interpreter.call_by_name(&f.name.to_string(), &args) {
+                Ok(ControlFlow::Return(values)) => match values.first() {
+                    Some(DataValue::I64(r)) => out.push(*r),
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Builds function `index` of `program`; `callee(j)` gives the reference to
@@ -192,7 +233,22 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         functions: ids.len(),
         merged: 0,
         calls: expected.len(),
+        interpreted: false,
     };
+    if let Some(interpreted) = interpret(program, &functions(program)) {
+        if interpreted != expected {
+            let at = interpreted
+                .iter()
+                .zip(&expected)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            return Err(format!(
+                "interpreter and plain JIT disagree at call {at}: {} vs {}",
+                interpreted[at], expected[at]
+            ));
+        }
+        outcome.interpreted = true;
+    }
     for options in DedupOptions::ALL {
         let mut dedup = DedupModule::new(JITModule::new(jit_builder()?), options);
         let ids = define_all(&mut dedup, program)?;
