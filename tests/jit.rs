@@ -704,3 +704,27 @@ fn raw_bytes_and_data_misuse_are_errors() {
     assert_eq!(size, 8);
     assert_eq!(call1(d.get_finalized_function(f).unwrap(), 0), ptr as i64);
 }
+
+#[test]
+fn declared_but_unused_references_need_no_definition() {
+    for mode in [Mode::Eager, Mode::Batch] {
+        let mut d = dedup(mode, false);
+        let s1 = sig(&d, &[I64], &[I64]);
+        let never = d
+            .declare_function("never_defined", Linkage::Local, &s1)
+            .unwrap();
+        let f = d.declare_function("f", Linkage::Local, &s1).unwrap();
+        define(&mut d, f, |b, m, p| {
+            // Imported into the function, never called.
+            m.declare_func_in_func(never, b.func);
+            b.ins().return_(&[p[0]]);
+        })
+        .unwrap();
+        d.finalize_definitions().unwrap();
+        assert_eq!(
+            call1(d.get_finalized_function(f).unwrap(), 9),
+            9,
+            "{mode:?}"
+        );
+    }
+}

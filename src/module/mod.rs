@@ -287,10 +287,24 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Notes the local functions and data objects `func` refers to, so that
-    /// finalizing can check they are defined.
-    fn note_references(&mut self, func: &Function) {
-        for (_, name) in func.params.user_named_funcs().iter() {
+    /// Notes the local functions and data objects the code just compiled in
+    /// `ctx` has relocations against, so that finalizing can check they are
+    /// defined. (Declared but unused references are not relocated, so they
+    /// need no definition.)
+    fn note_references(&mut self, ctx: &Context) {
+        let Some(code) = ctx.compiled_code() else {
+            return;
+        };
+        let params = &ctx.func.params;
+        for reloc in code.buffer.relocs() {
+            let cranelift_codegen::FinalizedRelocTarget::ExternalName(ir::ExternalName::User(r)) =
+                reloc.target
+            else {
+                continue;
+            };
+            let Some(name) = params.user_named_funcs().get(r) else {
+                continue;
+            };
             match name.namespace {
                 0 => self
                     .referenced_functions
@@ -327,7 +341,7 @@ impl<M: Module> DedupModule<M> {
         let code_bytes = ctx
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
-        self.note_references(&ctx.func);
+        self.note_references(ctx);
         let class = match self.cache.get(&fp) {
             Some(class) => class,
             None => {
@@ -645,7 +659,6 @@ impl<M: Module> Module for DedupModule<M> {
                 self.stats.defined -= 1;
             }),
             Mode::Batch => {
-                self.note_references(&ctx.func);
                 self.functions[id] = State::Pending;
                 self.pending.push((id, ctx.func.clone()));
                 Ok(())
