@@ -546,6 +546,13 @@ fn a_failed_compile_leaves_no_cache_entry() {
         define(&mut d, g, |b, _, p| affine(b, p[0], 3, 1, true)).unwrap();
         d.finalize_definitions().unwrap();
         assert_eq!(d.stats().compiled, 1);
+        // The failed definition is not counted.
+        let s = d.stats();
+        assert_eq!(s.defined, 2, "{mode:?}: {s:?}");
+        assert_eq!(
+            s.defined,
+            s.compiled + s.aliased + s.trampolined + s.bytes_defined
+        );
         assert_eq!(call1(d.get_finalized_function(g).unwrap(), 5), 16);
     }
 }

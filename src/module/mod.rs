@@ -442,6 +442,12 @@ impl<M: Module> DedupModule<M> {
                 }
             }
         }
+        // What failed (or depended on what failed) is undefined again.
+        let undefined = pending
+            .iter()
+            .filter(|(id, _)| self.functions[*id] == State::Undefined)
+            .count();
+        self.stats.defined -= undefined as u64;
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -653,6 +659,8 @@ impl<M: Module> Module for DedupModule<M> {
     ) -> ModuleResult<()> {
         self.check_definable(id, Some(&ctx.func.signature))?;
         self.canonicalize_references(&mut ctx.func);
+        // Counted now; taken back if the definition fails (in batch mode,
+        // when `flush` finds out).
         self.stats.defined += 1;
         match self.options.mode {
             Mode::Eager => self.define_now(id, ctx, ctrl_plane).inspect_err(|_| {

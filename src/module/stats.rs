@@ -5,9 +5,10 @@ use std::time::Duration;
 
 /// Counters of a [`DedupModule`](super::DedupModule).
 ///
-/// Every defined function is exactly one of: compiled, aliased (a duplicate
-/// whose id hands out the canonical entry point) or trampolined (a duplicate
-/// with an address of its own); so
+/// Every successfully defined function is exactly one of: compiled, aliased
+/// (a duplicate whose id hands out the canonical entry point), trampolined (a
+/// duplicate with an address of its own) or defined from bytes; so after
+/// `flush` or `finalize_definitions`,
 /// `defined == compiled + aliased + trampolined + bytes_defined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
