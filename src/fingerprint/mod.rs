@@ -76,8 +76,9 @@
 //! passed the verifier.
 //!
 //! Functions that fail the verifier still get a fingerprint (the walk does not
-//! rely on dominance or well-formed side tables), but the "if and only if"
-//! above is only promised for valid functions.
+//! rely on dominance or well-formed side tables; the one exception is a cycle
+//! of value aliases, on which Cranelift's own alias resolution panics), but
+//! the "if and only if" above is only promised for valid functions.
 
 mod walk;
 
