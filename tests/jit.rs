@@ -7,7 +7,7 @@ use cranelift_codegen::ir::{
     types::*,
 };
 use cranelift_codegen::isa::CallConv;
-use cranelift_codegen::{Context, ir};
+use cranelift_codegen::ir;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
@@ -607,7 +607,6 @@ fn stack_slots_and_loops_survive_merging() {
             assert_eq!(call1(d.get_finalized_function(id).unwrap(), 100), 5050);
         }
     }
-    let _ = Context::new();
 }
 
 #[test]
