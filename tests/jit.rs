@@ -2,12 +2,12 @@
 //! with plain `JITModule` and through jitfold (every mode and option), every
 //! function is called, and the results must be equal.
 
+use cranelift_codegen::ir;
 use cranelift_codegen::ir::{
     AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, condcodes::IntCC,
     types::*,
 };
 use cranelift_codegen::isa::CallConv;
-use cranelift_codegen::ir;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
