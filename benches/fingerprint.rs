@@ -8,15 +8,18 @@
 //! synthetic set when that folder is absent. Run with
 //! `cargo bench --bench fingerprint`; the ratios are printed at the end.
 
+mod common;
 #[path = "../tests/common/program.rs"]
 #[allow(dead_code)]
 mod program;
 
+use common::mean_ns;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::incremental_cache::compute_cache_key;
 use cranelift_codegen::ir::Function;
 use criterion::{Criterion, Throughput};
 use jitfold::Fingerprinter;
+use jitfold::compile::{compile, with_quiet_panics};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -85,20 +88,13 @@ fn main() {
     let step = (instructions / 40_000).max(1) as usize;
     // (Some of Cranelift's own filetests make its x64 backend panic, e.g.
     // `f16` without the needed CPU features; those are left out.)
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let sample: Vec<&Function> = funcs
-        .iter()
-        .step_by(step)
-        .filter(|f| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let mut ctx = cranelift_codegen::Context::for_function((*f).clone());
-                ctx.compile(&*isa, &mut ControlPlane::default()).is_ok()
-            }))
-            .unwrap_or(false)
-        })
-        .collect();
-    std::panic::set_hook(hook);
+    let sample: Vec<&Function> = with_quiet_panics(|| {
+        funcs
+            .iter()
+            .step_by(step)
+            .filter(|f| compile(f, &*isa).is_ok())
+            .collect()
+    });
     let sample_insts: u64 = sample
         .iter()
         .map(|f| u64::from(fp.fingerprint(f).instructions()))
@@ -149,21 +145,11 @@ fn main() {
     c.final_summary();
 
     // Ratios from this run's estimates.
-    let mean = |group: &str, name: &str| -> Option<f64> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/criterion")
-            .join(group)
-            .join(name)
-            .join("new/estimates.json");
-        let text = std::fs::read_to_string(path).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        v["mean"]["point_estimate"].as_f64()
-    };
     if let (Some(fpa), Some(key), Some(fps), Some(comp)) = (
-        mean("all", "fingerprint"),
-        mean("all", "cache_key"),
-        mean("sample", "fingerprint"),
-        mean("sample", "compile_speed"),
+        mean_ns(&["all", "fingerprint"]),
+        mean_ns(&["all", "cache_key"]),
+        mean_ns(&["sample", "fingerprint"]),
+        mean_ns(&["sample", "compile_speed"]),
     ) {
         println!(
             "fingerprint:        {:.2} ns/instruction",

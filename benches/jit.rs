@@ -13,10 +13,12 @@ use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
+mod common;
+
+use common::mean_ns;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use jitfold::{DedupModule, DedupOptions};
 use std::hint::black_box;
-use std::path::Path;
 
 const FUNCTIONS: usize = 300;
 
@@ -126,18 +128,11 @@ fn main() {
     group.finish();
     c.final_summary();
 
-    let mean = |name: &str, percent: usize| -> Option<f64> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/criterion/jit")
-            .join(name)
-            .join(percent.to_string())
-            .join("new/estimates.json");
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-        v["mean"]["point_estimate"].as_f64()
-    };
     for percent in [0usize, 50, 90] {
-        if let (Some(plain), Some(dedup)) = (mean("plain", percent), mean("jitfold", percent)) {
+        if let (Some(plain), Some(dedup)) = (
+            mean_ns(&["jit", "plain", &percent.to_string()]),
+            mean_ns(&["jit", "jitfold", &percent.to_string()]),
+        ) {
             let per_sec = |ns: f64| FUNCTIONS as f64 / (ns * 1e-9);
             println!(
                 "{percent:>2}% duplicates: plain {:.0} functions/s, jitfold {:.0} functions/s, jitfold/plain time {:.3} ({:.2}x faster)",
