@@ -339,6 +339,8 @@ pub struct Run {
     pub functions: usize,
     /// Functions compiled.
     pub compiled: u64,
+    /// Functions defined from the code of another with the same template.
+    pub reused: u64,
     /// Duplicates sharing an entry point.
     pub aliased: u64,
     /// Duplicates with a distinct address (trampoline).
@@ -382,6 +384,7 @@ pub fn compare(
         label: "plain JITModule".into(),
         functions: workload.functions.len(),
         compiled: workload.functions.len() as u64,
+        reused: 0,
         aliased: 0,
         trampolined: 0,
         code_bytes: workload.compiled_code_bytes,
@@ -411,7 +414,7 @@ pub fn compare(
         let s = dedup.stats();
         runs.push(Run {
             label: format!(
-                "jitfold {}{}",
+                "jitfold {}{}{}",
                 match opts.mode {
                     crate::Mode::Eager => "eager",
                     crate::Mode::Batch => "batch",
@@ -420,10 +423,12 @@ pub fn compare(
                     ", distinct"
                 } else {
                     ""
-                }
+                },
+                if opts.reuse { "" } else { ", no reuse" }
             ),
             functions: workload.functions.len(),
             compiled: s.compiled,
+            reused: s.reused,
             aliased: s.aliased,
             trampolined: s.trampolined,
             code_bytes: s.code_bytes + s.trampoline_bytes,

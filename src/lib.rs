@@ -23,5 +23,5 @@ pub mod report;
 
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;
-pub use fingerprint::{Fingerprint, Fingerprinter};
+pub use fingerprint::{Fingerprint, Fingerprinter, SymbolName};
 pub use module::{DedupModule, DedupOptions, Mode, Stats};

@@ -37,20 +37,15 @@ fn plain() -> JITModule {
 }
 
 fn dedup(mode: Mode, distinct_addresses: bool) -> DedupModule<JITModule> {
-    DedupModule::new(
-        JITModule::new(jit_builder()),
-        DedupOptions {
-            mode,
-            distinct_addresses,
-        },
-    )
+    dedup_with(DedupOptions {
+        mode,
+        distinct_addresses,
+        ..DedupOptions::default()
+    })
 }
 
-/// Every (mode, distinct addresses) combination.
-fn all_options() -> impl Iterator<Item = (Mode, bool)> {
-    DedupOptions::ALL
-        .into_iter()
-        .map(|o| (o.mode, o.distinct_addresses))
+fn dedup_with(options: DedupOptions) -> DedupModule<JITModule> {
+    DedupModule::new(JITModule::new(jit_builder()), options)
 }
 
 fn sig(m: &impl Module, params: &[ir::Type], returns: &[ir::Type]) -> Signature {
@@ -230,8 +225,9 @@ fn merged_code_computes_what_plain_code_computes() {
     assert_eq!(call1(m.get_finalized_function(p.twins[0]), 2), 14);
     assert_eq!(call1(m.get_finalized_function(p.twins[0]), 3), 24);
 
-    for (mode, distinct) in all_options() {
-        let mut d = dedup(mode, distinct);
+    for options in DedupOptions::ALL {
+        let mut d = dedup_with(options);
+        let (mode, distinct) = (options.mode, options.distinct_addresses);
         let p2 = build_program(&mut d);
         d.finalize_definitions().unwrap();
         let got = results(|id| d.get_finalized_function(id).unwrap(), &p2);
@@ -248,7 +244,11 @@ fn merged_code_computes_what_plain_code_computes() {
             merged,
             "{mode:?} {distinct}: {s:?}"
         );
-        assert_eq!(s.compiled, 10 - merged, "{mode:?} {distinct}: {s:?}");
+        assert_eq!(s.compiled + s.reused, 10 - merged, "{mode:?} {distinct}: {s:?}");
+        // In eager mode `late` has the template of a and b (a call and an
+        // add), so with reuse the first of a and b copies its code.
+        let reused = u64::from(options.reuse && mode == Mode::Eager);
+        assert_eq!(s.reused, reused, "{mode:?} {distinct}: {s:?}");
         let ab = [
             d.canonical(p2.caller_of_canonical),
             d.canonical(p2.caller_of_dup),
@@ -431,8 +431,9 @@ fn wide_and_many_arguments() {
     let ids = program(&mut m);
     m.finalize_definitions().unwrap();
     let expected = run(&|id| m.get_finalized_function(id), ids);
-    for (mode, distinct) in all_options() {
-        let mut d = dedup(mode, distinct);
+    for options in DedupOptions::ALL {
+        let mut d = dedup_with(options);
+        let (mode, distinct) = (options.mode, options.distinct_addresses);
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
         assert_eq!(
@@ -598,8 +599,9 @@ fn stack_slots_and_loops_survive_merging() {
         }
         [a, b2]
     }
-    for (mode, distinct) in all_options() {
-        let mut d = dedup(mode, distinct);
+    for options in DedupOptions::ALL {
+        let mut d = dedup_with(options);
+        let (mode, distinct) = (options.mode, options.distinct_addresses);
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
         assert_eq!(d.stats().compiled, 1, "{mode:?}");
@@ -657,8 +659,9 @@ fn f32_twins_merge_and_keep_their_bits() {
         .collect();
     // -0.0 * 3 + 0.0 = +0.0, but + (-0.0) keeps -0.0: the functions differ.
     assert_ne!(expected[1], expected[9]);
-    for (mode, distinct) in all_options() {
-        let mut d = dedup(mode, distinct);
+    for options in DedupOptions::ALL {
+        let mut d = dedup_with(options);
+        let (mode, distinct) = (options.mode, options.distinct_addresses);
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
         let got: Vec<u32> = ids

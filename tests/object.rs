@@ -55,6 +55,7 @@ fn aarch64_duplicates_become_branch_trampolines() {
             DedupOptions {
                 mode,
                 distinct_addresses: false,
+                ..DedupOptions::default()
             },
         );
         let ids = define_twins(&mut m);
@@ -73,20 +74,31 @@ fn aarch64_duplicates_become_branch_trampolines() {
 }
 
 #[test]
-fn isas_without_a_trampoline_form_compile_every_function() {
+fn isas_without_a_trampoline_form_copy_or_compile_duplicates() {
     for mode in [Mode::Eager, Mode::Batch] {
-        let mut m = DedupModule::new(
-            object_module("riscv64"),
-            DedupOptions {
-                mode,
-                distinct_addresses: false,
-            },
-        );
-        let ids = define_twins(&mut m);
-        m.flush().unwrap();
-        assert_eq!(m.stats().compiled, 3, "{mode:?}: {:?}", m.stats());
-        assert_eq!(m.stats().aliased + m.stats().trampolined, 0);
-        assert_eq!(m.canonical(ids[1]), Some(ids[1]));
-        assert!(!m.into_inner().finish().emit().unwrap().is_empty());
+        for reuse in [true, false] {
+            let mut m = DedupModule::new(
+                object_module("riscv64"),
+                DedupOptions {
+                    mode,
+                    distinct_addresses: false,
+                    reuse,
+                },
+            );
+            let ids = define_twins(&mut m);
+            m.flush().unwrap();
+            let s = m.stats();
+            // No trampoline can stand for the duplicate: with reuse it gets a
+            // copy of its twin's code, without it is compiled again.
+            assert_eq!(s.compiled, if reuse { 2 } else { 3 }, "{mode:?}: {s:?}");
+            assert_eq!(s.reused, u64::from(reuse), "{mode:?}: {s:?}");
+            assert_eq!(s.aliased + s.trampolined, 0);
+            assert_eq!(m.canonical(ids[1]), Some(ids[1]));
+            let product = m.into_inner().finish();
+            for id in ids {
+                assert!(product.functions[id].is_some());
+            }
+            assert!(!product.emit().unwrap().is_empty());
+        }
     }
 }

@@ -86,15 +86,24 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     };
     let plain = &runs[0];
     println!(
-        "{:<26} {:>9} {:>9} {:>8} {:>11} {:>11} {:>11} {:>8}",
-        "", "functions", "compiled", "aliased", "trampolines", "code bytes", "time (ms)", "speedup"
+        "{:<34} {:>9} {:>9} {:>7} {:>8} {:>11} {:>11} {:>10} {:>8}",
+        "",
+        "functions",
+        "compiled",
+        "reused",
+        "aliased",
+        "trampolines",
+        "code bytes",
+        "time (ms)",
+        "speedup"
     );
     for r in &runs {
         println!(
-            "{:<26} {:>9} {:>9} {:>8} {:>11} {:>11} {:>11.2} {:>7.2}x",
+            "{:<34} {:>9} {:>9} {:>7} {:>8} {:>11} {:>11} {:>10.2} {:>7.2}x",
             r.label,
             r.functions,
             r.compiled,
+            r.reused,
             r.aliased,
             r.trampolined,
             r.code_bytes,

@@ -56,12 +56,29 @@
 //!    `colocated`, `patchable`); global values with all fields, recursively;
 //!    sized stack slots (kind, size, alignment, key); dynamic stack slots and
 //!    dynamic types; alias regions.
-//! 9. External names: `User` names by namespace and index, test-case names by
-//!    their bytes, libcalls and known symbols by variant.
+//! 9. External names: libcalls and known symbols by variant in place; `User`
+//!    and test-case names in place as a *name slot* (their number in
+//!    first-use order among distinct names), and after everything else the
+//!    list of names in slot order (`User` names by namespace and index,
+//!    test-case names by their bytes).
 //! 10. User stack map entries of each instruction (type, slot, offset).
 //! 11. Sized stack slots that no instruction uses, as a sorted multiset: they
 //!     enlarge the frame, which changes the code and where a stack-limit
 //!     check or probe traps.
+//!
+//! # Templates
+//!
+//! The key up to the list of names is the function's **template**
+//! ([`Fingerprint::template`]). Equal templates mean the functions are the
+//! same up to a renaming of their user and test-case names that maps slot
+//! `i` of one to slot `i` of the other (a bijection, since distinct names
+//! get distinct slots), with everything else about each reference still in
+//! the key: the callee's signature, `colocated`, `patchable`, a symbol's
+//! offset and `tls`. Cranelift does not look at the value of such a name
+//! while compiling, so the machine code of two such functions differs only
+//! in the targets of relocations, which the slots map from one to the
+//! other ([`Fingerprinter::last_names`]). Libcalls and known symbols are
+//! never slots: the compiler itself may emit relocations against them.
 //!
 //! Enums with data (`InstructionData`, `GlobalValueData`, `ExternalName`,
 //! `BlockArg`, `ExceptionTableItem`, `ArgumentPurpose`) are matched
@@ -84,14 +101,14 @@ mod walk;
 
 use core::cmp::Ordering;
 use core::hash::{BuildHasher, Hash, Hasher};
-use cranelift_codegen::ir::Function;
+use cranelift_codegen::ir::{Function, UserExternalName};
 use std::sync::OnceLock;
 
 pub use walk::Fingerprinter;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 1;
+pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// The canonical fingerprint of one function: its key and a keyed hash of it.
 ///
@@ -102,7 +119,20 @@ pub struct Fingerprint {
     key: Box<[u32]>,
     hash: u64,
     instructions: u32,
+    /// Length of the template part of `key` (all of it for a template).
+    template_len: u32,
 }
+
+/// A user or test-case external name, as it fills a name slot of a
+/// [template](Fingerprint::template).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SymbolName {
+    /// `ExternalName::User`, by the value its reference stands for.
+    User(UserExternalName),
+    /// `ExternalName::TestCase`, by its bytes.
+    TestCase(Box<[u8]>),
+}
+
 
 impl Fingerprint {
     /// Fingerprints `func` with a fresh [`Fingerprinter`]. To fingerprint many
@@ -111,13 +141,24 @@ impl Fingerprint {
         Fingerprinter::new().fingerprint(func)
     }
 
-    fn from_key(key: Box<[u32]>, instructions: u32) -> Self {
+    fn from_key(key: Box<[u32]>, instructions: u32, template_len: u32) -> Self {
         let hash = process_hasher().hash_one(&key[..]);
         Self {
             key,
             hash,
             instructions,
+            template_len,
         }
+    }
+
+    /// The fingerprint of this function's *template*: the key without the
+    /// names behind its name slots (see the [module docs](self)). Functions
+    /// with equal templates compile to the same machine code up to the
+    /// targets of relocations against those names. The template of a
+    /// template is itself.
+    pub fn template(&self) -> Fingerprint {
+        let len = self.template_len as usize;
+        Self::from_key(self.key[..len].into(), self.instructions, self.template_len)
     }
 
     /// The canonical key. Equal keys mean interchangeable functions.

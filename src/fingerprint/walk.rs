@@ -9,7 +9,7 @@
 //! followed by the entity's definition. Decoding a key therefore yields the
 //! function back up to renaming, which is why equal keys mean equal functions.
 
-use super::Fingerprint;
+use super::{Fingerprint, SymbolName};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
@@ -85,6 +85,8 @@ pub struct Fingerprinter {
     successors: Vec<Block>,
     unused_slots: Vec<[u32; 6]>,
     constant_handles: Vec<Constant>,
+    /// User and test-case names in first-use order: slot `i` is `names[i]`.
+    names: Vec<SymbolName>,
 }
 
 impl Default for Fingerprinter {
@@ -112,19 +114,27 @@ impl Fingerprinter {
             successors: Vec::new(),
             unused_slots: Vec::new(),
             constant_handles: Vec::new(),
+            names: Vec::new(),
         }
     }
 
     /// The canonical fingerprint of `func` (see the module docs of
     /// [`crate::fingerprint`] for what it contains).
     pub fn fingerprint(&mut self, func: &Function) -> Fingerprint {
-        let instructions = self.encode(func);
-        Fingerprint::from_key(self.out.as_slice().into(), instructions)
+        let (instructions, template_len) = self.encode(func);
+        Fingerprint::from_key(self.out.as_slice().into(), instructions, template_len)
+    }
+
+    /// The user and test-case names of the function fingerprinted last, in
+    /// slot order: slot `i` of its [template](Fingerprint::template) is
+    /// `last_names()[i]`. Distinct names have distinct slots.
+    pub fn last_names(&self) -> &[SymbolName] {
+        &self.names
     }
 
     /// Runs the walk, leaving the key in `self.out`; returns the number of
-    /// instructions encoded.
-    fn encode(&mut self, func: &Function) -> u32 {
+    /// instructions encoded and the length of the template part of the key.
+    fn encode(&mut self, func: &Function) -> (u32, u32) {
         let dfg = &func.dfg;
         self.out.clear();
         self.out.reserve(dfg.num_insts() * 6 + 16);
@@ -142,6 +152,7 @@ impl Fingerprinter {
         self.constant_handles.clear();
         self.constant_handles
             .extend(dfg.constants.iter().map(|(&handle, _)| handle));
+        self.names.clear();
 
         // 1. Signature; 2. stack limit.
         self.signature(&func.signature);
@@ -193,7 +204,23 @@ impl Fingerprinter {
             self.out.extend_from_slice(slot);
         }
 
-        instructions
+        // 9. The names behind the name slots, in slot order, after the
+        // template part of the key.
+        let template_len = self.out.len() as u32;
+        let names = core::mem::take(&mut self.names);
+        self.out.push(names.len() as u32);
+        for name in &names {
+            match name {
+                SymbolName::User(user) => self.out.extend([0, user.namespace, user.index]),
+                SymbolName::TestCase(name) => {
+                    self.out.push(1);
+                    self.bytes(name);
+                }
+            }
+        }
+        self.names = names;
+
+        (instructions, template_len)
     }
 
     fn block_header(&mut self, func: &Function, block: Block) {
@@ -340,15 +367,35 @@ impl Fingerprinter {
             .push(u32::from(data.colocated) | u32::from(data.patchable) << 1);
     }
 
+    /// An external name. User and test-case names are written as their slot
+    /// (first-use number among distinct names); the names themselves follow
+    /// the template part of the key.
     fn external_name(&mut self, func: &Function, name: &ExternalName) {
         match name {
             ExternalName::User(r) => match func.params.user_named_funcs().get(*r) {
-                Some(user) => self.out.extend([0, user.namespace, user.index]),
+                Some(user) => {
+                    let found = self
+                        .names
+                        .iter()
+                        .position(|n| matches!(n, SymbolName::User(u) if u == user));
+                    let slot = found.unwrap_or_else(|| {
+                        self.names.push(SymbolName::User(user.clone()));
+                        self.names.len() - 1
+                    });
+                    self.out.extend([0, slot as u32]);
+                }
                 None => self.out.push(u32::MAX),
             },
             ExternalName::TestCase(name) => {
-                self.out.push(1);
-                self.bytes(name.raw());
+                let found = self
+                    .names
+                    .iter()
+                    .position(|n| matches!(n, SymbolName::TestCase(t) if **t == *name.raw()));
+                let slot = found.unwrap_or_else(|| {
+                    self.names.push(SymbolName::TestCase(name.raw().into()));
+                    self.names.len() - 1
+                });
+                self.out.extend([1, slot as u32]);
             }
             ExternalName::LibCall(libcall) => self.out.extend([2, *libcall as u32]),
             ExternalName::KnownSymbol(sym) => self.out.extend([3, *sym as u32]),

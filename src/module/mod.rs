@@ -13,30 +13,39 @@
 //!    canonical function (see [`trampoline`]), so every reference to the id
 //!    resolves to working code, including references compiled before the id
 //!    was known to be a duplicate.
-//! 2. Before a function is fingerprinted and compiled, its references to
+//! 2. A function whose [template](crate::Fingerprint::template) was compiled
+//!    before (same code, other callees or symbols) is not compiled again
+//!    when [`DedupOptions::reuse`] is on (the default): it is defined from
+//!    a copy of that code with its relocations retargeted to its own names
+//!    (see [`reuse`]). It has its own entry point and calls its own callees.
+//! 3. Before a function is fingerprinted and compiled, its references to
 //!    known duplicates are rewritten to their canonical functions (so callers
 //!    of twins become twins, and calls skip the trampoline).
-//! 3. Function identity: with [`DedupOptions::distinct_addresses`] every id
+//! 4. Function identity: with [`DedupOptions::distinct_addresses`] every id
 //!    keeps its own address (its trampoline), and references used as data
 //!    (`func_addr`, symbol global values) are never rewritten. Without it,
 //!    duplicates are aliases: the JIT hands out the canonical entry point for
 //!    them, as identical-code folding in a linker does.
-//! 4. A function that fails to verify or compile returns the error and leaves
+//! 5. A function that fails to verify or compile returns the error and leaves
 //!    no cache entry and no definition: a later correct function with the same
 //!    fingerprint compiles, and the id may be defined again.
-//! 5. Misuse is an error, not a panic: defining an undeclared id, an import,
+//! 6. Misuse is an error, not a panic: defining an undeclared id, an import,
 //!    an id twice, or with a signature other than the declared one; in the
 //!    JIT, finalizing while a referenced local function or data object is
 //!    undefined, and asking for the pointer of an undefined or unfinalized id.
 //!
 //! # Where the wrapper sits
 //!
-//! On a cache hit nothing is compiled, so `ctx.compiled_code()` is `None`
-//! after `define_function` (Cranelift keeps that field private to its crate,
+//! On a cache hit, and when code is reused, nothing is compiled, so
+//! `ctx.compiled_code()` is `None` after `define_function` (Cranelift keeps that field private to its crate,
 //! so it cannot be filled in from the canonical function). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
-//! see every function that is actually compiled, and only those.
+//! see every function that is actually compiled, and only those. Likewise,
+//! inner modules define duplicates and reused code through
+//! `define_function_bytes`, for which `cranelift-object` writes no unwind
+//! information: turn [`DedupOptions::reuse`] off if an object file must
+//! carry unwind tables for every function.
 //!
 //! # Modes
 //!
@@ -46,11 +55,13 @@
 //! them, so that callers defined before their callees still benefit from 2.
 
 mod jit;
+mod reuse;
 pub mod stats;
 pub mod trampoline;
 
 use crate::cache::{ClassId, DedupCache};
-use crate::fingerprint::Fingerprinter;
+use crate::fingerprint::{Fingerprint, Fingerprinter};
+use reuse::CodeTemplate;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
@@ -75,35 +86,65 @@ pub enum Mode {
     Batch,
 }
 
-/// Options of a [`DedupModule`].
-#[derive(Clone, Copy, Debug, Default)]
+/// Options of a [`DedupModule`]. The default is eager, shared addresses for
+/// duplicates, reuse on.
+#[derive(Clone, Copy, Debug)]
 pub struct DedupOptions {
     /// When functions are compiled.
     pub mode: Mode,
     /// Give every function id its own address (a trampoline), for runtimes
     /// that compare function pointers.
     pub distinct_addresses: bool,
+    /// Reuse compiled code for functions that differ from a compiled one
+    /// only in the callees and symbols they name. Keeps one copy of the
+    /// code of each distinct template (see [`Stats::reuse_memory_bytes`]).
+    pub reuse: bool,
+}
+
+impl Default for DedupOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+            reuse: true,
+        }
+    }
 }
 
 impl DedupOptions {
-    /// Every combination of mode and address identity, for tests and
-    /// comparisons that must cover them all.
-    pub const ALL: [DedupOptions; 4] = [
+    /// Every combination of mode and address identity with reuse on, and
+    /// each mode with reuse off: for tests and comparisons that must cover
+    /// every option.
+    pub const ALL: [DedupOptions; 6] = [
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: false,
+            reuse: true,
         },
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: true,
+            reuse: true,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: false,
+            reuse: true,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: true,
+            reuse: true,
+        },
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+            reuse: false,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: true,
+            reuse: false,
         },
     ];
 }
@@ -115,7 +156,8 @@ enum State {
     Undefined,
     /// Recorded in batch mode, not yet compiled.
     Pending,
-    /// Compiled by the inner module; the first of its class.
+    /// Compiled by the inner module, or defined from reused code; the first
+    /// of its class.
     Compiled(ClassId),
     /// A duplicate of `canonical` (defined as a trampoline to it, or planned
     /// to be, in batch mode).
@@ -137,6 +179,10 @@ pub struct DedupModule<M: Module> {
     inner: M,
     options: DedupOptions,
     cache: DedupCache,
+    /// Templates of compiled functions whose code can be reused, numbered
+    /// like `code_templates`.
+    templates: DedupCache,
+    code_templates: Vec<CodeTemplate>,
     fingerprinter: Fingerprinter,
     functions: SecondaryMap<FuncId, State>,
     /// Number of function ids declared in the inner module.
@@ -164,6 +210,8 @@ impl<M: Module> DedupModule<M> {
             inner,
             options,
             cache: DedupCache::new(),
+            templates: DedupCache::new(),
+            code_templates: Vec::new(),
             fingerprinter: Fingerprinter::new(),
             functions: SecondaryMap::new(),
             declared_functions,
@@ -302,21 +350,35 @@ impl<M: Module> DedupModule<M> {
             else {
                 continue;
             };
-            let Some(name) = params.user_named_funcs().get(r) else {
-                continue;
-            };
-            match name.namespace {
-                0 => self
-                    .referenced_functions
-                    .insert(FuncId::from_u32(name.index)),
-                1 => self.referenced_data.insert(DataId::from_u32(name.index)),
-                _ => false,
-            };
+            if let Some(name) = params.user_named_funcs().get(r) {
+                self.note_reference(&ModuleRelocTarget::user(name.namespace, name.index));
+            }
         }
     }
 
-    /// Defines `id` now: as a duplicate if its fingerprint is known, else by
-    /// compiling it in the inner module.
+    /// Notes that something defined refers to `target`, so that finalizing
+    /// can check that it is defined.
+    fn note_reference(&mut self, target: &ModuleRelocTarget) {
+        match *target {
+            ModuleRelocTarget::User {
+                namespace: 0,
+                index,
+            } => {
+                self.referenced_functions.insert(FuncId::from_u32(index));
+            }
+            ModuleRelocTarget::User {
+                namespace: 1,
+                index,
+            } => {
+                self.referenced_data.insert(DataId::from_u32(index));
+            }
+            _ => {}
+        }
+    }
+
+    /// Defines `id` now: as a duplicate if its fingerprint is known, from
+    /// reused code if its template is, else by compiling it in the inner
+    /// module.
     fn define_now(
         &mut self,
         id: FuncId,
@@ -330,6 +392,16 @@ impl<M: Module> DedupModule<M> {
                 return Ok(());
             }
         }
+        let template = self.options.reuse.then(|| fp.template());
+        if let Some(template) = &template
+            && self.define_reused(id, &fp, template)?
+        {
+            return Ok(());
+        }
+        let names = self
+            .options
+            .reuse
+            .then(|| self.fingerprinter.last_names().to_vec());
         let start = Instant::now();
         let inner = &mut self.inner;
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -342,6 +414,26 @@ impl<M: Module> DedupModule<M> {
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         self.note_references(ctx);
+        if let (Some(template), Some(names)) = (template, names)
+            && self.templates.get(&template).is_none()
+            && let Some(code) = CodeTemplate::capture(ctx, &names, compile_time)
+        {
+            self.stats.reuse_memory_bytes += code.heap_bytes() as u64;
+            self.templates.insert(template);
+            self.code_templates.push(code);
+        }
+        self.stats.compiled += 1;
+        self.stats.code_bytes += code_bytes;
+        self.stats.code_bytes_without_dedup += code_bytes;
+        self.stats.compile_time += compile_time;
+        self.start_class(id, fp, code_bytes, compile_time);
+        Ok(())
+    }
+
+    /// Records `id`, just defined with fingerprint `fp`, as the first of its
+    /// class (unless the class exists already, when the ISA has no
+    /// trampolines).
+    fn start_class(&mut self, id: FuncId, fp: Fingerprint, code_bytes: u64, time: Duration) {
         let class = match self.cache.get(&fp) {
             Some(class) => class,
             None => {
@@ -349,7 +441,7 @@ impl<M: Module> DedupModule<M> {
                 let pushed = self.classes.push(ClassInfo {
                     canonical: id,
                     code_bytes,
-                    compile_time,
+                    compile_time: time,
                 });
                 debug_assert_eq!(class, pushed, "classes are numbered like the cache's");
                 class
@@ -357,11 +449,38 @@ impl<M: Module> DedupModule<M> {
         };
         self.functions[id] = State::Compiled(class);
         self.unfinalized.push(id);
-        self.stats.compiled += 1;
+    }
+
+    /// Defines `id` (fingerprint `fp`) from the code of a compiled function
+    /// with the same template, if there is one and it can be retargeted to
+    /// the names of the function fingerprinted last. Returns whether it did.
+    fn define_reused(
+        &mut self,
+        id: FuncId,
+        fp: &Fingerprint,
+        template: &Fingerprint,
+    ) -> ModuleResult<bool> {
+        let Some(class) = self.templates.get(template) else {
+            return Ok(false);
+        };
+        let code = &self.code_templates[class.index()];
+        let Some(relocs) = code.instantiate(id, self.fingerprinter.last_names()) else {
+            return Ok(false);
+        };
+        self.inner
+            .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
+        let code_bytes = code.bytes().len() as u64;
+        let saved = code.compile_time;
+        self.templates.lookup(template);
+        for reloc in &relocs {
+            self.note_reference(&reloc.name);
+        }
+        self.stats.reused += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
-        self.stats.compile_time += compile_time;
-        Ok(())
+        self.stats.compile_time_saved += saved;
+        self.start_class(id, fp.clone(), code_bytes, saved);
+        Ok(true)
     }
 
     /// Defines `id` as a trampoline to `canonical`. Returns `false` (and
@@ -686,13 +805,7 @@ impl<M: Module> Module for DedupModule<M> {
         self.inner
             .define_function_bytes(id, alignment, bytes, relocs)?;
         for reloc in relocs {
-            if let ModuleRelocTarget::User {
-                namespace: 0,
-                index,
-            } = reloc.name
-            {
-                self.referenced_functions.insert(FuncId::from_u32(index));
-            }
+            self.note_reference(&reloc.name);
         }
         self.functions[id] = State::Bytes;
         self.unfinalized.push(id);
@@ -710,21 +823,7 @@ impl<M: Module> Module for DedupModule<M> {
         self.inner.define_data(data_id, data)?;
         self.defined_data[data_id] = true;
         for target in data.function_decls.values().chain(data.data_decls.values()) {
-            match *target {
-                ModuleRelocTarget::User {
-                    namespace: 0,
-                    index,
-                } => {
-                    self.referenced_functions.insert(FuncId::from_u32(index));
-                }
-                ModuleRelocTarget::User {
-                    namespace: 1,
-                    index,
-                } => {
-                    self.referenced_data.insert(DataId::from_u32(index));
-                }
-                _ => {}
-            }
+            self.note_reference(target);
         }
         Ok(())
     }

@@ -5,24 +5,28 @@ use std::time::Duration;
 
 /// Counters of a [`DedupModule`](super::DedupModule).
 ///
-/// Every successfully defined function is exactly one of: compiled, aliased
-/// (a duplicate whose id hands out the canonical entry point), trampolined (a
-/// duplicate with an address of its own) or defined from bytes; so after
-/// `flush` or `finalize_definitions`,
-/// `defined == compiled + aliased + trampolined + bytes_defined`.
+/// Every successfully defined function is exactly one of: compiled, reused
+/// (a copy of the code of a function with the same template, with its own
+/// relocations), aliased (a duplicate whose id hands out the canonical entry
+/// point), trampolined (a duplicate with an address of its own) or defined
+/// from bytes; so after `flush` or `finalize_definitions`,
+/// `defined == compiled + reused + aliased + trampolined + bytes_defined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Functions defined through `define_function` (and `_with_control_plane`).
     pub defined: u64,
     /// Functions the inner module compiled.
     pub compiled: u64,
+    /// Functions defined as a copy of compiled code with relocations
+    /// retargeted to their own callees and symbols.
+    pub reused: u64,
     /// Duplicates that share the canonical function's entry point.
     pub aliased: u64,
     /// Duplicates that keep a distinct address through a trampoline.
     pub trampolined: u64,
     /// Functions defined from raw bytes by the user (`define_function_bytes`).
     pub bytes_defined: u64,
-    /// Machine-code bytes of the compiled functions.
+    /// Machine-code bytes of the compiled and reused functions.
     pub code_bytes: u64,
     /// Bytes of trampolines emitted (every duplicate gets one, so that
     /// references to its id made before it was known to be a duplicate still
@@ -33,15 +37,18 @@ pub struct Stats {
     pub code_bytes_without_dedup: u64,
     /// Time spent compiling.
     pub compile_time: Duration,
-    /// Estimated compile time saved: for each duplicate, the time its
-    /// canonical function took to compile.
+    /// Estimated compile time saved: for each duplicate and each reused
+    /// function, the time the function whose code it shares took to compile.
     pub compile_time_saved: Duration,
+    /// Heap bytes held by the code kept for reuse (one copy per template).
+    pub reuse_memory_bytes: u64,
 }
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "functions defined     {}", self.defined)?;
         writeln!(f, "compiled              {}", self.compiled)?;
+        writeln!(f, "reused                {}", self.reused)?;
         writeln!(f, "aliased               {}", self.aliased)?;
         writeln!(f, "trampolined           {}", self.trampolined)?;
         writeln!(

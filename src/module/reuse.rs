@@ -1,0 +1,98 @@
+//! Compile once, instantiate many: reusing the machine code of a function
+//! for another function with the same [template](crate::Fingerprint::template).
+//!
+//! # What this module guarantees
+//!
+//! 1. A [`CodeTemplate`] is captured only when every relocation of the code
+//!    is against a libcall, a known symbol, the function's own code, or a
+//!    name in the function's slot list (anything else could not be
+//!    retargeted, so such code is not reused).
+//! 2. An instance has the template's bytes unchanged and the template's
+//!    relocations in order with the same offset, kind and addend; only the
+//!    target changes: a relocation against slot `i` of the template's names
+//!    points at slot `i` of the instance's names, and one into the
+//!    template's own code points at the same offset of the instance's code.
+//! 3. No instance is made when the slot lists differ in length or when a
+//!    relocated slot holds a test-case name (which `cranelift-module` cannot
+//!    link); the caller compiles the function instead.
+
+use crate::compile::{MachineCode, RelocTarget};
+use crate::fingerprint::SymbolName;
+use cranelift_codegen::Context;
+use cranelift_module::{FuncId, ModuleReloc, ModuleRelocTarget};
+use std::time::Duration;
+
+/// Compiled code of the first function of a template class, with the names
+/// its relocations were made against.
+pub(crate) struct CodeTemplate {
+    code: MachineCode,
+    names: Vec<SymbolName>,
+    /// What compiling it cost; what each instance saves.
+    pub(crate) compile_time: Duration,
+}
+
+impl CodeTemplate {
+    /// The code just compiled in `ctx`, whose names in slot order are
+    /// `names`; `None` if it cannot be retargeted (see 1 above).
+    pub(crate) fn capture(
+        ctx: &Context,
+        names: &[SymbolName],
+        compile_time: Duration,
+    ) -> Option<Self> {
+        let code = MachineCode::of(ctx)?;
+        let retargetable = code.relocs.iter().all(|r| match &r.target {
+            RelocTarget::Name(name) => names.contains(name),
+            RelocTarget::LibCall(_) | RelocTarget::KnownSymbol(_) | RelocTarget::OwnOffset(_) => {
+                true
+            }
+        });
+        retargetable.then(|| Self {
+            code,
+            names: names.to_vec(),
+            compile_time,
+        })
+    }
+
+    /// The code bytes every instance shares.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.code.bytes
+    }
+
+    /// The alignment the code asks for.
+    pub(crate) fn alignment(&self) -> u64 {
+        u64::from(self.code.alignment)
+    }
+
+    /// The relocations of the instance of this template defined as `id`
+    /// with `names` in slot order; `None` if there is none (see 3 above).
+    pub(crate) fn instantiate(&self, id: FuncId, names: &[SymbolName]) -> Option<Vec<ModuleReloc>> {
+        let code = self.code.retarget(&self.names, names)?;
+        code.relocs
+            .iter()
+            .map(|reloc| {
+                let name = match &reloc.target {
+                    RelocTarget::Name(SymbolName::User(user)) => {
+                        ModuleRelocTarget::user(user.namespace, user.index)
+                    }
+                    RelocTarget::Name(SymbolName::TestCase(_)) => return None,
+                    RelocTarget::LibCall(libcall) => ModuleRelocTarget::LibCall(*libcall),
+                    RelocTarget::KnownSymbol(symbol) => ModuleRelocTarget::KnownSymbol(*symbol),
+                    RelocTarget::OwnOffset(offset) => ModuleRelocTarget::FunctionOffset(id, *offset),
+                };
+                Some(ModuleReloc {
+                    offset: reloc.offset,
+                    kind: reloc.kind,
+                    name,
+                    addend: reloc.addend,
+                })
+            })
+            .collect()
+    }
+
+    /// Heap bytes held: the code, its relocations and the names.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.code.bytes.len()
+            + self.code.relocs.len() * size_of::<crate::compile::Relocation>()
+            + self.names.len() * size_of::<SymbolName>()
+    }
+}
