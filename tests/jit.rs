@@ -2,18 +2,21 @@
 //! with plain `JITModule` and through jitfold (every mode and option), every
 //! function is called, and the results must be equal.
 
+use common::build::{call1, define};
 use cranelift_codegen::ir;
 use cranelift_codegen::ir::{
     AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, condcodes::IntCC,
     types::*,
 };
 use cranelift_codegen::isa::CallConv;
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
     DataDescription, FuncId, Linkage, Module, ModuleError, default_libcall_names,
 };
 use jitfold::{DedupModule, DedupOptions, Mode};
+
+mod common;
 
 extern "C" fn host_triple(x: i64) -> i64 {
     3 * x
@@ -57,25 +60,6 @@ fn sig(m: &impl Module, params: &[ir::Type], returns: &[ir::Type]) -> Signature 
 
 /// Defines `id` with a body built by `body` (entry block already created,
 /// switched to and holding the parameters).
-fn define<M: Module>(
-    m: &mut M,
-    id: FuncId,
-    body: impl FnOnce(&mut FunctionBuilder, &mut M, &[ir::Value]),
-) -> Result<(), ModuleError> {
-    let mut ctx = m.make_context();
-    ctx.func.signature = m.declarations().get_function_decl(id).signature.clone();
-    let mut fctx = FunctionBuilderContext::new();
-    let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-    let entry = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let params = b.block_params(entry).to_vec();
-    body(&mut b, m, &params);
-    b.seal_all_blocks();
-    b.finalize(m.target_config());
-    m.define_function(id, &mut ctx)
-}
-
 /// `x * k + c`, with blocks created in the order given by `twisted` (a
 /// renumbered twin when true).
 fn affine(b: &mut FunctionBuilder, x: ir::Value, k: i64, c: i64, twisted: bool) {
@@ -190,13 +174,6 @@ fn build_program<M: Module>(m: &mut M) -> Program {
     }
 }
 
-fn call1(ptr: *const u8, x: i64) -> i64 {
-    // SAFETY: every function this is used on has the signature (i64) -> i64
-    // in the host's default calling convention and was finalized.
-    let f: extern "C" fn(i64) -> i64 = unsafe { std::mem::transmute(ptr) };
-    f(x)
-}
-
 fn results(get: impl Fn(FuncId) -> *const u8, p: &Program) -> Vec<i64> {
     let ids = p.twins.iter().copied().chain([
         p.other,
@@ -244,7 +221,11 @@ fn merged_code_computes_what_plain_code_computes() {
             merged,
             "{mode:?} {distinct}: {s:?}"
         );
-        assert_eq!(s.compiled + s.reused, 10 - merged, "{mode:?} {distinct}: {s:?}");
+        assert_eq!(
+            s.compiled + s.reused,
+            10 - merged,
+            "{mode:?} {distinct}: {s:?}"
+        );
         // In eager mode `late` has the template of a and b (a call and an
         // add), so with reuse the first of a and b copies its code.
         let reused = u64::from(options.reuse && mode == Mode::Eager);
@@ -601,7 +582,7 @@ fn stack_slots_and_loops_survive_merging() {
     }
     for options in DedupOptions::ALL {
         let mut d = dedup_with(options);
-        let (mode, distinct) = (options.mode, options.distinct_addresses);
+        let mode = options.mode;
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
         assert_eq!(d.stats().compiled, 1, "{mode:?}");

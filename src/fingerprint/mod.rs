@@ -133,7 +133,6 @@ pub enum SymbolName {
     TestCase(Box<[u8]>),
 }
 
-
 impl Fingerprint {
     /// Fingerprints `func` with a fresh [`Fingerprinter`]. To fingerprint many
     /// functions, keep one `Fingerprinter` and reuse its scratch memory.

@@ -61,7 +61,6 @@ pub mod trampoline;
 
 use crate::cache::{ClassId, DedupCache};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use reuse::CodeTemplate;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
@@ -70,6 +69,7 @@ use cranelift_module::{
     DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
     ModuleRelocTarget, ModuleResult,
 };
+use reuse::CodeTemplate;
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};

@@ -77,7 +77,9 @@ impl CodeTemplate {
                     RelocTarget::Name(SymbolName::TestCase(_)) => return None,
                     RelocTarget::LibCall(libcall) => ModuleRelocTarget::LibCall(*libcall),
                     RelocTarget::KnownSymbol(symbol) => ModuleRelocTarget::KnownSymbol(*symbol),
-                    RelocTarget::OwnOffset(offset) => ModuleRelocTarget::FunctionOffset(id, *offset),
+                    RelocTarget::OwnOffset(offset) => {
+                        ModuleRelocTarget::FunctionOffset(id, *offset)
+                    }
                 };
                 Some(ModuleReloc {
                     offset: reloc.offset,

@@ -1,0 +1,332 @@
+//! Compile once, instantiate many: functions that differ only in the
+//! functions they call and the symbols they read share one compilation, and
+//! still call their own callees and read their own data.
+
+mod common;
+
+use common::build::{call1, define};
+use cranelift_codegen::ir::{self, AbiParam, InstBuilder, MemFlagsData, types::I64};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{DataDescription, FuncId, Linkage, Module, default_libcall_names};
+use jitfold::compile::{RelocTarget, compile};
+use jitfold::{DedupModule, DedupOptions, Fingerprinter, Mode, SymbolName};
+
+/// Number of getters (and of callees and tables) in [`getters`].
+const GETTERS: usize = 6;
+
+extern "C" fn host_negate(x: i64) -> i64 {
+    -x
+}
+
+fn jit() -> JITModule {
+    let mut b = JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names()).unwrap();
+    b.symbol("host_negate", host_negate as *const u8);
+    JITModule::new(b)
+}
+
+/// `GETTERS` getters `g_i(x) = c_i(x) + table_i[8 + 8 * (x & 3)]`, each
+/// calling its own callee `c_i(x) = x * (i + 2) + i` and reading its own
+/// table through a symbol with offset 8; odd getters are built with other
+/// value and block numbering. Then `h(x) = host_negate(x) + table_0[..]`,
+/// the same code except that its callee is an import (not colocated).
+/// Returns the getters, then `h`.
+fn getters<M: Module>(m: &mut M) -> Vec<FuncId> {
+    let mut s = m.make_signature();
+    s.params.push(AbiParam::new(I64));
+    s.returns.push(AbiParam::new(I64));
+    let host = m
+        .declare_function("host_negate", Linkage::Import, &s)
+        .unwrap();
+    let mut out = Vec::new();
+    let mut tables = Vec::new();
+    for i in 0..GETTERS {
+        let callee = m
+            .declare_function(&format!("c{i}"), Linkage::Local, &s)
+            .unwrap();
+        define(m, callee, |b, _, p| {
+            let k = b.ins().imul_imm_s(p[0], i as i64 + 2);
+            let r = b.ins().iadd_imm_s(k, i as i64);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        let table = m
+            .declare_data(&format!("table{i}"), Linkage::Local, false, false)
+            .unwrap();
+        let mut data = DataDescription::new();
+        data.define((0..48u8).map(|b| b.wrapping_mul(13 + i as u8)).collect());
+        m.define_data(table, &data).unwrap();
+        tables.push(table);
+        let getter = m
+            .declare_function(&format!("g{i}"), Linkage::Local, &s)
+            .unwrap();
+        define(m, getter, |b, m, p| {
+            getter_body(b, m, p[0], callee, table, i % 2 == 1)
+        })
+        .unwrap();
+        out.push(getter);
+    }
+    let h = m.declare_function("h", Linkage::Local, &s).unwrap();
+    define(m, h, |b, m, p| {
+        getter_body(b, m, p[0], host, tables[0], false)
+    })
+    .unwrap();
+    out.push(h);
+    out
+}
+
+fn getter_body<M: Module>(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    m: &mut M,
+    x: ir::Value,
+    callee: FuncId,
+    table: cranelift_module::DataId,
+    renumbered: bool,
+) {
+    if renumbered {
+        // A dead value first shifts every later value number.
+        let dead = b.ins().iconst(I64, 99);
+        let inst = b.func.dfg.value_def(dead).unwrap_inst();
+        b.func.layout.remove_inst(inst);
+    }
+    let callee = m.declare_func_in_func(callee, b.func);
+    let call = b.ins().call(callee, &[x]);
+    let r = b.inst_results(call)[0];
+    let gv = m.declare_data_in_func(table, b.func);
+    if let ir::GlobalValueData::Symbol { offset, .. } = &mut b.func.global_values[gv] {
+        *offset = ir::immediates::Imm64::new(8);
+    }
+    let base = b.ins().symbol_value(I64, gv);
+    let idx = b.ins().band_imm_s(x, 3);
+    let off = b.ins().imul_imm_s(idx, 8);
+    let addr = b.ins().iadd(base, off);
+    let v = b.ins().load(I64, MemFlagsData::trusted(), addr, 0);
+    let sum = b.ins().iadd(r, v);
+    b.ins().return_(&[sum]);
+}
+
+const INPUTS: [i64; 5] = [-7, 0, 1, 2, 1 << 33];
+
+fn results(ids: &[FuncId], get: impl Fn(FuncId) -> *const u8) -> Vec<i64> {
+    ids.iter()
+        .flat_map(|&id| INPUTS.map(|x| call1(get(id), x)))
+        .collect()
+}
+
+#[test]
+fn getters_share_one_compilation_and_keep_their_callees_and_data() {
+    let mut plain = jit();
+    let ids = getters(&mut plain);
+    plain.finalize_definitions().unwrap();
+    let expected = results(&ids, |id| plain.get_finalized_function(id));
+    // The getters really differ from each other.
+    for i in 1..GETTERS {
+        assert_ne!(
+            expected[..INPUTS.len()],
+            expected[i * INPUTS.len()..][..INPUTS.len()]
+        );
+    }
+    for options in DedupOptions::ALL {
+        let mut d = DedupModule::new(jit(), options);
+        let ids = getters(&mut d);
+        d.finalize_definitions().unwrap();
+        let got = results(&ids, |id| d.get_finalized_function(id).unwrap());
+        assert_eq!(got, expected, "{options:?}");
+        let s = d.stats();
+        // The callees differ in constants; the getters but the first reuse
+        // its code; `h` calls a non-colocated import, so it is compiled.
+        let reused = if options.reuse { GETTERS as u64 - 1 } else { 0 };
+        assert_eq!(s.reused, reused, "{options:?}: {s:?}");
+        assert_eq!(s.compiled, 2 * GETTERS as u64 + 1 - reused, "{options:?}");
+        assert_eq!(s.aliased + s.trampolined, 0, "{options:?}");
+        // Each getter has its own entry point.
+        for (i, &a) in ids.iter().enumerate() {
+            for &b in &ids[i + 1..] {
+                assert_ne!(
+                    d.get_finalized_function(a).unwrap(),
+                    d.get_finalized_function(b).unwrap()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn reuse_works_for_callers_defined_before_their_callees() {
+    // Batch and eager: the getters are defined before the callees here.
+    for mode in [Mode::Eager, Mode::Batch] {
+        let mut d = DedupModule::new(
+            jit(),
+            DedupOptions {
+                mode,
+                ..DedupOptions::default()
+            },
+        );
+        let mut s = d.make_signature();
+        s.params.push(AbiParam::new(I64));
+        s.returns.push(AbiParam::new(I64));
+        let callees: Vec<FuncId> = (0..3)
+            .map(|i| {
+                d.declare_function(&format!("c{i}"), Linkage::Local, &s)
+                    .unwrap()
+            })
+            .collect();
+        let callers: Vec<FuncId> = (0..3)
+            .map(|i| {
+                d.declare_function(&format!("g{i}"), Linkage::Local, &s)
+                    .unwrap()
+            })
+            .collect();
+        for (&caller, &callee) in callers.iter().zip(&callees) {
+            define(&mut d, caller, |b, m, p| {
+                let f = m.declare_func_in_func(callee, b.func);
+                let call = b.ins().call(f, &[p[0]]);
+                let r = b.inst_results(call)[0];
+                let r = b.ins().imul_imm_s(r, 3);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        for (i, &callee) in callees.iter().enumerate() {
+            define(&mut d, callee, |b, _, p| {
+                let r = b.ins().iadd_imm_s(p[0], 100 * i as i64);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        d.finalize_definitions().unwrap();
+        assert_eq!(d.stats().reused, 2, "{mode:?}");
+        for (i, &caller) in callers.iter().enumerate() {
+            let f = d.get_finalized_function(caller).unwrap();
+            assert_eq!(call1(f, 5), 3 * (5 + 100 * i as i64), "{mode:?}");
+        }
+    }
+}
+
+/// A getter in CLIF: `fn = u0:{callee}`, `gv = u1:{table}+{offset}`.
+/// `renumbered` gives every value, block and declaration other numbers and
+/// declares the symbol last.
+fn clif_getter(callee: u32, table: u32, offset: i64, colocated: bool, renumbered: bool) -> String {
+    let coloc = if colocated { "colocated " } else { "" };
+    let gv = format!("symbol colocated u1:{table}+{offset}");
+    let (decls, gv_ref, fn_ref) = if renumbered {
+        (
+            format!("    sig2 = (i64) -> i64\n    fn5 = {coloc}u0:{callee} sig2\n    gv3 = {gv}\n"),
+            "gv3",
+            "fn5",
+        )
+    } else {
+        (
+            format!("    gv0 = {gv}\n    sig0 = (i64) -> i64\n    fn0 = {coloc}u0:{callee} sig0\n"),
+            "gv0",
+            "fn0",
+        )
+    };
+    let (a, b, c, d, e, blk) = if renumbered {
+        (10, 12, 14, 16, 18, 7)
+    } else {
+        (0, 1, 2, 3, 4, 0)
+    };
+    format!(
+        "function u0:99(i64) -> i64 {{\n{decls}\nblock{blk}(v{a}: i64):\n    \
+         v{b} = call {fn_ref}(v{a})\n    v{c} = symbol_value.i64 {gv_ref}\n    \
+         v{d} = load.i64 notrap aligned v{c}+16\n    v{e} = iadd v{b}, v{d}\n    \
+         return v{e}\n}}\n"
+    )
+}
+
+fn keys(text: &str) -> (jitfold::Fingerprint, jitfold::Fingerprint, Vec<SymbolName>) {
+    let func = &common::parse_valid(text)[0];
+    let mut fp = Fingerprinter::new();
+    let exact = fp.fingerprint(func);
+    (exact.template(), exact, fp.last_names().to_vec())
+}
+
+fn user(namespace: u32, index: u32) -> SymbolName {
+    SymbolName::User(ir::UserExternalName::new(namespace, index))
+}
+
+#[test]
+fn templates_match_across_numbering_and_names_but_not_across_call_facts() {
+    let (t0, e0, names0) = keys(&clif_getter(3, 3, 8, true, false));
+    let (t1, e1, names1) = keys(&clif_getter(4, 5, 8, true, true));
+    assert_eq!(t0, t1, "same code, other names and numbering");
+    assert_ne!(e0, e1, "other callee and table");
+    // Names in first-use order: the callee, then the table.
+    assert_eq!(names0, [user(0, 3), user(1, 3)]);
+    assert_eq!(names1, [user(0, 4), user(1, 5)]);
+    // One name in both roles is one slot; two names are two.
+    let (t_same, _, names_same) = keys(&clif_getter(3, 3, 8, true, false).replace("u1:3", "u0:3"));
+    assert_eq!(names_same, [user(0, 3)]);
+    assert_ne!(t_same, t0);
+    // Facts about a reference stay in the template.
+    let (t_offset, ..) = keys(&clif_getter(3, 3, 16, true, false));
+    assert_ne!(t_offset, t0, "symbol offset");
+    let (t_far, ..) = keys(&clif_getter(3, 3, 8, false, false));
+    assert_ne!(t_far, t0, "colocated");
+    let (t_tail, ..) = keys(
+        &clif_getter(3, 3, 8, true, false)
+            .replace("sig0 = (i64) -> i64", "sig0 = (i64) -> i64 tail"),
+    );
+    assert_ne!(t_tail, t0, "callee calling convention");
+    let (t_sext, ..) = keys(
+        &clif_getter(3, 3, 8, true, false)
+            .replace("sig0 = (i64) -> i64", "sig0 = (i64 sext) -> i64"),
+    );
+    assert_ne!(t_sext, t0, "callee argument extension");
+}
+
+fn host_isa() -> cranelift_codegen::isa::OwnedTargetIsa {
+    jitfold::isa::host_isa(jitfold::isa::flags(&[("opt_level", "speed")]).unwrap()).unwrap()
+}
+
+#[test]
+fn retargeted_code_equals_a_separate_compilation() {
+    let isa = host_isa();
+    let base = &common::parse_valid(&clif_getter(3, 3, 8, true, false))[0];
+    let other = &common::parse_valid(&clif_getter(4, 5, 8, true, true))[0];
+    let mut fp = Fingerprinter::new();
+    fp.fingerprint(base);
+    let base_names = fp.last_names().to_vec();
+    fp.fingerprint(other);
+    let other_names = fp.last_names().to_vec();
+    let base_code = compile(base, &*isa).unwrap().code;
+    let other_code = compile(other, &*isa).unwrap().code;
+    // The oracle: `other` compiled on its own.
+    assert_eq!(
+        base_code.retarget(&base_names, &other_names).as_ref(),
+        Some(&other_code)
+    );
+    // The relocations really carry the symbol offset in their addend, and
+    // point at the other function's names.
+    let table = other_code
+        .relocs
+        .iter()
+        .find(|r| r.target == RelocTarget::Name(user(1, 5)))
+        .expect("a relocation against the table");
+    let plain_table = compile(
+        &common::parse_valid(&clif_getter(4, 5, 0, true, true))[0],
+        &*isa,
+    )
+    .unwrap()
+    .code;
+    let plain = plain_table
+        .relocs
+        .iter()
+        .find(|r| r.target == RelocTarget::Name(user(1, 5)))
+        .unwrap();
+    assert_eq!(table.kind, plain.kind);
+    assert_eq!(table.addend, plain.addend + 8, "the symbol offset");
+    assert!(
+        other_code
+            .relocs
+            .iter()
+            .any(|r| r.target == RelocTarget::Name(user(0, 4)))
+    );
+    // Slot lists of other lengths, or code naming something outside the
+    // list, are refused.
+    assert_eq!(
+        base_code.retarget(&base_names[..1], &other_names[..1]),
+        None
+    );
+    assert_eq!(base_code.retarget(&base_names, &other_names[..1]), None);
+}
