@@ -13,7 +13,7 @@ mod common;
 #[allow(dead_code)]
 mod program;
 
-use common::mean_ns;
+use common::{corpus_dirs, mean_ns};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::incremental_cache::compute_cache_key;
 use cranelift_codegen::ir::Function;
@@ -21,49 +21,9 @@ use criterion::{Criterion, Throughput};
 use jitfold::Fingerprinter;
 use jitfold::compile::{compile, with_quiet_panics};
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Unpacks each `.tar.zst` of `corpora` into `dest/<name>` unless present.
-fn unpack(corpora: &Path, dest: &Path) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    let mut archives: Vec<_> = std::fs::read_dir(corpora)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".tar.zst"))
-        .collect();
-    archives.sort();
-    for archive in archives {
-        let name = archive
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .replace(".tar.zst", "");
-        let dir = dest.join(&name);
-        if !dir.join(".done").exists() {
-            std::fs::create_dir_all(&dir).unwrap();
-            let status = Command::new("tar")
-                .arg("--zstd")
-                .arg("-xf")
-                .arg(&archive)
-                .arg("-C")
-                .arg(&dir)
-                .status()
-                .expect("tar runs (with zstd installed)");
-            assert!(status.success(), "unpacking {}", archive.display());
-            std::fs::write(dir.join(".done"), "").unwrap();
-        }
-        dirs.push(dir);
-    }
-    dirs
-}
 
 fn load_functions(isa: &dyn cranelift_codegen::isa::TargetIsa) -> (String, Vec<Function>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let corpora = root.join("../shared/corpora");
-    let dirs = unpack(&corpora, &root.join("target/jitfold-bench-corpora"));
+    let dirs = corpus_dirs();
     if dirs.is_empty() {
         let funcs = (0..5000)
             .map(|seed| program::Program::generate(seed).build(program::Variant::default()))

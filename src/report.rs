@@ -15,11 +15,17 @@
 //!   that fail to compile for the ISA are listed and counted in neither the
 //!   baseline nor the dedup figures. With `--verify`, every later member of a
 //!   class is compared with the class's first member.
+//! - With `--reuse`, `reused` counts the functions that start a new class but
+//!   whose [template](crate::Fingerprint::template) an earlier class has:
+//!   `reused == classes - template classes`. With `--compile`, the dedup
+//!   time then counts compiling one function per template plus retargeting
+//!   the code for each reused function, and with `--verify` every reused
+//!   function's own compilation is compared with the retargeted copy.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::compile::{MachineCode, compile, with_quiet_panics};
 use crate::corpus::{CorpusError, FileOutcome, clif_files, load_file};
-use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -76,8 +82,9 @@ pub struct CompileSummary {
     pub errors: Vec<InvalidFunction>,
     /// Time to compile every function.
     pub baseline_time: Duration,
-    /// Time to fingerprint every function and compile one per class.
-    /// (Each class's compile time is the one measured in the baseline pass.)
+    /// Time to fingerprint every function and compile one per class (with
+    /// `--reuse`: one per template, plus retargeting the code of the
+    /// others). Each compile time is the one measured in the baseline pass.
     pub dedup_time: Duration,
     /// Code bytes of every function.
     pub baseline_code_bytes: u64,
@@ -94,6 +101,12 @@ pub struct VerifySummary {
     /// Members whose code or relocations differ: (member, representative,
     /// what differs).
     pub mismatches: Vec<(FunctionName, FunctionName, String)>,
+    /// With `--reuse`: reused functions compared with the retargeted code of
+    /// their template's first function.
+    pub reuse_pairs: usize,
+    /// Reused functions whose own compilation differs from the retargeted
+    /// copy: (function, template representative, what differs).
+    pub reuse_mismatches: Vec<(FunctionName, FunctionName, String)>,
 }
 
 /// What to do besides fingerprinting.
@@ -105,6 +118,8 @@ pub struct ReportOptions<'a> {
     pub compile_isa: Option<&'a dyn TargetIsa>,
     /// Compare duplicates' machine code (`--verify`; needs `compile_isa`).
     pub verify: bool,
+    /// Group by template as well and count reusable code (`--reuse`).
+    pub reuse: bool,
 }
 
 /// What the report found.
@@ -128,6 +143,9 @@ pub struct Report {
     pub classes: usize,
     /// `functions - classes`: functions that need not be compiled.
     pub exact_merged: usize,
+    /// With `--reuse`: functions of a new class whose template an earlier
+    /// class has (their code is a retargeted copy).
+    pub reused: Option<usize>,
     /// Members in the largest class (1 if there are no duplicates).
     pub largest_group: usize,
     /// Total time spent fingerprinting.
@@ -197,7 +215,10 @@ fn build_inner(
     let mut fingerprinter = Fingerprinter::new();
     let mut cache = DedupCache::new();
     let mut members: SecondaryMap<ClassId, Vec<FunctionName>> = SecondaryMap::new();
-    let mut fingerprints: Vec<Fingerprint> = Vec::new();
+    let mut fingerprints: Vec<(Fingerprint, Option<Vec<SymbolName>>)> = Vec::new();
+    let mut templates = DedupCache::new();
+    let mut reused = 0;
+    let mut reuse_time = Duration::ZERO;
     let mut compiling = options.compile_isa.map(|isa| Compiling {
         isa,
         summary: CompileSummary {
@@ -206,6 +227,7 @@ fn build_inner(
         },
         verify: options.verify.then(VerifySummary::default),
         representatives: SecondaryMap::new(),
+        template_code: SecondaryMap::new(),
     });
     for file in files {
         match load_file(&file, default_isa) {
@@ -226,14 +248,31 @@ fn build_inner(
                 }
                 let start = Instant::now();
                 fingerprints.clear();
-                fingerprints.extend(valid.iter().map(|(f, _)| fingerprinter.fingerprint(f)));
+                fingerprints.extend(valid.iter().map(|(f, _)| {
+                    let fp = fingerprinter.fingerprint(f);
+                    let names = options.reuse.then(|| fingerprinter.last_names().to_vec());
+                    (fp, names)
+                }));
                 report.fingerprint_time += start.elapsed();
-                for (fp, (func, name)) in fingerprints.drain(..).zip(valid) {
+                for ((fp, names), (func, name)) in fingerprints.drain(..).zip(valid) {
                     report.functions += 1;
                     report.instructions += u64::from(fp.instructions());
+                    // Templates and names are part of the dedup work.
+                    let start = Instant::now();
+                    let template = options.reuse.then(|| fp.template());
                     let lookup = cache.insert(fp);
+                    let reuse = match (template, names, lookup) {
+                        (Some(template), Some(names), Lookup::New(_)) => {
+                            Some((templates.insert(template), names))
+                        }
+                        _ => None,
+                    };
+                    reuse_time += start.elapsed();
+                    if let Some((Lookup::Duplicate(_), _)) = reuse {
+                        reused += 1;
+                    }
                     if let Some(c) = &mut compiling {
-                        c.compile(&func, &name, lookup);
+                        c.compile(&func, &name, lookup, reuse);
                     }
                     members[lookup.class()].push(name);
                 }
@@ -252,15 +291,20 @@ fn build_inner(
     }
     report.classes = cache.classes();
     report.exact_merged = report.functions - report.classes;
+    report.reused = options.reuse.then_some(reused);
     report.largest_group = members.values().map(Vec::len).max().unwrap_or(0);
     report.groups = group_list(&cache, members);
     if let Some(mut c) = compiling {
-        c.summary.dedup_time += report.fingerprint_time;
+        c.summary.dedup_time += report.fingerprint_time + reuse_time;
         report.compile = Some(c.summary);
         report.verify = c.verify;
     }
     Ok(report)
 }
+
+/// A function that starts a class, with `--reuse`: its template's lookup and
+/// its names in slot order.
+type Reuse = (Lookup, Vec<SymbolName>);
 
 /// The state of `--compile` and `--verify` while files are read.
 struct Compiling<'a> {
@@ -269,10 +313,19 @@ struct Compiling<'a> {
     verify: Option<VerifySummary>,
     /// For `--verify`: each class's first member and its code.
     representatives: SecondaryMap<ClassId, Option<(FunctionName, MachineCode)>>,
+    /// With `--reuse`: each template class's first function, its names and
+    /// its code.
+    template_code: SecondaryMap<ClassId, Option<(FunctionName, Vec<SymbolName>, MachineCode)>>,
 }
 
 impl Compiling<'_> {
-    fn compile(&mut self, func: &Function, name: &FunctionName, lookup: Lookup) {
+    fn compile(
+        &mut self,
+        func: &Function,
+        name: &FunctionName,
+        lookup: Lookup,
+        reuse: Option<Reuse>,
+    ) {
         let compiled = match compile(func, self.isa) {
             Ok(c) => c,
             Err(message) => {
@@ -289,8 +342,18 @@ impl Compiling<'_> {
         self.summary.baseline_code_bytes += bytes;
         match lookup {
             Lookup::New(class) => {
-                self.summary.dedup_time += compiled.time;
                 self.summary.dedup_code_bytes += bytes;
+                match reuse {
+                    None => self.summary.dedup_time += compiled.time,
+                    Some((Lookup::New(template), names)) => {
+                        self.summary.dedup_time += compiled.time;
+                        self.template_code[template] =
+                            Some((name.clone(), names, compiled.code.clone()));
+                    }
+                    Some((Lookup::Duplicate(template), names)) => {
+                        self.reuse(template, name, &names, &compiled);
+                    }
+                }
                 if self.verify.is_some() {
                     self.representatives[class] = Some((name.clone(), compiled.code));
                 }
@@ -302,20 +365,59 @@ impl Compiling<'_> {
                     return;
                 };
                 verify.pairs += 1;
-                let difference = if rep_code.bytes != compiled.code.bytes {
-                    Some("machine code")
-                } else if rep_code.relocs != compiled.code.relocs {
-                    Some("relocations")
-                } else {
-                    None
-                };
-                if let Some(what) = difference {
+                if let Some(what) = difference(rep_code, &compiled.code) {
                     verify
                         .mismatches
                         .push((name.clone(), rep_name.clone(), what.to_string()));
                 }
             }
         }
+    }
+
+    /// `name` (with `names`, compiled to `own`) reuses the code of template
+    /// class `template`: times the retargeting, and with `--verify` compares
+    /// the copy with `own`. If the template's first function failed to
+    /// compile, this function counts as compiled.
+    fn reuse(
+        &mut self,
+        template: ClassId,
+        name: &FunctionName,
+        names: &[SymbolName],
+        own: &crate::compile::Compiled,
+    ) {
+        let Some((rep_name, rep_names, rep_code)) = &self.template_code[template] else {
+            self.summary.dedup_time += own.time;
+            return;
+        };
+        let start = Instant::now();
+        let copy = rep_code.retarget(rep_names, names);
+        self.summary.dedup_time += start.elapsed();
+        let Some(verify) = &mut self.verify else {
+            return;
+        };
+        verify.reuse_pairs += 1;
+        let what = match &copy {
+            None => Some("names the template's code cannot be retargeted to"),
+            Some(copy) => difference(copy, &own.code),
+        };
+        if let Some(what) = what {
+            verify
+                .reuse_mismatches
+                .push((name.clone(), rep_name.clone(), what.to_string()));
+        }
+    }
+}
+
+/// What differs between two compilations, if anything.
+fn difference(a: &MachineCode, b: &MachineCode) -> Option<&'static str> {
+    if a.bytes != b.bytes {
+        Some("machine code")
+    } else if a.relocs != b.relocs {
+        Some("relocations")
+    } else if a.alignment != b.alignment {
+        Some("alignment")
+    } else {
+        None
     }
 }
 

@@ -203,3 +203,33 @@ fn compile_and_verify_on_the_known_twins() {
     assert_eq!(out["compile"]["compile_errors"], 1);
     assert_eq!(out["compile"]["compile_error_list"][0]["function"], "%f");
 }
+
+#[test]
+fn reuse_counts_and_verifies_template_twins() {
+    let dir = common::data_dir().join("reuse").display().to_string();
+    let plain = json_of(&jitfold(&["report", "--json", &dir]));
+    assert_eq!(plain["classes"], 3);
+    assert!(plain.get("reused").is_none(), "`reused` only with --reuse");
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--reuse",
+        "--compile",
+        "--verify",
+        "--isa",
+        "x86_64",
+        &dir,
+    ]));
+    // u0:31 reuses u0:30's code; u0:32's call is not colocated.
+    assert_eq!(out["classes"], 3);
+    assert_eq!(out["reused"], 1);
+    assert_eq!(out["compile"]["functions"], 3);
+    assert_eq!(out["verify"]["pairs"], 0);
+    assert_eq!(out["verify"]["reuse_pairs"], 1);
+    assert_eq!(out["verify"]["reuse_mismatches"], 0);
+    // The exact-duplicate figures are unchanged by --reuse.
+    let corpus_plain = json_of(&jitfold(&["report", "--json", &corpus()]));
+    let corpus_reuse = json_of(&jitfold(&["report", "--json", "--reuse", &corpus()]));
+    assert_eq!(corpus_plain["exact_merged"], corpus_reuse["exact_merged"]);
+    assert_eq!(corpus_reuse["reused"], 0);
+}

@@ -63,6 +63,12 @@ struct ReportArgs {
     /// code and relocations with the group's first member; adds `verify`.
     #[arg(long)]
     verify: bool,
+    /// Also group functions by template (same code up to the callees and
+    /// symbols they name) and count how many could reuse compiled code; adds
+    /// `reused`, and makes `--compile` count only what is really compiled
+    /// and `--verify` check every reused function.
+    #[arg(long)]
+    reuse: bool,
     /// `.clif` files or directories (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -139,6 +145,7 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         default_isa: Some(&*isa),
         compile_isa: (args.compile || args.verify).then_some(&*isa),
         verify: args.verify,
+        reuse: args.reuse,
     };
     let report = match report::build(&args.paths, &options, &mut bar) {
         Ok(r) => r,
@@ -231,6 +238,9 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
         "duplicate_groups": r.groups.len(),
         "fingerprint_ns_per_inst": r.fingerprint_ns_per_inst(),
     });
+    if let Some(reused) = r.reused {
+        out["reused"] = json!(reused);
+    }
     if let Some(c) = &r.compile {
         out["compile"] = json!({
             "isa": c.isa,
@@ -249,14 +259,13 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
         out["verify"] = json!({
             "pairs": v.pairs,
             "mismatches": v.mismatches.len(),
-            "mismatch_list": v.mismatches.iter()
-                .map(|(m, rep, what)| json!({
-                    "file": m.file, "function": m.name,
-                    "representative_file": rep.file, "representative": rep.name,
-                    "differs_in": what,
-                }))
-                .collect::<Vec<_>>(),
+            "mismatch_list": mismatch_list(&v.mismatches),
         });
+        if r.reused.is_some() {
+            out["verify"]["reuse_pairs"] = json!(v.reuse_pairs);
+            out["verify"]["reuse_mismatches"] = json!(v.reuse_mismatches.len());
+            out["verify"]["reuse_mismatch_list"] = mismatch_list(&v.reuse_mismatches);
+        }
     }
     if with_groups {
         out["groups"] = r
@@ -276,6 +285,18 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
     out
 }
 
+fn mismatch_list(list: &[(report::FunctionName, report::FunctionName, String)]) -> Value {
+    list.iter()
+        .map(|(m, rep, what)| {
+            json!({
+                "file": m.file, "function": m.name,
+                "representative_file": rep.file, "representative": rep.name,
+                "differs_in": what,
+            })
+        })
+        .collect()
+}
+
 fn print_summary(r: &Report, with_groups: bool) {
     println!("files                 {}", r.files);
     println!("functions             {}", r.functions);
@@ -286,6 +307,13 @@ fn print_summary(r: &Report, with_groups: bool) {
         r.exact_merged,
         percent(r.exact_merged, r.functions)
     );
+    if let Some(reused) = r.reused {
+        println!(
+            "reused                {} ({:.2}% of functions)",
+            reused,
+            percent(reused, r.functions)
+        );
+    }
     println!("duplicate groups      {}", r.groups.len());
     println!("largest group         {}", r.largest_group);
     println!(
@@ -316,7 +344,14 @@ fn print_summary(r: &Report, with_groups: bool) {
             v.pairs,
             v.mismatches.len()
         );
-        for (m, rep, what) in &v.mismatches {
+        if r.reused.is_some() {
+            println!(
+                "verify reuse          {} pairs, {} mismatches",
+                v.reuse_pairs,
+                v.reuse_mismatches.len()
+            );
+        }
+        for (m, rep, what) in v.mismatches.iter().chain(&v.reuse_mismatches) {
             println!(
                 "  {} {} differs from {} {} in {what}",
                 m.file.display(),

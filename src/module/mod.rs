@@ -55,7 +55,7 @@
 //! them, so that callers defined before their callees still benefit from 2.
 
 mod jit;
-mod reuse;
+pub mod reuse;
 pub mod stats;
 pub mod trampoline;
 

@@ -3,7 +3,7 @@
 //!
 //! # What this module guarantees
 //!
-//! 1. A [`CodeTemplate`] is captured only when every relocation of the code
+//! 1. A code template is captured only when every relocation of the code
 //!    is against a libcall, a known symbol, the function's own code, or a
 //!    name in the function's slot list (anything else could not be
 //!    retargeted, so such code is not reused).
