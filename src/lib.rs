@@ -20,6 +20,7 @@ pub mod fingerprint;
 pub mod fuzzing;
 pub mod isa;
 pub mod module;
+pub mod refine;
 pub mod report;
 
 pub use cache::{ClassId, DedupCache, Lookup};

@@ -21,11 +21,18 @@
 //!   time then counts compiling one function per template plus retargeting
 //!   the code for each reused function, and with `--verify` every reused
 //!   function's own compilation is compared with the retargeted copy.
+//! - With `--merge calls`, every grouped function is also refined by call
+//!   graph ([`crate::refine::CallGraph`]): `refined_merged` counts the
+//!   functions merged beyond exact duplicates (exact classes minus refined
+//!   classes; refinement only ever joins exact classes), and the time spent
+//!   building the graph and refining is measured separately from
+//!   fingerprinting.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::compile::{MachineCode, compile, with_quiet_panics};
 use crate::corpus::{CorpusError, FileOutcome, clif_files, load_file};
-use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
+use crate::fingerprint::{Fingerprinter, SymbolName};
+use crate::refine::CallGraph;
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -120,6 +127,19 @@ pub struct ReportOptions<'a> {
     pub verify: bool,
     /// Group by template as well and count reusable code (`--reuse`).
     pub reuse: bool,
+    /// Refine classes over the call graph (`--merge calls`).
+    pub merge_calls: bool,
+}
+
+/// `--merge calls`: what call-graph refinement found.
+#[derive(Clone, Debug, Default)]
+pub struct RefineSummary {
+    /// Functions merged beyond exact duplicates.
+    pub refined_merged: usize,
+    /// Rounds of refinement until stable.
+    pub rounds: u32,
+    /// Time to build the call graph (templates, names) and refine.
+    pub time: Duration,
 }
 
 /// What the report found.
@@ -146,6 +166,8 @@ pub struct Report {
     /// With `--reuse`: functions of a new class whose template an earlier
     /// class has (their code is a retargeted copy).
     pub reused: Option<usize>,
+    /// Present with `--merge calls`.
+    pub refine: Option<RefineSummary>,
     /// Members in the largest class (1 if there are no duplicates).
     pub largest_group: usize,
     /// Total time spent fingerprinting.
@@ -212,13 +234,7 @@ fn build_inner(
         files: files.len(),
         ..Report::default()
     };
-    let mut fingerprinter = Fingerprinter::new();
-    let mut cache = DedupCache::new();
-    let mut members: SecondaryMap<ClassId, Vec<FunctionName>> = SecondaryMap::new();
-    let mut fingerprints: Vec<(Fingerprint, Option<Vec<SymbolName>>)> = Vec::new();
-    let mut templates = DedupCache::new();
-    let mut reused = 0;
-    let mut reuse_time = Duration::ZERO;
+    let mut grouping = Grouping::new(options);
     let mut compiling = options.compile_isa.map(|isa| Compiling {
         isa,
         summary: CompileSummary {
@@ -246,36 +262,7 @@ fn build_inner(
                         }),
                     }
                 }
-                let start = Instant::now();
-                fingerprints.clear();
-                fingerprints.extend(valid.iter().map(|(f, _)| {
-                    let fp = fingerprinter.fingerprint(f);
-                    let names = options.reuse.then(|| fingerprinter.last_names().to_vec());
-                    (fp, names)
-                }));
-                report.fingerprint_time += start.elapsed();
-                for ((fp, names), (func, name)) in fingerprints.drain(..).zip(valid) {
-                    report.functions += 1;
-                    report.instructions += u64::from(fp.instructions());
-                    // Templates and names are part of the dedup work.
-                    let start = Instant::now();
-                    let template = options.reuse.then(|| fp.template());
-                    let lookup = cache.insert(fp);
-                    let reuse = match (template, names, lookup) {
-                        (Some(template), Some(names), Lookup::New(_)) => {
-                            Some((templates.insert(template), names))
-                        }
-                        _ => None,
-                    };
-                    reuse_time += start.elapsed();
-                    if let Some((Lookup::Duplicate(_), _)) = reuse {
-                        reused += 1;
-                    }
-                    if let Some(c) = &mut compiling {
-                        c.compile(&func, &name, lookup, reuse);
-                    }
-                    members[lookup.class()].push(name);
-                }
+                grouping.add_file(&mut report, valid, compiling.as_mut());
             }
             FileOutcome::ParseError(message) => {
                 report.parse_errors.push(FileProblem { file, message })
@@ -289,17 +276,150 @@ fn build_inner(
         }
         progress.advance();
     }
-    report.classes = cache.classes();
-    report.exact_merged = report.functions - report.classes;
-    report.reused = options.reuse.then_some(reused);
-    report.largest_group = members.values().map(Vec::len).max().unwrap_or(0);
-    report.groups = group_list(&cache, members);
+    grouping.finish(&mut report);
     if let Some(mut c) = compiling {
-        c.summary.dedup_time += report.fingerprint_time + reuse_time;
+        c.summary.dedup_time += report.fingerprint_time + grouping.reuse_time;
         report.compile = Some(c.summary);
         report.verify = c.verify;
     }
     Ok(report)
+}
+
+/// Fingerprints, exact classes, templates and the call graph, file by file.
+/// Each kind of work is timed as one span per file, so that reading the
+/// clock does not weigh on small functions.
+struct Grouping {
+    fingerprinter: Fingerprinter,
+    cache: DedupCache,
+    templates: DedupCache,
+    members: SecondaryMap<ClassId, Vec<FunctionName>>,
+    reuse: bool,
+    graph: Option<CallGraph>,
+    graph_time: Duration,
+    reused: usize,
+    /// Time of the template lookups that reuse needs.
+    reuse_time: Duration,
+    // Scratch, per file: fingerprints, then each function's names and
+    // address-taken flags as a range of `names` and `taken`.
+    fingerprints: Vec<crate::Fingerprint>,
+    names: Vec<SymbolName>,
+    taken: Vec<bool>,
+    ranges: Vec<core::ops::Range<usize>>,
+}
+
+impl Grouping {
+    fn new(options: &ReportOptions) -> Self {
+        Self {
+            fingerprinter: Fingerprinter::new(),
+            cache: DedupCache::new(),
+            templates: DedupCache::new(),
+            members: SecondaryMap::new(),
+            reuse: options.reuse,
+            graph: options.merge_calls.then(CallGraph::new),
+            graph_time: Duration::ZERO,
+            reused: 0,
+            reuse_time: Duration::ZERO,
+            fingerprints: Vec::new(),
+            names: Vec::new(),
+            taken: Vec::new(),
+            ranges: Vec::new(),
+        }
+    }
+
+    fn add_file(
+        &mut self,
+        report: &mut Report,
+        valid: Vec<(Function, FunctionName)>,
+        compiling: Option<&mut Compiling>,
+    ) {
+        let keep_names = self.reuse || self.graph.is_some();
+        // 1. Fingerprints, with the names when they are needed.
+        self.fingerprints.clear();
+        self.names.clear();
+        self.taken.clear();
+        self.ranges.clear();
+        let start = Instant::now();
+        for (func, _) in &valid {
+            self.fingerprints.push(self.fingerprinter.fingerprint(func));
+            if keep_names {
+                let first = self.names.len();
+                self.names
+                    .extend_from_slice(self.fingerprinter.last_names());
+                self.taken
+                    .extend_from_slice(self.fingerprinter.last_address_taken());
+                self.ranges.push(first..self.names.len());
+            }
+        }
+        report.fingerprint_time += start.elapsed();
+        // 2. Exact classes; a template for each new class (sharing the key).
+        let mut lookups = Vec::with_capacity(valid.len());
+        for fp in self.fingerprints.drain(..) {
+            report.functions += 1;
+            report.instructions += u64::from(fp.instructions());
+            let template = (keep_names && self.cache.get(&fp).is_none()).then(|| fp.template());
+            lookups.push((self.cache.insert(fp), template));
+        }
+        // 3. Template classes (for reuse and for the call graph).
+        let start = Instant::now();
+        let template_lookups: Vec<Option<Lookup>> = lookups
+            .iter_mut()
+            .map(|(_, template)| template.take().map(|t| self.templates.insert(t)))
+            .collect();
+        let template_time = start.elapsed();
+        if self.reuse {
+            self.reuse_time += template_time;
+        }
+        // 4. The call graph: a node per exact class, every function's name.
+        if let Some(graph) = &mut self.graph {
+            let start = Instant::now();
+            for (i, ((lookup, _), (func, _))) in lookups.iter().zip(&valid).enumerate() {
+                let class = lookup.class().as_u32();
+                if let Some(template) = template_lookups[i] {
+                    let range = self.ranges[i].clone();
+                    let node = graph.add_node(
+                        template.class().as_u32(),
+                        &self.names[range.clone()],
+                        &self.taken[range],
+                    );
+                    debug_assert_eq!(node, class, "a node per exact class");
+                }
+                graph.add_function_with_func_name(&func.name, class);
+            }
+            self.graph_time += template_time + start.elapsed();
+        }
+        // 5. Reuse and compilation, function by function.
+        let mut compiling = compiling;
+        for (i, ((lookup, _), (func, name))) in lookups.into_iter().zip(valid).enumerate() {
+            let reuse = template_lookups[i]
+                .filter(|_| self.reuse)
+                .map(|template| (template, self.names[self.ranges[i].clone()].to_vec()));
+            if let Some((Lookup::Duplicate(_), _)) = reuse {
+                self.reused += 1;
+            }
+            if let Some(c) = compiling.as_deref_mut() {
+                c.compile(&func, &name, lookup, reuse);
+            }
+            self.members[lookup.class()].push(name);
+        }
+    }
+
+    fn finish(&mut self, report: &mut Report) {
+        report.classes = self.cache.classes();
+        report.exact_merged = report.functions - report.classes;
+        report.reused = self.reuse.then_some(self.reused);
+        if let Some(graph) = &self.graph {
+            let start = Instant::now();
+            let refinement = graph.refine();
+            report.refine = Some(RefineSummary {
+                refined_merged: report.classes - refinement.classes,
+                rounds: refinement.rounds,
+                time: self.graph_time + start.elapsed(),
+            });
+        }
+        let members = core::mem::take(&mut self.members);
+        report.largest_group = members.values().map(Vec::len).max().unwrap_or(0);
+        report.groups = group_list(&self.cache, members);
+    }
 }
 
 /// A function that starts a class, with `--reuse`: its template's lookup and

@@ -69,9 +69,20 @@ struct ReportArgs {
     /// and `--verify` check every reused function.
     #[arg(long)]
     reuse: bool,
+    /// What merges: `exact` duplicates (the default), or also functions
+    /// that are the same once callees are compared by class over the call
+    /// graph (`calls`; adds `refined_merged`, `refine_rounds`, `refine_s`).
+    #[arg(long, value_enum, default_value_t = MergeArg::Exact)]
+    merge: MergeArg,
     /// `.clif` files or directories (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MergeArg {
+    Exact,
+    Calls,
 }
 
 fn main() -> ExitCode {
@@ -146,6 +157,7 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         compile_isa: (args.compile || args.verify).then_some(&*isa),
         verify: args.verify,
         reuse: args.reuse,
+        merge_calls: args.merge == MergeArg::Calls,
     };
     let report = match report::build(&args.paths, &options, &mut bar) {
         Ok(r) => r,
@@ -241,6 +253,11 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
     if let Some(reused) = r.reused {
         out["reused"] = json!(reused);
     }
+    if let Some(refine) = &r.refine {
+        out["refined_merged"] = json!(refine.refined_merged);
+        out["refine_rounds"] = json!(refine.rounds);
+        out["refine_s"] = json!(refine.time.as_secs_f64());
+    }
     if let Some(c) = &r.compile {
         out["compile"] = json!({
             "isa": c.isa,
@@ -312,6 +329,14 @@ fn print_summary(r: &Report, with_groups: bool) {
             "reused                {} ({:.2}% of functions)",
             reused,
             percent(reused, r.functions)
+        );
+    }
+    if let Some(refine) = &r.refine {
+        println!(
+            "refined_merged        {} (call graph, {} rounds, {:.3} ms)",
+            refine.refined_merged,
+            refine.rounds,
+            refine.time.as_secs_f64() * 1e3
         );
     }
     println!("duplicate groups      {}", r.groups.len());

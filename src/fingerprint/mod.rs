@@ -102,7 +102,7 @@ mod walk;
 use core::cmp::Ordering;
 use core::hash::{BuildHasher, Hash, Hasher};
 use cranelift_codegen::ir::{Function, UserExternalName};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 pub use walk::Fingerprinter;
 
@@ -113,14 +113,20 @@ pub const KEY_FORMAT_VERSION: u32 = 2;
 /// The canonical fingerprint of one function: its key and a keyed hash of it.
 ///
 /// Holds no reference to the function it came from; memory use is the key
-/// (a few words per instruction) plus two words.
+/// (a few words per instruction) plus six words. Cloning it, and taking its
+/// [template](Fingerprint::template), share the key instead of copying it.
 #[derive(Clone)]
 pub struct Fingerprint {
-    key: Box<[u32]>,
-    hash: u64,
-    instructions: u32,
-    /// Length of the template part of `key` (all of it for a template).
+    /// The exact key of the function; a template's key is a prefix of it.
+    words: Arc<[u32]>,
+    /// Length of this fingerprint's key: a prefix of `words`.
+    len: u32,
+    /// Length of the template part of `words`.
     template_len: u32,
+    hash: u64,
+    /// The hash of the template part, from which `hash` continues.
+    template_hash: u64,
+    instructions: u32,
 }
 
 /// A user or test-case external name, as it fills a name slot of a
@@ -140,13 +146,17 @@ impl Fingerprint {
         Fingerprinter::new().fingerprint(func)
     }
 
-    fn from_key(key: Box<[u32]>, instructions: u32, template_len: u32) -> Self {
-        let hash = process_hasher().hash_one(&key[..]);
+    fn from_key(words: &[u32], instructions: u32, template_len: u32) -> Self {
+        let (template, names) = words.split_at(template_len as usize);
+        let template_hash = process_hasher().hash_one(template);
+        let hash = process_hasher().hash_one((template_hash, names));
         Self {
-            key,
-            hash,
-            instructions,
+            words: words.into(),
+            len: words.len() as u32,
             template_len,
+            hash,
+            template_hash,
+            instructions,
         }
     }
 
@@ -156,13 +166,19 @@ impl Fingerprint {
     /// targets of relocations against those names. The template of a
     /// template is itself.
     pub fn template(&self) -> Fingerprint {
-        let len = self.template_len as usize;
-        Self::from_key(self.key[..len].into(), self.instructions, self.template_len)
+        Self {
+            words: self.words.clone(),
+            len: self.template_len,
+            template_len: self.template_len,
+            hash: self.template_hash,
+            template_hash: self.template_hash,
+            instructions: self.instructions,
+        }
     }
 
     /// The canonical key. Equal keys mean interchangeable functions.
     pub fn key(&self) -> &[u32] {
-        &self.key
+        &self.words[..self.len as usize]
     }
 
     /// Number of instructions the walk encoded (reachable, in the layout).
@@ -181,8 +197,8 @@ impl Fingerprint {
     /// machine for a given version of jitfold and Cranelift (XXH3 over the
     /// little-endian bytes of the key, seeded with [`KEY_FORMAT_VERSION`]).
     pub fn stable_hash(&self) -> u64 {
-        let mut bytes = Vec::with_capacity(self.key.len() * 4);
-        for word in self.key.iter() {
+        let mut bytes = Vec::with_capacity(self.key().len() * 4);
+        for word in self.key() {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
         xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, u64::from(KEY_FORMAT_VERSION))
@@ -198,7 +214,7 @@ fn process_hasher() -> &'static hashbrown::DefaultHashBuilder {
 
 impl PartialEq for Fingerprint {
     fn eq(&self, other: &Self) -> bool {
-        self.hash == other.hash && self.key == other.key
+        self.hash == other.hash && self.key() == other.key()
     }
 }
 
@@ -218,7 +234,7 @@ impl PartialOrd for Fingerprint {
 
 impl Ord for Fingerprint {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.key.cmp(&other.key)
+        self.key().cmp(other.key())
     }
 }
 
@@ -228,7 +244,7 @@ impl core::fmt::Debug for Fingerprint {
             f,
             "Fingerprint({:016x}, {} words)",
             self.stable_hash(),
-            self.key.len()
+            self.key().len()
         )
     }
 }

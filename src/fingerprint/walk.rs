@@ -87,6 +87,10 @@ pub struct Fingerprinter {
     constant_handles: Vec<Constant>,
     /// User and test-case names in first-use order: slot `i` is `names[i]`.
     names: Vec<SymbolName>,
+    /// Per slot: whether a reachable instruction uses the name as data.
+    address_taken: Vec<bool>,
+    /// The name slot of each numbered `FuncRef` (`u32::MAX`: none).
+    func_ref_slots: SecondaryMap<FuncRef, u32>,
 }
 
 impl Default for Fingerprinter {
@@ -115,6 +119,8 @@ impl Fingerprinter {
             unused_slots: Vec::new(),
             constant_handles: Vec::new(),
             names: Vec::new(),
+            address_taken: Vec::new(),
+            func_ref_slots: SecondaryMap::with_default(u32::MAX),
         }
     }
 
@@ -122,7 +128,7 @@ impl Fingerprinter {
     /// [`crate::fingerprint`] for what it contains).
     pub fn fingerprint(&mut self, func: &Function) -> Fingerprint {
         let (instructions, template_len) = self.encode(func);
-        Fingerprint::from_key(self.out.as_slice().into(), instructions, template_len)
+        Fingerprint::from_key(&self.out, instructions, template_len)
     }
 
     /// The user and test-case names of the function fingerprinted last, in
@@ -130,6 +136,14 @@ impl Fingerprinter {
     /// `last_names()[i]`. Distinct names have distinct slots.
     pub fn last_names(&self) -> &[SymbolName] {
         &self.names
+    }
+
+    /// For each slot of [`Fingerprinter::last_names`], whether the function
+    /// fingerprinted last uses the name as data (takes a function's address
+    /// with `func_addr`, or reads a symbol's address through a global
+    /// value) rather than only calling it. Only reachable uses count.
+    pub fn last_address_taken(&self) -> &[bool] {
+        &self.address_taken
     }
 
     /// Runs the walk, leaving the key in `self.out`; returns the number of
@@ -153,6 +167,8 @@ impl Fingerprinter {
         self.constant_handles
             .extend(dfg.constants.iter().map(|(&handle, _)| handle));
         self.names.clear();
+        self.address_taken.clear();
+        self.func_ref_slots.clear();
 
         // 1. Signature; 2. stack limit.
         self.signature(&func.signature);
@@ -361,7 +377,9 @@ impl Fingerprinter {
             self.out.push(u32::MAX);
             return;
         };
-        self.external_name(func, &data.name);
+        if let Some(slot) = self.external_name(func, &data.name) {
+            self.func_ref_slots[func_ref] = slot;
+        }
         self.sig_ref(func, data.signature);
         self.out
             .push(u32::from(data.colocated) | u32::from(data.patchable) << 1);
@@ -370,36 +388,44 @@ impl Fingerprinter {
     /// An external name. User and test-case names are written as their slot
     /// (first-use number among distinct names); the names themselves follow
     /// the template part of the key.
-    fn external_name(&mut self, func: &Function, name: &ExternalName) {
-        match name {
+    fn external_name(&mut self, func: &Function, name: &ExternalName) -> Option<u32> {
+        let (tag, found) = match name {
             ExternalName::User(r) => match func.params.user_named_funcs().get(*r) {
-                Some(user) => {
-                    let found = self
-                        .names
+                Some(user) => (
+                    0,
+                    self.names
                         .iter()
-                        .position(|n| matches!(n, SymbolName::User(u) if u == user));
-                    let slot = found.unwrap_or_else(|| {
-                        self.names.push(SymbolName::User(user.clone()));
-                        self.names.len() - 1
-                    });
-                    self.out.extend([0, slot as u32]);
+                        .position(|n| matches!(n, SymbolName::User(u) if u == user))
+                        .ok_or_else(|| SymbolName::User(user.clone())),
+                ),
+                None => {
+                    self.out.push(u32::MAX);
+                    return None;
                 }
-                None => self.out.push(u32::MAX),
             },
-            ExternalName::TestCase(name) => {
-                let found = self
-                    .names
+            ExternalName::TestCase(name) => (
+                1,
+                self.names
                     .iter()
-                    .position(|n| matches!(n, SymbolName::TestCase(t) if **t == *name.raw()));
-                let slot = found.unwrap_or_else(|| {
-                    self.names.push(SymbolName::TestCase(name.raw().into()));
-                    self.names.len() - 1
-                });
-                self.out.extend([1, slot as u32]);
+                    .position(|n| matches!(n, SymbolName::TestCase(t) if **t == *name.raw()))
+                    .ok_or_else(|| SymbolName::TestCase(name.raw().into())),
+            ),
+            ExternalName::LibCall(libcall) => {
+                self.out.extend([2, *libcall as u32]);
+                return None;
             }
-            ExternalName::LibCall(libcall) => self.out.extend([2, *libcall as u32]),
-            ExternalName::KnownSymbol(sym) => self.out.extend([3, *sym as u32]),
-        }
+            ExternalName::KnownSymbol(sym) => {
+                self.out.extend([3, *sym as u32]);
+                return None;
+            }
+        };
+        let slot = found.unwrap_or_else(|new| {
+            self.names.push(new);
+            self.address_taken.push(false);
+            self.names.len() - 1
+        }) as u32;
+        self.out.extend([tag, slot]);
+        Some(slot)
     }
 
     fn global_value(&mut self, func: &Function, gv: GlobalValue) {
@@ -445,7 +471,9 @@ impl Fingerprinter {
                 tls,
             } => {
                 self.out.push(3);
-                self.external_name(func, name);
+                if let Some(slot) = self.external_name(func, name) {
+                    self.address_taken[slot as usize] = true;
+                }
                 self.imm64(offset.bits());
                 self.out.push(u32::from(*colocated) | u32::from(*tls) << 1);
             }
@@ -656,7 +684,15 @@ impl Fingerprinter {
                 self.values_fixed(func, &args);
                 self.out.push(cond as u32);
             }
-            InstructionData::FuncAddr { func_ref, .. } => self.func_ref(func, func_ref),
+            InstructionData::FuncAddr { func_ref, .. } => {
+                self.func_ref(func, func_ref);
+                if let Some(taken) = self
+                    .address_taken
+                    .get_mut(self.func_ref_slots[func_ref] as usize)
+                {
+                    *taken = true;
+                }
+            }
             InstructionData::IntAddTrap { args, code, .. } => {
                 self.values_fixed(func, &args);
                 self.out.push(u32::from(code.as_raw().get()));
