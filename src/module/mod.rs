@@ -21,15 +21,24 @@
 //! 3. Before a function is fingerprinted and compiled, its references to
 //!    known duplicates are rewritten to their canonical functions (so callers
 //!    of twins become twins, and calls skip the trampoline).
-//! 4. Function identity: with [`DedupOptions::distinct_addresses`] every id
+//! 4. In batch mode, the functions of a flush are first refined over their
+//!    call graph ([`crate::refine`]): callees are compared by class, so
+//!    self-recursive and mutually recursive twins (any cycle length) become
+//!    duplicates of one another, and functions that differ anywhere in a
+//!    cycle do not.
+//! 5. Function identity: with [`DedupOptions::distinct_addresses`] every id
 //!    keeps its own address (its trampoline), and references used as data
 //!    (`func_addr`, symbol global values) are never rewritten. Without it,
 //!    duplicates are aliases: the JIT hands out the canonical entry point for
-//!    them, as identical-code folding in a linker does.
-//! 5. A function that fails to verify or compile returns the error and leaves
+//!    them, as identical-code folding in a linker does. In both, a name a
+//!    function uses as data is compared by value when refining, never by
+//!    class: a function that returns or compares its own address does not
+//!    merge with a twin that does the same with its own, since the shared
+//!    code could only produce one of the two addresses.
+//! 6. A function that fails to verify or compile returns the error and leaves
 //!    no cache entry and no definition: a later correct function with the same
 //!    fingerprint compiles, and the id may be defined again.
-//! 6. Misuse is an error, not a panic: defining an undeclared id, an import,
+//! 7. Misuse is an error, not a panic: defining an undeclared id, an import,
 //!    an id twice, or with a signature other than the declared one; in the
 //!    JIT, finalizing while a referenced local function or data object is
 //!    undefined, and asking for the pointer of an undefined or unfinalized id.
@@ -37,8 +46,9 @@
 //! # Where the wrapper sits
 //!
 //! On a cache hit, and when code is reused, nothing is compiled, so
-//! `ctx.compiled_code()` is `None` after `define_function` (Cranelift keeps that field private to its crate,
-//! so it cannot be filled in from the canonical function). Wrappers that read
+//! `ctx.compiled_code()` is `None` after `define_function` (Cranelift keeps
+//! that field private to its crate, so it cannot be filled in from the
+//! canonical function). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
 //! see every function that is actually compiled, and only those. Likewise,
@@ -51,8 +61,13 @@
 //!
 //! [`Mode::Eager`] compiles at `define_function` (lowest latency).
 //! [`Mode::Batch`] only records definitions and compiles at
-//! `finalize_definitions` (or [`DedupModule::flush`]), after grouping all of
-//! them, so that callers defined before their callees still benefit from 2.
+//! `finalize_definitions` (or [`DedupModule::flush`]), after refining and
+//! grouping all of them, so that callers defined before their callees
+//! still benefit from 3, and recursive twins merge (4). Eager mode cannot
+//! prove recursive twins equal before the second one is compiled; what it
+//! can do without recompiling is rewriting calls to known duplicates (3)
+//! and copying code between twins with one template (2). The entry point
+//! of a compiled id never changes afterwards.
 
 mod jit;
 pub mod reuse;
@@ -60,7 +75,8 @@ pub mod stats;
 pub mod trampoline;
 
 use crate::cache::{ClassId, DedupCache};
-use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
+use crate::refine::CallGraph;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
@@ -526,6 +542,7 @@ impl<M: Module> DedupModule<M> {
         }
         // Without a trampoline form for this ISA every function is compiled.
         if trampoline::trampoline_to(self.inner.isa(), FuncId::from_u32(0)).is_some() {
+            self.plan_refined(&mut pending);
             self.plan_duplicates(&mut pending);
         }
         // Compile the first of each group, then define the duplicates.
@@ -570,6 +587,43 @@ impl<M: Module> DedupModule<M> {
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// Refines the pending functions over their call graph (see
+    /// [`crate::refine`]) and marks each function of a class with two or
+    /// more members as a duplicate of the class's first member. Callees are
+    /// compared by class, so recursive and mutually recursive twins merge;
+    /// names used as data (addresses) are compared by value.
+    fn plan_refined(&mut self, pending: &mut [(FuncId, Function)]) {
+        let mut templates = DedupCache::new();
+        let mut graph = CallGraph::new();
+        for (id, func) in pending.iter_mut() {
+            self.canonicalize_references(func);
+            let template = self.fingerprinter.fingerprint(func).template();
+            let template = templates.insert(template).class().as_u32();
+            let node = graph.add_node(
+                template,
+                self.fingerprinter.last_names(),
+                self.fingerprinter.last_address_taken(),
+            );
+            let own = SymbolName::User(ir::UserExternalName::new(0, id.as_u32()));
+            graph.add_function(&own, node);
+        }
+        let refinement = graph.refine();
+        self.stats.refine_rounds += u64::from(refinement.rounds);
+        let mut first: hashbrown::HashMap<u32, FuncId> = hashbrown::HashMap::new();
+        for ((id, _), &class) in pending.iter().zip(&refinement.class_of) {
+            match first.entry(class) {
+                hashbrown::hash_map::Entry::Occupied(e) => {
+                    self.functions[*id] = State::Duplicate {
+                        canonical: *e.get(),
+                    };
+                }
+                hashbrown::hash_map::Entry::Vacant(e) => {
+                    e.insert(*id);
+                }
+            }
         }
     }
 

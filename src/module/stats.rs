@@ -42,6 +42,8 @@ pub struct Stats {
     pub compile_time_saved: Duration,
     /// Heap bytes held by the code kept for reuse (one copy per template).
     pub reuse_memory_bytes: u64,
+    /// Rounds of call-graph refinement run by batch flushes, summed.
+    pub refine_rounds: u64,
 }
 
 impl fmt::Display for Stats {
