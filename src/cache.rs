@@ -60,15 +60,20 @@ impl DedupCache {
 
     /// Looks `fp` up and inserts it if absent. Counts a hit or a miss.
     pub fn insert(&mut self, fp: Fingerprint) -> Lookup {
-        if let Some(&class) = self.classes.get(&fp) {
-            self.hits += 1;
-            self.members[class] += 1;
-            return Lookup::Duplicate(class);
+        match self.classes.entry(fp) {
+            hashbrown::hash_map::Entry::Occupied(e) => {
+                let class = *e.get();
+                self.hits += 1;
+                self.members[class] += 1;
+                Lookup::Duplicate(class)
+            }
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                self.misses += 1;
+                let class = self.members.push(1);
+                e.insert(class);
+                Lookup::New(class)
+            }
         }
-        self.misses += 1;
-        let class = self.members.push(1);
-        self.classes.insert(fp, class);
-        Lookup::New(class)
     }
 
     /// The class of `fp`, if present, counted as a hit. A miss is not

@@ -359,33 +359,32 @@ impl Grouping {
             let template = (keep_names && self.cache.get(&fp).is_none()).then(|| fp.template());
             lookups.push((self.cache.insert(fp), template));
         }
-        // 3. Template classes (for reuse and for the call graph).
+        // 3. Template classes, for reuse.
         let start = Instant::now();
         let template_lookups: Vec<Option<Lookup>> = lookups
-            .iter_mut()
-            .map(|(_, template)| template.take().map(|t| self.templates.insert(t)))
+            .iter()
+            .map(|(_, template)| {
+                template
+                    .as_ref()
+                    .filter(|_| self.reuse)
+                    .map(|t| self.templates.insert(t.clone()))
+            })
             .collect();
-        let template_time = start.elapsed();
-        if self.reuse {
-            self.reuse_time += template_time;
-        }
+        self.reuse_time += start.elapsed();
         // 4. The call graph: a node per exact class, every function's name.
         if let Some(graph) = &mut self.graph {
             let start = Instant::now();
-            for (i, ((lookup, _), (func, _))) in lookups.iter().zip(&valid).enumerate() {
+            for (i, ((lookup, template), (func, _))) in lookups.iter_mut().zip(&valid).enumerate() {
                 let class = lookup.class().as_u32();
-                if let Some(template) = template_lookups[i] {
+                if let Some(template) = template.take() {
                     let range = self.ranges[i].clone();
-                    let node = graph.add_node(
-                        template.class().as_u32(),
-                        &self.names[range.clone()],
-                        &self.taken[range],
-                    );
+                    let node =
+                        graph.add_node(template, &self.names[range.clone()], &self.taken[range]);
                     debug_assert_eq!(node, class, "a node per exact class");
                 }
                 graph.add_function_with_func_name(&func.name, class);
             }
-            self.graph_time += template_time + start.elapsed();
+            self.graph_time += start.elapsed();
         }
         // 5. Reuse and compilation, function by function.
         let mut compiling = compiling;

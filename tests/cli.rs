@@ -239,14 +239,22 @@ fn merge_calls_merges_recursive_twins_but_not_address_identities() {
     let dir = common::data_dir().join("calls").display().to_string();
     let exact = json_of(&jitfold(&["report", "--json", &dir]));
     assert_eq!(exact["functions"], 8);
-    assert_eq!(exact["exact_merged"], 0, "twins that call themselves by name");
-    assert!(exact.get("refined_merged").is_none(), "only with --merge calls");
+    assert_eq!(
+        exact["exact_merged"], 0,
+        "twins that call themselves by name"
+    );
+    assert!(
+        exact.get("refined_merged").is_none(),
+        "only with --merge calls"
+    );
     let calls = json_of(&jitfold(&["report", "--json", "--merge", "calls", &dir]));
     // u0:2 into u0:1, and u0:5/u0:6 into u0:3/u0:4; u0:7 and u0:8 return
     // their own addresses and stay apart.
     assert_eq!(calls["exact_merged"], 0);
     assert_eq!(calls["refined_merged"], 3);
-    assert_eq!(calls["refine_rounds"], 2);
+    // Nothing splits: u0:7 and u0:8 only name themselves as data (outside
+    // names), so they are never candidates; one round finds it stable.
+    assert_eq!(calls["refine_rounds"], 1);
     assert!(calls["refine_s"].as_f64().unwrap() >= 0.0);
     // `--merge exact` is the default and keeps today's numbers.
     let explicit = json_of(&jitfold(&["report", "--json", "--merge", "exact", &dir]));

@@ -74,7 +74,7 @@ pub mod reuse;
 pub mod stats;
 pub mod trampoline;
 
-use crate::cache::{ClassId, DedupCache};
+use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
 use crate::refine::CallGraph;
 use cranelift_codegen::control::ControlPlane;
@@ -596,24 +596,31 @@ impl<M: Module> DedupModule<M> {
     /// compared by class, so recursive and mutually recursive twins merge;
     /// names used as data (addresses) are compared by value.
     fn plan_refined(&mut self, pending: &mut [(FuncId, Function)]) {
-        let mut templates = DedupCache::new();
+        // A node per exact class of the pending functions.
+        let mut exact = DedupCache::new();
         let mut graph = CallGraph::new();
+        let mut node_of = Vec::with_capacity(pending.len());
         for (id, func) in pending.iter_mut() {
             self.canonicalize_references(func);
-            let template = self.fingerprinter.fingerprint(func).template();
-            let template = templates.insert(template).class().as_u32();
-            let node = graph.add_node(
-                template,
-                self.fingerprinter.last_names(),
-                self.fingerprinter.last_address_taken(),
-            );
+            let fp = self.fingerprinter.fingerprint(func);
+            let template = fp.template();
+            let node = match exact.insert(fp) {
+                Lookup::Duplicate(class) => class.as_u32(),
+                Lookup::New(_) => graph.add_node(
+                    template,
+                    self.fingerprinter.last_names(),
+                    self.fingerprinter.last_address_taken(),
+                ),
+            };
             let own = SymbolName::User(ir::UserExternalName::new(0, id.as_u32()));
             graph.add_function(&own, node);
+            node_of.push(node);
         }
         let refinement = graph.refine();
         self.stats.refine_rounds += u64::from(refinement.rounds);
         let mut first: hashbrown::HashMap<u32, FuncId> = hashbrown::HashMap::new();
-        for ((id, _), &class) in pending.iter().zip(&refinement.class_of) {
+        for ((id, _), &node) in pending.iter().zip(&node_of) {
+            let class = refinement.class_of[node as usize];
             match first.entry(class) {
                 hashbrown::hash_map::Entry::Occupied(e) => {
                     self.functions[*id] = State::Duplicate {

@@ -1,0 +1,374 @@
+//! [`CallGraph`]: functions, their name slots and their own names, resolved
+//! into [`Node`]s for [`refine`].
+//!
+//! # What this module guarantees
+//!
+//! - A slot refers to a node ([`Target::Function`]) exactly when its name is
+//!   the own name of functions of that one node and the function does not
+//!   take its address; every other slot is [`Target::Outside`], numbered so
+//!   that equal names get equal numbers and different names different ones.
+//! - Names are compared by value, in full (never by hash alone); they are
+//!   stored once each, in one buffer.
+
+use super::{Node, Refinement, Target, refine};
+use crate::cache::DedupCache;
+use crate::fingerprint::{Fingerprint, SymbolName};
+use core::hash::BuildHasher;
+use cranelift_codegen::ir::UserFuncName;
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+/// A set of functions to refine, built from what the
+/// [`Fingerprinter`](crate::Fingerprinter) found. Nodes are classes of
+/// functions known to be equal already (e.g. exact duplicates, which share
+/// template and names), and every function's own name points at its node.
+/// Names are resolved when [`CallGraph::refine`] runs:
+///
+/// - a name that only functions of one node have refers to that node,
+///   unless the referring function takes its address (then its identity
+///   matters, and it stays an outside name);
+/// - any other name (imports, data symbols, a name of functions in two
+///   nodes) is an outside name, compared by value.
+#[derive(Default)]
+pub struct CallGraph {
+    /// The names in slots, numbered.
+    names: Interner,
+    nodes: Vec<NodeEntry>,
+    /// All nodes' slots (name numbers, address taken), one after another.
+    slots: Vec<(u32, bool)>,
+    /// Functions' own names, resolved against slot names by `refine` (a
+    /// name no slot has needs no number): the name and its node.
+    own_names: Vec<(Stored, u32)>,
+    own_bytes: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Nobody,
+    Node(u32),
+    Several,
+}
+
+struct NodeEntry {
+    template: Fingerprint,
+    /// Range of this node's slots in `slots`.
+    slots: core::ops::Range<usize>,
+}
+
+/// A name, borrowed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum NameRef<'a> {
+    User(u32, u32),
+    TestCase(&'a [u8]),
+}
+
+impl<'a> From<&'a SymbolName> for NameRef<'a> {
+    fn from(name: &'a SymbolName) -> Self {
+        match name {
+            SymbolName::User(user) => NameRef::User(user.namespace, user.index),
+            SymbolName::TestCase(bytes) => NameRef::TestCase(bytes),
+        }
+    }
+}
+
+/// Names numbered in order of first sight; test-case bytes in one buffer.
+#[derive(Default)]
+struct Interner {
+    table: HashTable<u32>,
+    stored: Vec<Stored>,
+    bytes: Vec<u8>,
+    hasher: DefaultHashBuilder,
+}
+
+#[derive(Clone, Copy)]
+enum Stored {
+    User(u32, u32),
+    /// Start and length in `bytes`.
+    TestCase(u32, u32),
+}
+
+impl Interner {
+    fn get(&self, number: u32) -> NameRef<'_> {
+        match self.stored[number as usize] {
+            Stored::User(namespace, index) => NameRef::User(namespace, index),
+            Stored::TestCase(start, len) => {
+                NameRef::TestCase(&self.bytes[start as usize..][..len as usize])
+            }
+        }
+    }
+
+    /// The number of `name`, if it has one.
+    fn find(&self, name: NameRef<'_>) -> Option<u32> {
+        let hash = self.hasher.hash_one(name);
+        self.table.find(hash, |&n| self.get(n) == name).copied()
+    }
+
+    /// The number of `name`, giving it the next one if it is new.
+    fn number(&mut self, name: NameRef<'_>) -> u32 {
+        let hash = self.hasher.hash_one(name);
+        if let Some(&n) = self.table.find(hash, |&n| self.get(n) == name) {
+            return n;
+        }
+        let n = self.stored.len() as u32;
+        self.stored.push(match name {
+            NameRef::User(namespace, index) => Stored::User(namespace, index),
+            NameRef::TestCase(bytes) => {
+                let start = self.bytes.len() as u32;
+                self.bytes.extend_from_slice(bytes);
+                Stored::TestCase(start, bytes.len() as u32)
+            }
+        });
+        // The table is moved out while it grows, so that rehashing can
+        // read the stored names.
+        let mut table = core::mem::take(&mut self.table);
+        let this = &*self;
+        table.insert_unique(hash, n, |&n| this.hasher.hash_one(this.get(n)));
+        self.table = table;
+        n
+    }
+}
+
+impl CallGraph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a node: functions with this [template](Fingerprint::template),
+    /// slot names and address-taken flags (see
+    /// [`crate::Fingerprinter::last_names`] and
+    /// [`crate::Fingerprinter::last_address_taken`]). Returns its index;
+    /// nodes are numbered from 0 in the order added.
+    pub fn add_node(
+        &mut self,
+        template: Fingerprint,
+        names: &[SymbolName],
+        address_taken: &[bool],
+    ) -> u32 {
+        let start = self.slots.len();
+        for (name, &taken) in names.iter().zip(address_taken) {
+            let number = self.names.number(name.into());
+            self.slots.push((number, taken));
+        }
+        self.nodes.push(NodeEntry {
+            template,
+            slots: start..self.slots.len(),
+        });
+        self.nodes.len() as u32 - 1
+    }
+
+    /// Records that a function named `name` belongs to `node`.
+    pub fn add_function(&mut self, name: &SymbolName, node: u32) {
+        self.add_owner(name.into(), node);
+    }
+
+    /// Records that a function whose `ir::Function::name` is `name` belongs
+    /// to `node`.
+    pub fn add_function_with_func_name(&mut self, name: &UserFuncName, node: u32) {
+        let name = match name {
+            UserFuncName::User(user) => NameRef::User(user.namespace, user.index),
+            UserFuncName::Testcase(name) => NameRef::TestCase(name.raw()),
+        };
+        self.add_owner(name, node);
+    }
+
+    fn add_owner(&mut self, name: NameRef<'_>, node: u32) {
+        let stored = match name {
+            NameRef::User(namespace, index) => Stored::User(namespace, index),
+            NameRef::TestCase(bytes) => {
+                let start = self.own_bytes.len() as u32;
+                self.own_bytes.extend_from_slice(bytes);
+                Stored::TestCase(start, bytes.len() as u32)
+            }
+        };
+        self.own_names.push((stored, node));
+    }
+
+    /// Which node owns each slot name.
+    fn owners(&self) -> Vec<Owner> {
+        let mut owners = vec![Owner::Nobody; self.names.stored.len()];
+        for &(stored, node) in &self.own_names {
+            let name = match stored {
+                Stored::User(namespace, index) => NameRef::User(namespace, index),
+                Stored::TestCase(start, len) => {
+                    NameRef::TestCase(&self.own_bytes[start as usize..][..len as usize])
+                }
+            };
+            let Some(number) = self.names.find(name) else {
+                continue;
+            };
+            let owner = &mut owners[number as usize];
+            *owner = match *owner {
+                Owner::Nobody => Owner::Node(node),
+                Owner::Node(n) if n == node => Owner::Node(n),
+                Owner::Node(_) | Owner::Several => Owner::Several,
+            };
+        }
+        owners
+    }
+
+    /// Number of nodes added.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Resolves the names and refines the nodes; classes are numbered as in
+    /// [`refine`], nodes as returned by [`CallGraph::add_node`].
+    pub fn refine(&self) -> Refinement {
+        let owners = self.owners();
+        let mut targets = Vec::with_capacity(self.slots.len());
+        let mut ranges = Vec::with_capacity(self.nodes.len());
+        // Only a node with a slot that refers to a node can merge beyond
+        // exact duplicates (its other slots are names, which the exact key
+        // has already), and only with nodes that have one in the same slot:
+        // templates are compared among those nodes alone.
+        let mut templates = DedupCache::new();
+        let mut template_of = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            let start = targets.len();
+            targets.extend(self.slots[n.slots.clone()].iter().map(|&(name, taken)| {
+                match owners[name as usize] {
+                    Owner::Node(node) if !taken => Target::Function(node),
+                    _ => Target::Outside(name),
+                }
+            }));
+            let calls_nodes = targets[start..]
+                .iter()
+                .any(|t| matches!(t, Target::Function(_)));
+            template_of
+                .push(calls_nodes.then(|| templates.insert(n.template.clone()).class().as_u32()));
+            ranges.push(start..targets.len());
+        }
+        // The others each get a template number of their own.
+        let mut unique = templates.classes() as u32;
+        let nodes: Vec<Node<'_>> = template_of
+            .into_iter()
+            .zip(ranges)
+            .map(|(template, range)| Node {
+                template: template.unwrap_or_else(|| {
+                    unique += 1;
+                    unique - 1
+                }),
+                slots: &targets[range],
+            })
+            .collect();
+        refine(&nodes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Fingerprinter;
+    use crate::corpus::{FileOutcome, parse_text};
+
+    /// `(template, names, address taken, own name)` of each function of
+    /// `text`.
+    fn parts(text: &str) -> Vec<(Fingerprint, Vec<SymbolName>, Vec<bool>, UserFuncName)> {
+        let FileOutcome::Parsed { functions, .. } = parse_text(text, None) else {
+            panic!("test CLIF parses");
+        };
+        let mut fp = Fingerprinter::new();
+        functions
+            .into_iter()
+            .map(|f| {
+                assert!(f.verifier_error.is_none(), "{:?}", f.verifier_error);
+                let template = fp.fingerprint(&f.func).template();
+                let names = fp.last_names().to_vec();
+                (
+                    template,
+                    names,
+                    fp.last_address_taken().to_vec(),
+                    f.func.name,
+                )
+            })
+            .collect()
+    }
+
+    /// `%name` calls `%callee` (through `func_addr` when `by_address`) and
+    /// adds 1.
+    fn caller(name: &str, callee: &str, by_address: bool) -> String {
+        let call = if by_address {
+            "    v1 = func_addr.i64 fn0\n    v2 = call_indirect sig0, v1(v0)\n"
+        } else {
+            "    v2 = call fn0(v0)\n"
+        };
+        format!(
+            "function %{name}(i64) -> i64 {{\n    sig0 = (i64) -> i64\n    fn0 = colocated %{callee} sig0\n\
+             block0(v0: i64):\n{call}    v3 = iconst.i64 1\n    v4 = iadd v2, v3\n    return v4\n}}\n"
+        )
+    }
+
+    fn leaf(name: &str, k: i64) -> String {
+        format!(
+            "function %{name}(i64) -> i64 {{\nblock0(v0: i64):\n    v1 = iconst.i64 {k}\n    \
+             v2 = imul v0, v1\n    return v2\n}}\n"
+        )
+    }
+
+    /// Classes of the functions of `text`, one node per function (or as
+    /// `nodes` says: function `i` goes into node `nodes[i]`).
+    fn classes(text: &str, nodes: &[u32]) -> Vec<u32> {
+        let mut graph = CallGraph::new();
+        let mut added = 0;
+        for (i, (template, names, taken, own)) in parts(text).into_iter().enumerate() {
+            if nodes[i] == added {
+                graph.add_node(template, &names, &taken);
+                added += 1;
+            }
+            graph.add_function_with_func_name(&own, nodes[i]);
+        }
+        let r = graph.refine();
+        nodes.iter().map(|&n| r.class_of[n as usize]).collect()
+    }
+
+    #[test]
+    fn callers_of_one_node_merge() {
+        // f and g are one node (exact twins); a calls f, b calls g.
+        let text = [
+            leaf("f", 7),
+            leaf("g", 7),
+            caller("a", "f", false),
+            caller("b", "g", false),
+        ]
+        .concat();
+        let c = classes(&text, &[0, 0, 1, 2]);
+        assert_eq!(c[2], c[3]);
+    }
+
+    #[test]
+    fn callers_of_different_nodes_do_not() {
+        let text = [
+            leaf("f", 7),
+            leaf("g", 8),
+            caller("a", "f", false),
+            caller("b", "g", false),
+        ]
+        .concat();
+        let c = classes(&text, &[0, 1, 2, 3]);
+        assert_ne!(c[2], c[3]);
+        assert_ne!(c[0], c[1]);
+    }
+
+    #[test]
+    fn taken_addresses_and_shared_names_stay_names() {
+        // By address: a and b name f and g as data, so they stay apart
+        // even though f and g are one node.
+        let text = [
+            leaf("f", 7),
+            leaf("g", 7),
+            caller("a", "f", true),
+            caller("b", "g", true),
+        ]
+        .concat();
+        let c = classes(&text, &[0, 0, 1, 2]);
+        assert_ne!(c[2], c[3]);
+        // Two nodes with functions named %f: a name of two nodes is only a
+        // name, so callers of %f (one node) and of %h do not merge even
+        // though %f's first node and %h are twins.
+        let text = [leaf("f", 7), leaf("f", 8), leaf("h", 7)].concat()
+            + &caller("a", "f", false)
+            + &caller("b", "h", false);
+        let c = classes(&text, &[0, 1, 0, 2, 3]);
+        assert_ne!(c[3], c[4]);
+    }
+}

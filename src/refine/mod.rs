@@ -1,0 +1,258 @@
+//! Call-graph refinement: which functions of a set are the same once callees
+//! are compared by class instead of by name.
+//!
+//! Each function is a [`Node`]: its template class (functions with equal
+//! [templates](crate::Fingerprint::template)) and, slot by slot, what its
+//! name slots refer to: another function of the set, or something outside
+//! it (an import, a data symbol, a function whose address is used as data),
+//! identified by an interned name.
+//!
+//! [`refine`] starts from the optimistic partition (one class per template)
+//! and splits classes until every class is stable: two functions share a
+//! class only if their templates are equal and, for every slot, both refer
+//! to functions of one class, or both to the same outside name. This is the
+//! coarsest such partition (a bisimulation), so self-recursive twins and
+//! mutually recursive twins of any cycle length merge, which a merger that
+//! compares callees by name can never prove.
+//!
+//! # What this module guarantees
+//!
+//! 1. Soundness: functions in one class have equal templates, and slot `i`
+//!    of each refers to functions of one class or to the same outside name.
+//!    Calling any member therefore runs the same code, calling members of
+//!    the same classes, so merging a class never changes behaviour.
+//! 2. Coarsest: starting optimistically and only ever splitting, no two
+//!    functions that such a partition could keep together are separated.
+//! 3. Determinism: class numbers are dense, in order of each class's first
+//!    member in the input, so the result does not depend on hashing.
+//! 4. Rounds: each round splits at least one class or ends the loop, so
+//!    there are at most as many rounds as functions, plus one.
+
+mod graph;
+
+use core::hash::BuildHasher;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+
+pub use graph::CallGraph;
+
+/// What one name slot of a function refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// The function at this index of the input.
+    Function(u32),
+    /// Something outside the set, by an interned name.
+    Outside(u32),
+}
+
+/// One function: its template class and its slots' targets.
+#[derive(Clone, Copy, Debug)]
+pub struct Node<'a> {
+    /// Functions with equal templates have equal numbers here.
+    pub template: u32,
+    /// What each name slot refers to, in slot order.
+    pub slots: &'a [Target],
+}
+
+/// The result of [`refine`].
+#[derive(Clone, Debug)]
+pub struct Refinement {
+    /// The class of each input function, dense from 0.
+    pub class_of: Vec<u32>,
+    /// Number of classes.
+    pub classes: usize,
+    /// Rounds until nothing split (the last round changes nothing).
+    pub rounds: u32,
+}
+
+impl Refinement {
+    /// Functions merged into another: input length minus classes.
+    pub fn merged(&self) -> usize {
+        self.class_of.len() - self.classes
+    }
+}
+
+/// The coarsest stable partition of `nodes` (see the module docs).
+pub fn refine(nodes: &[Node<'_>]) -> Refinement {
+    let (mut class_of, templates) = renumber(nodes.iter().map(|n| n.template));
+    // A function alone with its template is alone in every partition, so
+    // only the others are refined. Their classes are numbered from
+    // `templates` up in each round (signatures only hold the classes of
+    // the previous round, so each round may reuse that range).
+    let mut members = vec![0u32; templates];
+    for &c in &class_of {
+        members[c as usize] += 1;
+    }
+    let active: Vec<usize> = (0..nodes.len())
+        .filter(|&i| members[class_of[i] as usize] > 1)
+        .collect();
+    let mut active_classes = members.iter().filter(|&&m| m > 1).count();
+    let mut rounds = 0;
+    let mut signature = Vec::new();
+    let mut signatures = SignatureTable::default();
+    let mut next = vec![0u32; active.len()];
+    loop {
+        rounds += 1;
+        signatures.clear();
+        for (slot, &i) in next.iter_mut().zip(&active) {
+            // The function's class, then each slot's target: a class
+            // (even words) or an outside name (odd words).
+            signature.clear();
+            signature.push(class_of[i]);
+            signature.extend(nodes[i].slots.iter().map(|t| match *t {
+                Target::Function(f) => class_of[f as usize] << 1,
+                Target::Outside(name) => name << 1 | 1,
+            }));
+            *slot = templates as u32 + signatures.number(&signature);
+        }
+        for (&id, &i) in next.iter().zip(&active) {
+            class_of[i] = id;
+        }
+        // Every new class lies within an old one, so equal counts mean
+        // nothing split.
+        let split = signatures.len() != active_classes;
+        active_classes = signatures.len();
+        if !split {
+            break;
+        }
+    }
+    let (class_of, classes) = renumber(class_of.iter().copied());
+    Refinement {
+        class_of,
+        classes,
+        rounds,
+    }
+}
+
+/// Distinct signatures numbered in order of first appearance, stored one
+/// after another in one buffer (no allocation per signature).
+#[derive(Default)]
+struct SignatureTable {
+    words: Vec<u32>,
+    /// (start in `words`, length, number).
+    table: HashTable<(u32, u32, u32)>,
+    hasher: DefaultHashBuilder,
+}
+
+impl SignatureTable {
+    fn clear(&mut self) {
+        self.words.clear();
+        self.table.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// The number of `signature`, giving it the next one if it is new.
+    fn number(&mut self, signature: &[u32]) -> u32 {
+        let hash = self.hasher.hash_one(signature);
+        let words = &self.words;
+        let stored = |&(start, len, _): &(u32, u32, u32)| &words[start as usize..][..len as usize];
+        if let Some(&(_, _, n)) = self.table.find(hash, |e| stored(e) == signature) {
+            return n;
+        }
+        let n = self.table.len() as u32;
+        let start = self.words.len() as u32;
+        self.words.extend_from_slice(signature);
+        let (words, hasher) = (&self.words, &self.hasher);
+        self.table.insert_unique(
+            hash,
+            (start, signature.len() as u32, n),
+            |&(start, len, _)| hasher.hash_one(&words[start as usize..][..len as usize]),
+        );
+        n
+    }
+}
+
+/// Dense numbers for `keys`, in order of first appearance.
+fn renumber(keys: impl ExactSizeIterator<Item = u32> + Clone) -> (Vec<u32>, usize) {
+    let len = keys.len();
+    let max = keys.clone().max().unwrap_or(0) as usize;
+    let mut count = 0u32;
+    let mut fresh = |slot: &mut u32| {
+        if *slot == u32::MAX {
+            *slot = count;
+            count += 1;
+        }
+        *slot
+    };
+    let out = if max <= 4 * len + 1024 {
+        // Small keys (class numbers, usually): a table indexed by key.
+        let mut ids = vec![u32::MAX; max + 1];
+        keys.map(|k| fresh(&mut ids[k as usize])).collect()
+    } else {
+        let mut ids: HashMap<u32, u32> = HashMap::new();
+        keys.map(|k| fresh(ids.entry(k).or_insert(u32::MAX)))
+            .collect()
+    };
+    (out, count as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(template: u32, slots: &[Target]) -> Node<'_> {
+        Node { template, slots }
+    }
+
+    use Target::{Function as F, Outside as O};
+
+    #[test]
+    fn recursive_twins_merge_and_a_differing_cycle_does_not() {
+        let nodes = [
+            // fact0, fact1: self-recursive twins.
+            node(0, &[F(0)]),
+            node(0, &[F(1)]),
+            // ping0/pong0 and ping1/pong1.
+            node(1, &[F(3)]),
+            node(2, &[F(2)]),
+            node(1, &[F(5)]),
+            node(2, &[F(4)]),
+            // ping2/pong2: pong2 has another template (another constant).
+            node(1, &[F(7)]),
+            node(3, &[F(6)]),
+            // A 3-cycle twice, and a 3-cycle whose last member calls out.
+            node(4, &[F(9)]),
+            node(4, &[F(10)]),
+            node(4, &[F(8)]),
+            node(4, &[F(12)]),
+            node(4, &[F(13)]),
+            node(4, &[F(11)]),
+            node(4, &[F(15)]),
+            node(4, &[F(16)]),
+            node(4, &[O(0)]),
+        ];
+        let r = refine(&nodes);
+        let c = &r.class_of;
+        assert_eq!(c[0], c[1]);
+        assert_eq!((c[2], c[3]), (c[4], c[5]));
+        assert_ne!(c[2], c[3]);
+        assert_ne!(c[6], c[2], "ping2 calls a pong that differs");
+        assert_ne!(c[7], c[3]);
+        for i in 9..=13 {
+            assert_eq!(c[i], c[8], "all members of the two 3-cycles");
+        }
+        // The calls-out chain splits from the cycles, one member per round.
+        assert_ne!(c[16], c[8]);
+        assert_ne!(c[15], c[8]);
+        assert_ne!(c[14], c[8]);
+        assert_ne!(c[14], c[15]);
+        assert!(r.rounds >= 3, "{}", r.rounds);
+        assert_eq!(r.classes, *c.iter().max().unwrap() as usize + 1);
+    }
+
+    #[test]
+    fn outside_names_and_slot_order_matter() {
+        let nodes = [
+            node(0, &[O(1), O(2)]),
+            node(0, &[O(1), O(2)]),
+            node(0, &[O(2), O(1)]),
+            node(0, &[O(1), O(3)]),
+        ];
+        let r = refine(&nodes);
+        assert_eq!(r.class_of, [0, 0, 1, 2]);
+        assert_eq!(r.merged(), 1);
+        assert_eq!(r.rounds, 2, "one round splits, one finds nothing to split");
+    }
+}
