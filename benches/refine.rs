@@ -75,23 +75,27 @@ fn synthetic() -> (Vec<u32>, Vec<Vec<Target>>) {
     (templates, slots)
 }
 
-/// Fingerprints with the names and address-taken flags the graph needs.
+/// Fingerprints with the names and address-taken flags the graph needs,
+/// kept as the report keeps them: one buffer each, a range per function.
 struct Fingerprinted {
     fingerprints: Vec<Fingerprint>,
-    names: Vec<(Vec<SymbolName>, Vec<bool>)>,
+    names: Vec<SymbolName>,
+    taken: Vec<bool>,
+    ranges: Vec<std::ops::Range<usize>>,
 }
 
-fn fingerprint_all(fp: &mut Fingerprinter, funcs: &[Function]) -> Fingerprinted {
-    let mut out = Fingerprinted {
-        fingerprints: Vec::with_capacity(funcs.len()),
-        names: Vec::with_capacity(funcs.len()),
-    };
+fn fingerprint_all(fp: &mut Fingerprinter, funcs: &[Function], out: &mut Fingerprinted) {
+    out.fingerprints.clear();
+    out.names.clear();
+    out.taken.clear();
+    out.ranges.clear();
     for f in funcs {
         out.fingerprints.push(fp.fingerprint(f));
-        out.names
-            .push((fp.last_names().to_vec(), fp.last_address_taken().to_vec()));
+        let first = out.names.len();
+        out.names.extend_from_slice(fp.last_names());
+        out.taken.extend_from_slice(fp.last_address_taken());
+        out.ranges.push(first..out.names.len());
     }
-    out
 }
 
 /// Exact classes (as a dedup cache has them already), then the timed part
@@ -108,8 +112,12 @@ fn refine_corpus(funcs: &[Function], fps: &Fingerprinted, exact: &[Lookup]) -> R
     let mut graph = CallGraph::new();
     for (i, lookup) in exact.iter().enumerate() {
         if let Lookup::New(_) = lookup {
-            let (names, taken) = &fps.names[i];
-            graph.add_node(fps.fingerprints[i].template(), names, taken);
+            let range = fps.ranges[i].clone();
+            graph.add_node(
+                fps.fingerprints[i].template(),
+                &fps.names[range.clone()],
+                &fps.taken[range],
+            );
         }
         graph.add_function_with_func_name(&funcs[i].name, lookup.class().as_u32());
     }
@@ -143,7 +151,13 @@ fn main() {
         let funcs = jitfold::corpus::valid_functions(std::slice::from_ref(&dir), Some(&*isa))
             .expect("corpus loads");
         let mut fp = Fingerprinter::new();
-        let fps = fingerprint_all(&mut fp, &funcs);
+        let mut fps = Fingerprinted {
+            fingerprints: Vec::new(),
+            names: Vec::new(),
+            taken: Vec::new(),
+            ranges: Vec::new(),
+        };
+        fingerprint_all(&mut fp, &funcs, &mut fps);
         let exact = exact_classes(&fps);
         let r = refine_corpus(&funcs, &fps, &exact);
         let classes = exact.iter().filter(|l| !l.is_duplicate()).count();
@@ -162,8 +176,14 @@ fn main() {
                 }
             })
         });
+        let mut scratch = Fingerprinted {
+            fingerprints: Vec::new(),
+            names: Vec::new(),
+            taken: Vec::new(),
+            ranges: Vec::new(),
+        };
         g.bench_function("fingerprint_with_names", |b| {
-            b.iter(|| black_box(fingerprint_all(&mut fp, &funcs)))
+            b.iter(|| fingerprint_all(&mut fp, &funcs, black_box(&mut scratch)))
         });
         g.bench_function("refine", |b| {
             b.iter(|| black_box(refine_corpus(&funcs, &fps, &exact)))

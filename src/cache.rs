@@ -4,7 +4,8 @@
 //!
 //! - Two fingerprints get the same [`ClassId`] if and only if their keys are
 //!   equal (the table compares whole keys after the hash matches; the hash is
-//!   only a filter).
+//!   only a filter), or the caller said they are equal with
+//!   [`DedupCache::insert_alias`].
 //! - Class ids are dense and handed out in insertion order, starting at 0.
 //! - The cache stores fingerprints, never functions: memory per entry is the
 //!   key plus a few words, and nothing keeps an `ir::Function` alive.
@@ -72,6 +73,22 @@ impl DedupCache {
                 let class = self.members.push(1);
                 e.insert(class);
                 Lookup::New(class)
+            }
+        }
+    }
+
+    /// Makes `fp` a second key of `class` (a fingerprint known to belong to
+    /// a function equal to the class's). Returns false, changing nothing,
+    /// if `fp` is already in the cache or `class` does not exist.
+    pub fn insert_alias(&mut self, fp: Fingerprint, class: ClassId) -> bool {
+        if !self.members.is_valid(class) {
+            return false;
+        }
+        match self.classes.entry(fp) {
+            hashbrown::hash_map::Entry::Occupied(_) => false,
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert(class);
+                true
             }
         }
     }

@@ -246,3 +246,120 @@ fn recursive_twins_merge_in_batch_mode_and_compute_the_same() {
         assert_ne!(canonical(q.cycle3[0][0]), canonical(q.cycle3[0][1]));
     }
 }
+
+/// Eager mode: `f`, `g` (a twin of `f`) and callers that call them by name,
+/// defined in the order the test gives.
+struct Late {
+    f: FuncId,
+    g: FuncId,
+    /// Calls `g` (defined before `g`).
+    a: FuncId,
+    /// Calls `f`.
+    b: FuncId,
+    /// Call `a` and `b`.
+    c: FuncId,
+    d: FuncId,
+}
+
+fn late<M: Module>(m: &mut M, b_before_g: bool) -> Late {
+    let mut sig = m.make_signature();
+    sig.params.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    let mut declare = |name: &str| m.declare_function(name, Linkage::Local, &sig).unwrap();
+    let ids = Late {
+        f: declare("f"),
+        g: declare("g"),
+        a: declare("a"),
+        b: declare("b"),
+        c: declare("c"),
+        d: declare("d"),
+    };
+    let leaf = |b: &mut FunctionBuilder, x: ir::Value| {
+        let r = b.ins().imul_imm_s(x, 5);
+        let r = b.ins().iadd_imm_s(r, 2);
+        b.ins().return_(&[r]);
+    };
+    let call_plus_one = |callee: FuncId| {
+        move |b: &mut FunctionBuilder, m: &mut M, p: &[ir::Value]| {
+            step(
+                b,
+                m,
+                p[0],
+                Step {
+                    callee,
+                    base: 7,
+                    k: 1,
+                    multiply: false,
+                    renumbered: false,
+                },
+            )
+        }
+    };
+    define(m, ids.f, |b, _, p| leaf(b, p[0])).unwrap();
+    define(m, ids.a, call_plus_one(ids.g)).unwrap();
+    if b_before_g {
+        define(m, ids.b, call_plus_one(ids.f)).unwrap();
+    }
+    define(m, ids.g, |b, _, p| leaf(b, p[0])).unwrap();
+    if !b_before_g {
+        define(m, ids.b, call_plus_one(ids.f)).unwrap();
+    }
+    define(m, ids.c, call_plus_one(ids.a)).unwrap();
+    define(m, ids.d, call_plus_one(ids.b)).unwrap();
+    ids
+}
+
+impl Late {
+    fn all(&self) -> [FuncId; 6] {
+        [self.f, self.g, self.a, self.b, self.c, self.d]
+    }
+}
+
+#[test]
+fn eager_mode_joins_classes_when_a_callee_turns_out_to_be_a_duplicate() {
+    for b_before_g in [false, true] {
+        let mut plain = jit();
+        let p = late(&mut plain, b_before_g);
+        plain.finalize_definitions().unwrap();
+        let expected: Vec<i64> = p
+            .all()
+            .iter()
+            .flat_map(|&id| [0, 3, 8].map(|n| call1(plain.get_finalized_function(id), n)))
+            .collect();
+        for distinct_addresses in [false, true] {
+            let options = DedupOptions {
+                mode: Mode::Eager,
+                distinct_addresses,
+                ..DedupOptions::default()
+            };
+            let mut d = DedupModule::new(jit(), options);
+            let q = late(&mut d, b_before_g);
+            d.finalize_definitions().unwrap();
+            let got: Vec<i64> = q
+                .all()
+                .iter()
+                .flat_map(|&id| [0, 3, 8].map(|n| call1(d.get_finalized_function(id).unwrap(), n)))
+                .collect();
+            assert_eq!(got, expected, "{options:?}, b before g: {b_before_g}");
+            let canonical = |id| d.canonical(id).unwrap();
+            assert_eq!(canonical(q.g), q.f);
+            assert!(d.stats().joined >= 1, "{:?}", d.stats());
+            if b_before_g {
+                // a and b were both compiled before g was known to be f's
+                // twin: both keep their entry points, and calls compiled
+                // later go to b, so c and d are one class.
+                assert_eq!(canonical(q.a), q.a);
+                assert_eq!(canonical(q.b), q.b);
+                assert_ne!(
+                    d.get_finalized_function(q.a).unwrap(),
+                    d.get_finalized_function(q.b).unwrap()
+                );
+                assert_eq!(canonical(q.d), q.c, "{options:?}");
+            } else {
+                // a's class learned the key "calls f", so b hits it.
+                assert_eq!(canonical(q.b), q.a, "{options:?}");
+                assert_eq!(canonical(q.d), q.c, "{options:?}");
+            }
+        }
+    }
+}

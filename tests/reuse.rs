@@ -330,3 +330,17 @@ fn retargeted_code_equals_a_separate_compilation() {
     );
     assert_eq!(base_code.retarget(&base_names, &other_names[..1]), None);
 }
+
+#[test]
+fn with_names_equals_fingerprinting_the_renamed_function() {
+    // The oracle: rename the callee in the text and fingerprint again.
+    let (template, exact, names) = keys(&clif_getter(3, 3, 8, true, false));
+    let (_, renamed_exact, renamed_names) = keys(&clif_getter(9, 3, 8, true, false));
+    assert_eq!(renamed_names, [user(0, 9), user(1, 3)]);
+    assert_eq!(
+        jitfold::Fingerprint::with_names(&template, &renamed_names),
+        renamed_exact
+    );
+    assert_eq!(jitfold::Fingerprint::with_names(&template, &names), exact);
+    assert_ne!(renamed_exact, exact);
+}

@@ -176,6 +176,17 @@ impl Fingerprint {
         }
     }
 
+    /// The exact fingerprint of the function `template` was taken from,
+    /// with its names replaced slot for slot by `names` (the same as
+    /// fingerprinting that function after renaming those external names,
+    /// as long as `names` are distinct). `template` must be a template.
+    pub fn with_names(template: &Fingerprint, names: &[SymbolName]) -> Fingerprint {
+        debug_assert_eq!(template.len, template.template_len, "not a template");
+        let mut words = template.key().to_vec();
+        walk::encode_names(&mut words, names);
+        Self::from_key(&words, template.instructions, template.template_len)
+    }
+
     /// The canonical key. Equal keys mean interchangeable functions.
     pub fn key(&self) -> &[u32] {
         &self.words[..self.len as usize]

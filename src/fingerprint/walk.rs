@@ -223,18 +223,7 @@ impl Fingerprinter {
         // 9. The names behind the name slots, in slot order, after the
         // template part of the key.
         let template_len = self.out.len() as u32;
-        let names = core::mem::take(&mut self.names);
-        self.out.push(names.len() as u32);
-        for name in &names {
-            match name {
-                SymbolName::User(user) => self.out.extend([0, user.namespace, user.index]),
-                SymbolName::TestCase(name) => {
-                    self.out.push(1);
-                    self.bytes(name);
-                }
-            }
-        }
-        self.names = names;
+        encode_names(&mut self.out, &self.names);
 
         (instructions, template_len)
     }
@@ -568,12 +557,7 @@ impl Fingerprinter {
     }
 
     fn bytes(&mut self, bytes: &[u8]) {
-        self.out.push(bytes.len() as u32);
-        for chunk in bytes.chunks(4) {
-            let mut word = [0u8; 4];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.out.push(u32::from_le_bytes(word));
-        }
+        encode_bytes(&mut self.out, bytes);
     }
 
     fn constant_data(&mut self, data: Option<&ConstantData>) {
@@ -811,6 +795,32 @@ impl Fingerprinter {
             }
         }
         self.out.push(3); // End of items.
+    }
+}
+
+/// The names section of a key: the count, then each name (`User` by
+/// namespace and index, test-case names by their bytes).
+pub(super) fn encode_names(out: &mut Vec<u32>, names: &[SymbolName]) {
+    out.push(names.len() as u32);
+    for name in names {
+        match name {
+            SymbolName::User(user) => out.extend([0, user.namespace, user.index]),
+            SymbolName::TestCase(name) => {
+                out.push(1);
+                encode_bytes(out, name);
+            }
+        }
+    }
+}
+
+/// Bytes as their length, then little-endian words (the last one padded
+/// with zeros).
+fn encode_bytes(out: &mut Vec<u32>, bytes: &[u8]) {
+    out.push(bytes.len() as u32);
+    for chunk in bytes.chunks(4) {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        out.push(u32::from_le_bytes(word));
     }
 }
 

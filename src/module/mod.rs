@@ -70,6 +70,7 @@
 //! of a compiled id never changes afterwards.
 
 mod jit;
+mod join;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;
@@ -85,6 +86,7 @@ use cranelift_module::{
     DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
     ModuleRelocTarget, ModuleResult,
 };
+use join::{ClassNames, Joins};
 use reuse::CodeTemplate;
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -206,6 +208,8 @@ pub struct DedupModule<M: Module> {
     /// Number of data ids declared in the inner module.
     declared_data: usize,
     classes: PrimaryMap<ClassId, ClassInfo>,
+    /// Late merges of eager mode (see `join.rs`).
+    joins: Joins,
     pending: Vec<(FuncId, Function)>,
     /// Local functions and data objects referenced by definitions so far.
     referenced_functions: HashSet<FuncId>,
@@ -233,6 +237,7 @@ impl<M: Module> DedupModule<M> {
             declared_functions,
             declared_data,
             classes: PrimaryMap::new(),
+            joins: Joins::default(),
             pending: Vec::new(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
@@ -330,19 +335,31 @@ impl<M: Module> DedupModule<M> {
     /// their canonical functions (all of them, or only calls when addresses
     /// must stay distinct).
     fn canonicalize_references(&self, func: &mut Function) {
-        let protected = if self.options.distinct_addresses {
+        let used_as_data = if self.options.distinct_addresses || self.joins.has_call_aliases() {
             names_used_as_data(func)
         } else {
             HashSet::new()
         };
+        let protected =
+            |r: &UserExternalNameRef| self.options.distinct_addresses && used_as_data.contains(r);
         let rewrites: Vec<(UserExternalNameRef, FuncId)> = func
             .params
             .user_named_funcs()
             .iter()
-            .filter(|(r, name)| name.namespace == 0 && !protected.contains(r))
-            .filter_map(|(r, name)| match self.state(FuncId::from_u32(name.index)) {
-                State::Duplicate { canonical } => Some((r, canonical)),
-                _ => None,
+            .filter(|(_, name)| name.namespace == 0)
+            .filter_map(|(r, name)| {
+                let id = FuncId::from_u32(name.index);
+                let id = match self.state(id) {
+                    State::Duplicate { canonical } if !protected(&r) => canonical,
+                    _ => id,
+                };
+                // Functions found equal after both were compiled: calls
+                // only, never addresses (their entry points differ).
+                let id = match self.joins.call_target(id) {
+                    Some(target) if !used_as_data.contains(&r) => target,
+                    _ => id,
+                };
+                (id.as_u32() != name.index).then_some((r, id))
             })
             .collect();
         for (r, canonical) in rewrites {
@@ -408,9 +425,14 @@ impl<M: Module> DedupModule<M> {
                 return Ok(());
             }
         }
+        let class_names = ClassNames::of(
+            &fp,
+            self.fingerprinter.last_names(),
+            self.fingerprinter.last_address_taken(),
+        );
         let template = self.options.reuse.then(|| fp.template());
         if let Some(template) = &template
-            && self.define_reused(id, &fp, template)?
+            && self.define_reused(id, &fp, template, class_names.clone())?
         {
             return Ok(());
         }
@@ -442,14 +464,21 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time += compile_time;
-        self.start_class(id, fp, code_bytes, compile_time);
+        self.start_class(id, fp, class_names, code_bytes, compile_time);
         Ok(())
     }
 
-    /// Records `id`, just defined with fingerprint `fp`, as the first of its
-    /// class (unless the class exists already, when the ISA has no
-    /// trampolines).
-    fn start_class(&mut self, id: FuncId, fp: Fingerprint, code_bytes: u64, time: Duration) {
+    /// Records `id`, just defined with fingerprint `fp` (and `names`, for
+    /// late merges), as the first of its class (unless the class exists
+    /// already, when the ISA has no trampolines).
+    fn start_class(
+        &mut self,
+        id: FuncId,
+        fp: Fingerprint,
+        names: Option<ClassNames>,
+        code_bytes: u64,
+        time: Duration,
+    ) {
         let class = match self.cache.get(&fp) {
             Some(class) => class,
             None => {
@@ -460,6 +489,9 @@ impl<M: Module> DedupModule<M> {
                     compile_time: time,
                 });
                 debug_assert_eq!(class, pushed, "classes are numbered like the cache's");
+                if let Some(names) = names {
+                    self.joins.record(class, names);
+                }
                 class
             }
         };
@@ -475,6 +507,7 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         fp: &Fingerprint,
         template: &Fingerprint,
+        names: Option<ClassNames>,
     ) -> ModuleResult<bool> {
         let Some(class) = self.templates.get(template) else {
             return Ok(false);
@@ -495,7 +528,7 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time_saved += saved;
-        self.start_class(id, fp.clone(), code_bytes, saved);
+        self.start_class(id, fp.clone(), names, code_bytes, saved);
         Ok(true)
     }
 
@@ -514,6 +547,7 @@ impl<M: Module> DedupModule<M> {
         self.functions[id] = State::Duplicate { canonical };
         self.unfinalized.push(id);
         self.referenced_functions.insert(canonical);
+        self.join_callers(id, canonical);
         if self.options.distinct_addresses {
             self.stats.trampolined += 1;
         } else {

@@ -44,6 +44,10 @@ pub struct Stats {
     pub reuse_memory_bytes: u64,
     /// Rounds of call-graph refinement run by batch flushes, summed.
     pub refine_rounds: u64,
+    /// Late merges (eager mode): classes given a second key because a
+    /// callee turned out to be a duplicate, and compiled functions found
+    /// equal to another (later calls to them go to the other).
+    pub joined: u64,
 }
 
 impl fmt::Display for Stats {
