@@ -1,16 +1,19 @@
 //! Call-graph refinement: its cost on a synthetic graph of 100,000
 //! functions, and against fingerprinting on each shared corpus, in one run.
 //!
-//! - `synthetic/refine_100k`: [`refine`] on 1,000 generic
-//!   functions instantiated 100 times (each instance calls callees of its
-//!   own instantiation, with cycles), where every 7th instantiation has one
+//! - `synthetic/layered` and `synthetic/random`: [`refine`] on 1,000
+//!   generic functions instantiated 100 times (each instance calls callees
+//!   of its own instantiation), where every 7th instantiation has one
 //!   function that differs, so that the difference must travel back through
-//!   its callers. Prints the rounds and the classes found.
+//!   its callers, one call level per round. `layered` is a library with
+//!   call depth 8 and recursion (self and 2-cycles); `random` calls
+//!   anywhere, one large cycle: the worst case for rounds. Prints the
+//!   rounds and the classes found.
 //! - `<corpus>/fingerprint`: fingerprinting every function;
-//!   `<corpus>/fingerprint_with_names`: the same, keeping the names the
-//!   graph needs; `<corpus>/refine`: from those, template classes, the
-//!   graph (a node per exact class) and refinement. The cost of refinement
-//!   is `refine` plus the difference of the first two.
+//!   `<corpus>/exact`: the same, sorting them into exact classes;
+//!   `<corpus>/exact_and_refine`: the same, adding each exact class to the
+//!   call graph right after fingerprinting it, then refining. The cost of
+//!   refinement is the difference of the last two.
 //!
 //! Run with `cargo bench --bench refine`; ratios are printed at the end.
 
@@ -19,8 +22,8 @@ mod common;
 use common::{corpus_dirs, mean_ns};
 use cranelift_codegen::ir::Function;
 use criterion::Criterion;
-use jitfold::refine::{CallGraph, Node, Refinement, Target, refine};
-use jitfold::{DedupCache, Fingerprint, Fingerprinter, Lookup, SymbolName};
+use jitfold::refine::{CallGraph, Node, Target, refine};
+use jitfold::{DedupCache, Fingerprinter, Lookup};
 use std::hint::black_box;
 
 const GENERICS: u32 = 1_000;
@@ -39,19 +42,48 @@ impl Rng {
     }
 }
 
-/// The synthetic graph, resolved: node `instance * GENERICS + g` with its
+/// Shape of a synthetic generic library.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// Functions in `LAYERS` layers; a function calls up to 3 functions of
+    /// lower layers, and some call themselves or a neighbour (a cycle when
+    /// the neighbour calls back).
+    Layered,
+    /// Each function calls up to 3 functions anywhere: one large cycle of
+    /// calls, the worst case for the number of rounds.
+    Random,
+}
+
+const LAYERS: u32 = 8;
+
+/// A synthetic graph, resolved: node `instance * GENERICS + g` with its
 /// template and slot targets (callees of its own instance, then a runtime
-/// import outside the set).
-fn synthetic() -> (Vec<u32>, Vec<Vec<Target>>) {
+/// import outside the set). In every 7th instance one function has another
+/// constant (another template), so its callers must split from their twins
+/// in the other instances, one call level per round.
+fn synthetic(shape: Shape) -> (Vec<u32>, Vec<Vec<Target>>) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    // Each generic function's template and callees (0 to 3 of them).
+    let per_layer = GENERICS / LAYERS;
     let generics: Vec<(u32, Vec<u32>)> = (0..GENERICS)
         .map(|g| {
+            let layer = g / per_layer;
             let mut callees: Vec<u32> = Vec::new();
-            for _ in 0..rng.below(4) {
-                let c = rng.below(GENERICS);
+            let mut add = |c: u32| {
                 if !callees.contains(&c) {
                     callees.push(c); // slots are distinct names
+                }
+            };
+            match shape {
+                Shape::Random => (0..rng.below(4)).for_each(|_| add(rng.below(GENERICS))),
+                Shape::Layered => {
+                    if layer > 0 {
+                        (0..rng.below(4)).for_each(|_| add(rng.below(layer * per_layer)));
+                    }
+                    match rng.below(8) {
+                        0 => add(g),     // self-recursive
+                        1 => add(g ^ 1), // a 2-cycle with its neighbour
+                        _ => {}
+                    }
                 }
             }
             (g % 300, callees)
@@ -62,7 +94,6 @@ fn synthetic() -> (Vec<u32>, Vec<Vec<Target>>) {
         let changed = rng.below(GENERICS);
         for (g, (template, callees)) in generics.iter().enumerate() {
             let differs = instance % 7 == 3 && g as u32 == changed;
-            // A constant differs in this instance: another template.
             templates.push(template + if differs { 1_000 } else { 0 });
             let mut targets: Vec<Target> = callees
                 .iter()
@@ -75,74 +106,51 @@ fn synthetic() -> (Vec<u32>, Vec<Vec<Target>>) {
     (templates, slots)
 }
 
-/// Fingerprints with the names and address-taken flags the graph needs,
-/// kept as the report keeps them: one buffer each, a range per function.
-struct Fingerprinted {
-    fingerprints: Vec<Fingerprint>,
-    names: Vec<SymbolName>,
-    taken: Vec<bool>,
-    ranges: Vec<std::ops::Range<usize>>,
-}
-
-fn fingerprint_all(fp: &mut Fingerprinter, funcs: &[Function], out: &mut Fingerprinted) {
-    out.fingerprints.clear();
-    out.names.clear();
-    out.taken.clear();
-    out.ranges.clear();
-    for f in funcs {
-        out.fingerprints.push(fp.fingerprint(f));
-        let first = out.names.len();
-        out.names.extend_from_slice(fp.last_names());
-        out.taken.extend_from_slice(fp.last_address_taken());
-        out.ranges.push(first..out.names.len());
-    }
-}
-
-/// Exact classes (as a dedup cache has them already), then the timed part
-/// of `refine_corpus`.
-fn exact_classes(fps: &Fingerprinted) -> Vec<Lookup> {
+/// Fingerprints every function and sorts them into exact classes, as
+/// exact deduplication does; with `graph`, also adds each exact class as a
+/// node (right after fingerprinting, from the fingerprinter's names, as
+/// batch mode does) and refines at the end. Returns the classes found.
+fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
     let mut cache = DedupCache::new();
-    fps.fingerprints
-        .iter()
-        .map(|fp| cache.insert(fp.clone()))
-        .collect()
-}
-
-fn refine_corpus(funcs: &[Function], fps: &Fingerprinted, exact: &[Lookup]) -> Refinement {
-    let mut graph = CallGraph::new();
-    for (i, lookup) in exact.iter().enumerate() {
-        if let Lookup::New(_) = lookup {
-            let range = fps.ranges[i].clone();
-            graph.add_node(
-                fps.fingerprints[i].template(),
-                &fps.names[range.clone()],
-                &fps.taken[range],
-            );
+    let mut calls = graph.then(CallGraph::new);
+    for f in funcs {
+        let key = fp.fingerprint(f);
+        let template = calls.as_ref().map(|_| key.template());
+        let lookup = cache.insert(key);
+        if let Some(calls) = &mut calls {
+            if let (Lookup::New(_), Some(template)) = (lookup, template) {
+                calls.add_node(template, fp.last_names(), fp.last_address_taken());
+            }
+            calls.add_function_with_func_name(&f.name, lookup.class().as_u32());
         }
-        graph.add_function_with_func_name(&funcs[i].name, lookup.class().as_u32());
     }
-    graph.refine()
+    match calls {
+        Some(calls) => calls.refine().classes,
+        None => cache.classes(),
+    }
 }
 
 fn main() {
     let mut c = Criterion::default().configure_from_args().sample_size(10);
 
-    let (templates, slots) = synthetic();
-    let nodes: Vec<Node<'_>> = templates
-        .iter()
-        .zip(&slots)
-        .map(|(&template, slots)| Node { template, slots })
-        .collect();
-    let r = refine(&nodes);
-    println!(
-        "synthetic: {} functions, {} classes after {} rounds",
-        nodes.len(),
-        r.classes,
-        r.rounds
-    );
-    let mut g = c.benchmark_group("synthetic");
-    g.bench_function("refine_100k", |b| b.iter(|| black_box(refine(&nodes))));
-    g.finish();
+    for (shape, label) in [(Shape::Layered, "layered"), (Shape::Random, "random")] {
+        let (templates, slots) = synthetic(shape);
+        let nodes: Vec<Node<'_>> = templates
+            .iter()
+            .zip(&slots)
+            .map(|(&template, slots)| Node { template, slots })
+            .collect();
+        let r = refine(&nodes);
+        println!(
+            "synthetic {label}: {} functions, {} classes after {} rounds",
+            nodes.len(),
+            r.classes,
+            r.rounds
+        );
+        let mut g = c.benchmark_group("synthetic");
+        g.bench_function(label, |b| b.iter(|| black_box(refine(&nodes))));
+        g.finish();
+    }
 
     let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
     let mut corpora = Vec::new();
@@ -151,22 +159,12 @@ fn main() {
         let funcs = jitfold::corpus::valid_functions(std::slice::from_ref(&dir), Some(&*isa))
             .expect("corpus loads");
         let mut fp = Fingerprinter::new();
-        let mut fps = Fingerprinted {
-            fingerprints: Vec::new(),
-            names: Vec::new(),
-            taken: Vec::new(),
-            ranges: Vec::new(),
-        };
-        fingerprint_all(&mut fp, &funcs, &mut fps);
-        let exact = exact_classes(&fps);
-        let r = refine_corpus(&funcs, &fps, &exact);
-        let classes = exact.iter().filter(|l| !l.is_duplicate()).count();
+        let exact = dedup(&mut fp, &funcs, false);
+        let refined = dedup(&mut fp, &funcs, true);
         println!(
-            "{name}: {} functions, {} exact classes, refined_merged {}, {} rounds",
+            "{name}: {} functions, {exact} exact classes, refined_merged {}",
             funcs.len(),
-            classes,
-            classes - r.classes,
-            r.rounds
+            exact - refined,
         );
         let mut g = c.benchmark_group(&name);
         g.bench_function("fingerprint", |b| {
@@ -176,37 +174,34 @@ fn main() {
                 }
             })
         });
-        let mut scratch = Fingerprinted {
-            fingerprints: Vec::new(),
-            names: Vec::new(),
-            taken: Vec::new(),
-            ranges: Vec::new(),
-        };
-        g.bench_function("fingerprint_with_names", |b| {
-            b.iter(|| fingerprint_all(&mut fp, &funcs, black_box(&mut scratch)))
+        g.bench_function("exact", |b| {
+            b.iter(|| black_box(dedup(&mut fp, &funcs, false)))
         });
-        g.bench_function("refine", |b| {
-            b.iter(|| black_box(refine_corpus(&funcs, &fps, &exact)))
+        g.bench_function("exact_and_refine", |b| {
+            b.iter(|| black_box(dedup(&mut fp, &funcs, true)))
         });
         g.finish();
         corpora.push(name);
     }
     c.final_summary();
 
-    if let Some(ns) = mean_ns(&["synthetic", "refine_100k"]) {
-        println!("synthetic refine, 100,000 functions: {:.1} ms", ns / 1e6);
+    for label in ["layered", "random"] {
+        if let Some(ns) = mean_ns(&["synthetic", label]) {
+            println!(
+                "synthetic {label}, 100,000 functions: refine {:.1} ms",
+                ns / 1e6
+            );
+        }
     }
     for name in &corpora {
-        if let (Some(fp), Some(with_names), Some(refine)) = (
+        if let (Some(fp), Some(exact), Some(refined)) = (
             mean_ns(&[name, "fingerprint"]),
-            mean_ns(&[name, "fingerprint_with_names"]),
-            mean_ns(&[name, "refine"]),
+            mean_ns(&[name, "exact"]),
+            mean_ns(&[name, "exact_and_refine"]),
         ) {
-            // Keeping the names is refinement's cost, not fingerprinting's.
-            let cost = refine + (with_names - fp).max(0.0);
             println!(
-                "{name}: refinement (names kept, graph, refine) / fingerprint = {:.1}%",
-                100.0 * cost / fp
+                "{name}: refinement (exact_and_refine - exact) / fingerprint = {:.1}%",
+                100.0 * (refined - exact) / fp
             );
         }
     }

@@ -5,8 +5,9 @@
 //!
 //! The pipeline: [`fingerprint`] (one canonical walk per function, giving
 //! an exact key and a template key) → [`cache`] (classes found by key) →
-//! [`module`] (a `cranelift_module::Module` that compiles each class once
-//! and copies code between functions with one template). The
+//! [`refine`] (classes over the call graph) → [`module`] (a
+//! `cranelift_module::Module` that compiles each class once and copies code
+//! between functions with one template). The
 //! [`corpus`], [`report`], [`compile`] and [`isa`] modules serve the
 //! `jitfold` command line and the benchmarks; [`demo`] is the built-in
 //! workload, and `fuzzing` (feature `fuzzing`) the differential check.

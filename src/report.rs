@@ -10,7 +10,10 @@
 //! - `exact_merged == functions - classes`, and the groups listed are exactly
 //!   the classes with two or more members, members in file order.
 //! - `fingerprint_ns_per_inst` is measured in this process over all grouped
-//!   functions (one timed loop per file), not estimated.
+//!   functions (one timed loop per file), not estimated. With `--reuse` or
+//!   `--merge calls` the loop also copies each function's names out of the
+//!   fingerprinter; the benches (`benches/refine.rs`) measure refinement
+//!   against fingerprinting alone.
 //! - With `--compile`, every grouped function is compiled once; functions
 //!   that fail to compile for the ISA are listed and counted in neither the
 //!   baseline nor the dedup figures. With `--verify`, every later member of a

@@ -9,9 +9,11 @@
 //! fails, and panics never on a generated program:
 //!
 //! 1. Every generated function passes the verifier.
-//! 2. Fingerprint laws: a twin has its original's fingerprint; a mutant whose
-//!    changed constant is used in a reachable block has another fingerprint,
-//!    and one whose changed constant is not has the same.
+//! 2. Fingerprint laws: a twin has its original's fingerprint and template;
+//!    a mutant whose changed constant is used in a reachable block has
+//!    another fingerprint, and one whose changed constant is not has the
+//!    same; every key is its template followed by its names
+//!    ([`Fingerprint::with_names`]).
 //! 3. Every function called on every input returns the same value under
 //!    plain `JITModule` and under `DedupModule` with each of
 //!    [`DedupOptions::ALL`].
@@ -145,7 +147,17 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
         cranelift_codegen::verify_function(f, FlagsOrIsa::from(&flags))
             .map_err(|e| format!("f{i} fails the verifier: {e}\n{}", f.display()))?;
     }
-    let fps: Vec<Fingerprint> = funcs.iter().map(Fingerprint::of).collect();
+    let mut fingerprinter = crate::Fingerprinter::new();
+    let mut fps: Vec<Fingerprint> = Vec::with_capacity(funcs.len());
+    for (i, f) in funcs.iter().enumerate() {
+        let fp = fingerprinter.fingerprint(f);
+        // The key is the template followed by the names, slot for slot.
+        let rebuilt = Fingerprint::with_names(&fp.template(), fingerprinter.last_names());
+        if rebuilt != fp || rebuilt.key() != fp.key() {
+            return Err(format!("f{i}: template and names do not rebuild the key"));
+        }
+        fps.push(fp);
+    }
     for (i, form) in program.functions.iter().enumerate() {
         let (of, expect_equal) = match form {
             Form::Original(_) => continue,
@@ -165,6 +177,11 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
                 (*of, !(used && changed))
             }
         };
+        if expect_equal && fps[i].template() != fps[of].template() {
+            return Err(format!(
+                "f{i} ({form:?}) and f{of}: equal keys, other templates"
+            ));
+        }
         if (fps[i] == fps[of]) != expect_equal {
             return Err(format!(
                 "f{i} ({form:?}) and f{of}: fingerprints {}equal, expected {}equal\n{}\n{}",
