@@ -12,12 +12,18 @@
 //!   retargeted copy ([`MachineCode::retarget`]), anything else is compiled
 //!   (caches start empty).
 //!
-//! Run with `cargo bench --bench reuse`; the time each way saves over
+//! Besides criterion's runs of each way over a whole module, the three
+//! ways are timed function by function in rotating order (best of three
+//! passes), so that this machine's slow moments fall on all three alike;
+//! those totals are the figures to compare. Run with
+//! `cargo bench --bench reuse` (or `cargo bench --bench reuse -- none` for
+//! the interleaved figures alone); the time each way saves over
 //! `compile_all` is printed at the end.
 
+#[allow(dead_code)]
 mod common;
 
-use common::{corpus_dirs, mean_ns};
+use common::corpus_dirs;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::incremental_cache::CacheKvStore;
 use cranelift_codegen::ir::Function;
@@ -29,6 +35,7 @@ use jitfold::{ClassId, DedupCache, Fingerprinter, Lookup, SymbolName};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 /// Cranelift's cache store, in memory.
 #[derive(Default)]
@@ -44,68 +51,107 @@ impl CacheKvStore for MemoryStore {
     }
 }
 
-fn compile_all(funcs: &[Function], isa: &dyn TargetIsa) -> usize {
-    let mut bytes = 0;
-    for f in funcs {
+/// One of the three ways, one function at a time (state carries over from
+/// function to function, as caches do).
+trait Way {
+    /// Machine code for `f`: returns its size in bytes and whether it was
+    /// taken from what an earlier function compiled.
+    fn code_for(&mut self, f: &Function, isa: &dyn TargetIsa) -> (usize, bool);
+}
+
+/// `Context::compile` for every function.
+struct CompileAll;
+
+impl Way for CompileAll {
+    fn code_for(&mut self, f: &Function, isa: &dyn TargetIsa) -> (usize, bool) {
         let mut ctx = Context::for_function(f.clone());
         let code = ctx.compile(isa, &mut ControlPlane::default()).unwrap();
-        bytes += code.code_buffer().len();
+        (code.code_buffer().len(), false)
     }
-    bytes
 }
 
-fn cranelift_cache(funcs: &[Function], isa: &dyn TargetIsa) -> (usize, usize) {
-    let mut store = MemoryStore::default();
-    let (mut bytes, mut hits) = (0, 0);
-    for f in funcs {
+/// `Context::compile_with_cache` with an in-memory store.
+#[derive(Default)]
+struct CraneliftCache(MemoryStore);
+
+impl Way for CraneliftCache {
+    fn code_for(&mut self, f: &Function, isa: &dyn TargetIsa) -> (usize, bool) {
         let mut ctx = Context::for_function(f.clone());
         let (code, hit) = ctx
-            .compile_with_cache(isa, &mut store, &mut ControlPlane::default())
+            .compile_with_cache(isa, &mut self.0, &mut ControlPlane::default())
             .unwrap();
-        bytes += code.code_buffer().len();
-        hits += usize::from(hit);
+        (code.code_buffer().len(), hit)
     }
-    (bytes, hits)
 }
 
-/// Machine code for every function, compiling only one function per
-/// template. Returns the code bytes and the number of functions that were
-/// not compiled.
-fn jitfold_reuse(funcs: &[Function], isa: &dyn TargetIsa) -> (usize, usize) {
-    let mut fp = Fingerprinter::new();
-    let mut exact = DedupCache::new();
-    let mut templates = DedupCache::new();
-    let mut exact_code: SecondaryMap<ClassId, Option<MachineCode>> = SecondaryMap::new();
-    let mut template_code: SecondaryMap<ClassId, Option<(Vec<SymbolName>, MachineCode)>> =
-        SecondaryMap::new();
-    let (mut bytes, mut saved) = (0, 0);
-    for f in funcs {
-        let key = fp.fingerprint(f);
+/// jitfold: exact duplicates take their class's code, functions with a
+/// known template a retargeted copy, the others are compiled.
+#[derive(Default)]
+struct JitfoldReuse {
+    fp: Fingerprinter,
+    exact: DedupCache,
+    templates: DedupCache,
+    exact_code: SecondaryMap<ClassId, Option<MachineCode>>,
+    template_code: SecondaryMap<ClassId, Option<(Vec<SymbolName>, MachineCode)>>,
+}
+
+impl Way for JitfoldReuse {
+    fn code_for(&mut self, f: &Function, isa: &dyn TargetIsa) -> (usize, bool) {
+        let key = self.fp.fingerprint(f);
         let template = key.template();
-        let class = match exact.insert(key) {
+        let class = match self.exact.insert(key) {
             Lookup::Duplicate(class) => {
-                bytes += exact_code[class].as_ref().unwrap().bytes.len();
-                saved += 1;
-                continue;
+                return (self.exact_code[class].as_ref().unwrap().bytes.len(), true);
             }
             Lookup::New(class) => class,
         };
-        let code = match templates.insert(template) {
+        let (code, copied) = match self.templates.insert(template) {
             Lookup::Duplicate(t) => {
-                let (names, code) = template_code[t].as_ref().unwrap();
-                saved += 1;
-                code.retarget(names, fp.last_names()).unwrap()
+                let (names, code) = self.template_code[t].as_ref().unwrap();
+                (code.retarget(names, self.fp.last_names()).unwrap(), true)
             }
             Lookup::New(t) => {
                 let code = compile(f, isa).unwrap().code;
-                template_code[t] = Some((fp.last_names().to_vec(), code.clone()));
-                code
+                self.template_code[t] = Some((self.fp.last_names().to_vec(), code.clone()));
+                (code, false)
             }
         };
-        bytes += code.bytes.len();
-        exact_code[class] = Some(code);
+        let bytes = code.bytes.len();
+        self.exact_code[class] = Some(code);
+        (bytes, copied)
     }
-    (bytes, saved)
+}
+
+/// Runs `way` over all of `funcs`: total code bytes and functions whose
+/// code was not compiled.
+fn run(mut way: impl Way, funcs: &[Function], isa: &dyn TargetIsa) -> (usize, usize) {
+    let (mut bytes, mut taken) = (0, 0);
+    for f in funcs {
+        let (b, t) = way.code_for(f, isa);
+        bytes += b;
+        taken += usize::from(t);
+    }
+    (bytes, taken)
+}
+
+/// The three ways timed function by function, in rotating order, so that
+/// the machine's slow moments fall on all three alike: total time of each.
+fn interleaved(funcs: &[Function], isa: &dyn TargetIsa) -> [Duration; 3] {
+    let mut ways: [Box<dyn Way>; 3] = [
+        Box::new(CompileAll),
+        Box::new(CraneliftCache::default()),
+        Box::new(JitfoldReuse::default()),
+    ];
+    let mut totals = [Duration::ZERO; 3];
+    for (i, f) in funcs.iter().enumerate() {
+        for k in 0..3 {
+            let w = (i + k) % 3;
+            let start = Instant::now();
+            black_box(ways[w].code_for(f, isa));
+            totals[w] += start.elapsed();
+        }
+    }
+    totals
 }
 
 fn main() {
@@ -119,7 +165,7 @@ fn main() {
         return;
     }
     let mut c = Criterion::default().configure_from_args().sample_size(10);
-    let mut corpora = Vec::new();
+    let mut summary = Vec::new();
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let funcs = jitfold::corpus::valid_functions(std::slice::from_ref(dir), Some(&*isa))
@@ -131,9 +177,9 @@ fn main() {
                 .filter(|f| compile(f, &*isa).is_ok())
                 .collect()
         });
-        let base_bytes = compile_all(&funcs, &*isa);
-        let (cache_bytes, cache_hits) = cranelift_cache(&funcs, &*isa);
-        let (reuse_bytes, reuse_saved) = jitfold_reuse(&funcs, &*isa);
+        let (base_bytes, _) = run(CompileAll, &funcs, &*isa);
+        let (cache_bytes, cache_hits) = run(CraneliftCache::default(), &funcs, &*isa);
+        let (reuse_bytes, reuse_saved) = run(JitfoldReuse::default(), &funcs, &*isa);
         assert_eq!(
             base_bytes, cache_bytes,
             "{name}: the cache changes code size"
@@ -144,31 +190,33 @@ fn main() {
             funcs.len(),
             reuse_saved
         );
+        // Function by function, interleaved: the figure to compare.
+        let mut best = [Duration::MAX; 3];
+        for _ in 0..3 {
+            for (b, t) in best.iter_mut().zip(interleaved(&funcs, &*isa)) {
+                *b = (*b).min(t);
+            }
+        }
+        summary.push((name.clone(), best));
         let mut g = c.benchmark_group(&name);
         g.bench_function("compile_all", |b| {
-            b.iter(|| black_box(compile_all(&funcs, &*isa)))
+            b.iter(|| black_box(run(CompileAll, &funcs, &*isa)))
         });
         g.bench_function("cranelift_cache", |b| {
-            b.iter(|| black_box(cranelift_cache(&funcs, &*isa)))
+            b.iter(|| black_box(run(CraneliftCache::default(), &funcs, &*isa)))
         });
         g.bench_function("jitfold_reuse", |b| {
-            b.iter(|| black_box(jitfold_reuse(&funcs, &*isa)))
+            b.iter(|| black_box(run(JitfoldReuse::default(), &funcs, &*isa)))
         });
         g.finish();
-        corpora.push(name);
     }
     c.final_summary();
-    for name in &corpora {
-        if let (Some(all), Some(cache), Some(reuse)) = (
-            mean_ns(&[name, "compile_all"]),
-            mean_ns(&[name, "cranelift_cache"]),
-            mean_ns(&[name, "jitfold_reuse"]),
-        ) {
-            println!(
-                "{name}: saved over compile_all: Cranelift's cache {:.2}%, jitfold reuse {:.2}%",
-                100.0 * (1.0 - cache / all),
-                100.0 * (1.0 - reuse / all)
-            );
-        }
+    for (name, [all, cache, reuse]) in &summary {
+        let all = all.as_secs_f64();
+        println!(
+            "{name}: interleaved, best of 3: compile_all {all:.3} s; saved: Cranelift's cache {:.2}%, jitfold reuse {:.2}%",
+            100.0 * (1.0 - cache.as_secs_f64() / all),
+            100.0 * (1.0 - reuse.as_secs_f64() / all)
+        );
     }
 }

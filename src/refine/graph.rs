@@ -138,6 +138,11 @@ impl CallGraph {
     /// [`crate::Fingerprinter::last_names`] and
     /// [`crate::Fingerprinter::last_address_taken`]). Returns its index;
     /// nodes are numbered from 0 in the order added.
+    ///
+    /// Add one node per exact class (functions with equal fingerprints): two
+    /// nodes with equal keys that do not call nodes are not compared, so
+    /// their callers could only merge once the caller merged them itself.
+    /// (That costs merges, never correctness.)
     pub fn add_node(
         &mut self,
         template: Fingerprint,
