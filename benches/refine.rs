@@ -112,13 +112,13 @@ fn synthetic(shape: Shape) -> (Vec<u32>, Vec<Vec<Target>>) {
 /// batch mode does) and refines at the end. Returns the classes found.
 fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
     let mut cache = DedupCache::new();
-    let mut calls = graph.then(CallGraph::new);
+    let mut calls = graph.then(|| CallGraph::with_capacity(funcs.len()));
     for f in funcs {
         let key = fp.fingerprint(f);
         let template = calls.as_ref().map(|_| key.template());
         let lookup = cache.insert(key);
         if let Some(calls) = &mut calls {
-            if let (Lookup::New(_), Some(template)) = (lookup, template) {
+            if let (Lookup::New(_), Some(template)) = (lookup, &template) {
                 calls.add_node(template, fp.last_names(), fp.last_address_taken());
             }
             calls.add_function_with_func_name(&f.name, lookup.class().as_u32());

@@ -237,7 +237,7 @@ fn build_inner(
         files: files.len(),
         ..Report::default()
     };
-    let mut grouping = Grouping::new(options);
+    let mut grouping = Grouping::new(options, files.len());
     let mut compiling = options.compile_isa.map(|isa| Compiling {
         isa,
         summary: CompileSummary {
@@ -311,14 +311,15 @@ struct Grouping {
 }
 
 impl Grouping {
-    fn new(options: &ReportOptions) -> Self {
+    /// `files`: how many files will be read (a hint for capacities).
+    fn new(options: &ReportOptions, files: usize) -> Self {
         Self {
             fingerprinter: Fingerprinter::new(),
             cache: DedupCache::new(),
             templates: DedupCache::new(),
             members: SecondaryMap::new(),
             reuse: options.reuse,
-            graph: options.merge_calls.then(CallGraph::new),
+            graph: options.merge_calls.then(|| CallGraph::with_capacity(files)),
             graph_time: Duration::ZERO,
             reused: 0,
             reuse_time: Duration::ZERO,
@@ -382,7 +383,7 @@ impl Grouping {
                 if let Some(template) = template.take() {
                     let range = self.ranges[i].clone();
                     let node =
-                        graph.add_node(template, &self.names[range.clone()], &self.taken[range]);
+                        graph.add_node(&template, &self.names[range.clone()], &self.taken[range]);
                     debug_assert_eq!(node, class, "a node per exact class");
                 }
                 graph.add_function_with_func_name(&func.name, class);
@@ -393,7 +394,6 @@ impl Grouping {
         let mut compiling = compiling;
         for (i, ((lookup, _), (func, name))) in lookups.into_iter().zip(valid).enumerate() {
             let reuse = template_lookups[i]
-                .filter(|_| self.reuse)
                 .map(|template| (template, self.names[self.ranges[i].clone()].to_vec()));
             if let Some((Lookup::Duplicate(_), _)) = reuse {
                 self.reused += 1;

@@ -75,7 +75,7 @@ pub mod reuse;
 pub mod stats;
 pub mod trampoline;
 
-use crate::cache::{ClassId, DedupCache, Lookup};
+use crate::cache::{ClassId, DedupCache};
 use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
 use crate::refine::CallGraph;
 use cranelift_codegen::control::ControlPlane;
@@ -632,19 +632,22 @@ impl<M: Module> DedupModule<M> {
     fn plan_refined(&mut self, pending: &mut [(FuncId, Function)]) {
         // A node per exact class of the pending functions.
         let mut exact = DedupCache::new();
-        let mut graph = CallGraph::new();
+        let mut graph = CallGraph::with_capacity(pending.len());
         let mut node_of = Vec::with_capacity(pending.len());
         for (id, func) in pending.iter_mut() {
             self.canonicalize_references(func);
             let fp = self.fingerprinter.fingerprint(func);
-            let template = fp.template();
-            let node = match exact.insert(fp) {
-                Lookup::Duplicate(class) => class.as_u32(),
-                Lookup::New(_) => graph.add_node(
-                    template,
-                    self.fingerprinter.last_names(),
-                    self.fingerprinter.last_address_taken(),
-                ),
+            let node = match exact.get(&fp) {
+                Some(class) => class.as_u32(),
+                None => {
+                    let node = graph.add_node(
+                        &fp,
+                        self.fingerprinter.last_names(),
+                        self.fingerprinter.last_address_taken(),
+                    );
+                    exact.insert(fp);
+                    node
+                }
             };
             let own = SymbolName::User(ir::UserExternalName::new(0, id.as_u32()));
             graph.add_function(&own, node);

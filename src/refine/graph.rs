@@ -33,6 +33,7 @@ pub struct CallGraph {
     /// The names in slots, numbered.
     names: Interner,
     nodes: Vec<NodeEntry>,
+    templates: Vec<Fingerprint>,
     /// All nodes' slots (name numbers, address taken), one after another.
     slots: Vec<(u32, bool)>,
     /// Functions' own names, resolved against slot names by `refine` (a
@@ -48,11 +49,17 @@ enum Owner {
     Several,
 }
 
+/// A node: its slots are `slots[start..end]`; its template is
+/// `templates[template]`, kept only for nodes with a slot that may be a
+/// call (the others can never refer to a node), else `NO_TEMPLATE`.
+#[derive(Clone, Copy)]
 struct NodeEntry {
-    template: Fingerprint,
-    /// Range of this node's slots in `slots`.
-    slots: core::ops::Range<usize>,
+    template: u32,
+    start: u32,
+    end: u32,
 }
+
+const NO_TEMPLATE: u32 = u32::MAX;
 
 /// A name, borrowed.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,8 +140,20 @@ impl CallGraph {
         Self::default()
     }
 
-    /// Adds a node: functions with this [template](Fingerprint::template),
-    /// slot names and address-taken flags (see
+    /// An empty graph with room for about `functions` functions and nodes.
+    pub fn with_capacity(functions: usize) -> Self {
+        Self {
+            nodes: Vec::with_capacity(functions),
+            slots: Vec::with_capacity(functions * 2),
+            own_names: Vec::with_capacity(functions),
+            own_bytes: Vec::with_capacity(functions * 16),
+            ..Self::default()
+        }
+    }
+
+    /// Adds a node: functions with this fingerprint (exact or
+    /// [template](Fingerprint::template); only the template is used), slot
+    /// names and address-taken flags (see
     /// [`crate::Fingerprinter::last_names`] and
     /// [`crate::Fingerprinter::last_address_taken`]). Returns its index;
     /// nodes are numbered from 0 in the order added.
@@ -145,18 +164,25 @@ impl CallGraph {
     /// (That costs merges, never correctness.)
     pub fn add_node(
         &mut self,
-        template: Fingerprint,
+        fingerprint: &Fingerprint,
         names: &[SymbolName],
         address_taken: &[bool],
     ) -> u32 {
-        let start = self.slots.len();
+        let template = if address_taken.iter().any(|&taken| !taken) {
+            self.templates.push(fingerprint.template());
+            self.templates.len() as u32 - 1
+        } else {
+            NO_TEMPLATE
+        };
+        let start = self.slots.len() as u32;
         for (name, &taken) in names.iter().zip(address_taken) {
             let number = self.names.number(name.into());
             self.slots.push((number, taken));
         }
         self.nodes.push(NodeEntry {
             template,
-            slots: start..self.slots.len(),
+            start,
+            end: self.slots.len() as u32,
         });
         self.nodes.len() as u32 - 1
     }
@@ -230,17 +256,21 @@ impl CallGraph {
         let mut template_of = Vec::with_capacity(self.nodes.len());
         for n in &self.nodes {
             let start = targets.len();
-            targets.extend(self.slots[n.slots.clone()].iter().map(|&(name, taken)| {
-                match owners[name as usize] {
-                    Owner::Node(node) if !taken => Target::Function(node),
-                    _ => Target::Outside(name),
-                }
-            }));
+            let slots = &self.slots[n.start as usize..n.end as usize];
+            targets.extend(
+                slots
+                    .iter()
+                    .map(|&(name, taken)| match owners[name as usize] {
+                        Owner::Node(node) if !taken => Target::Function(node),
+                        _ => Target::Outside(name),
+                    }),
+            );
             let calls_nodes = targets[start..]
                 .iter()
                 .any(|t| matches!(t, Target::Function(_)));
-            template_of
-                .push(calls_nodes.then(|| templates.insert(n.template.clone()).class().as_u32()));
+            let template = (calls_nodes && n.template != NO_TEMPLATE)
+                .then(|| &self.templates[n.template as usize]);
+            template_of.push(template.map(|t| templates.insert(t.clone()).class().as_u32()));
             ranges.push(start..targets.len());
         }
         // The others each get a template number of their own.
@@ -317,7 +347,7 @@ mod tests {
         let mut added = 0;
         for (i, (template, names, taken, own)) in parts(text).into_iter().enumerate() {
             if nodes[i] == added {
-                graph.add_node(template, &names, &taken);
+                graph.add_node(&template, &names, &taken);
                 added += 1;
             }
             graph.add_function_with_func_name(&own, nodes[i]);
