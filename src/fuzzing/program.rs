@@ -12,6 +12,10 @@
 //!   and source locations: it must get the original's fingerprint.
 //! - A [`Form::Mutant`] is its original with one constant changed: it must
 //!   get another fingerprint.
+//! - A [`Form::Relinked`] is a twin whose calls go to the functions after
+//!   itself instead of those after its original: the same code calling
+//!   other functions, which exercises code reuse (same template, other
+//!   names) and must still compute what plain compilation computes.
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use cranelift_codegen::ir::{
@@ -74,6 +78,13 @@ pub enum Form {
     Original(Body),
     /// Function `of`'s body, emitted another way (`of` is a later function).
     Twin {
+        /// The original.
+        of: usize,
+    },
+    /// Function `of`'s body, emitted another way, with its calls going to
+    /// the functions after itself (`callees[k]` is function `k + 1` places
+    /// after this one, not after `of`).
+    Relinked {
         /// The original.
         of: usize,
     },
@@ -156,8 +167,11 @@ impl<'a> Arbitrary<'a> for Program {
         let mut functions = Vec::with_capacity(n);
         for i in 0..n {
             let later = n - i - 1;
-            let form = match u.int_in_range(0..=3u8)? {
+            let form = match u.int_in_range(0..=4u8)? {
                 0 if later > 0 => Form::Twin {
+                    of: i + u.int_in_range(1..=later)?,
+                },
+                4 if later > 0 => Form::Relinked {
                     of: i + u.int_in_range(1..=later)?,
                 },
                 1 if later > 0 => Form::Mutant {
@@ -169,15 +183,20 @@ impl<'a> Arbitrary<'a> for Program {
             };
             functions.push(form);
         }
-        // Twins and mutants of twins or mutants point at an original.
+        // Twins, relinked twins and mutants of those point at an original.
         for i in (0..n).rev() {
             let of = match functions[i] {
-                Form::Twin { of } | Form::Mutant { of, .. } => of,
+                Form::Twin { of } | Form::Relinked { of } | Form::Mutant { of, .. } => of,
                 Form::Original(_) => continue,
             };
-            if let Form::Twin { of: root } | Form::Mutant { of: root, .. } = functions[of] {
+            if let Form::Twin { of: root }
+            | Form::Relinked { of: root }
+            | Form::Mutant { of: root, .. } = functions[of]
+            {
                 match &mut functions[i] {
-                    Form::Twin { of } | Form::Mutant { of, .. } => *of = root,
+                    Form::Twin { of } | Form::Relinked { of } | Form::Mutant { of, .. } => {
+                        *of = root
+                    }
                     Form::Original(_) => unreachable!(),
                 }
             }
@@ -227,7 +246,7 @@ impl Program {
     pub fn body(&self, index: usize) -> (Body, bool) {
         match &self.functions[index] {
             Form::Original(body) => (body.clone(), false),
-            Form::Twin { of } => (self.body(*of).0, true),
+            Form::Twin { of } | Form::Relinked { of } => (self.body(*of).0, true),
             Form::Mutant { of, which, delta } => {
                 let mut body = self.body(*of).0;
                 let k = which % body.constants.len();
