@@ -360,8 +360,10 @@ impl Grouping {
         for fp in self.fingerprints.drain(..) {
             report.functions += 1;
             report.instructions += u64::from(fp.instructions());
-            let template = (keep_names && self.cache.get(&fp).is_none()).then(|| fp.template());
-            lookups.push((self.cache.insert(fp), template));
+            // Taking the template shares the key; it is kept for new classes.
+            let template = keep_names.then(|| fp.template());
+            let lookup = self.cache.insert(fp);
+            lookups.push((lookup, template.filter(|_| !lookup.is_duplicate())));
         }
         // 3. Template classes, for reuse.
         let start = Instant::now();

@@ -261,11 +261,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
     };
     if let Some(interpreted) = interpret(program, &functions(program)) {
         if interpreted != expected {
-            let at = interpreted
-                .iter()
-                .zip(&expected)
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
+            let at = first_difference(&interpreted, &expected);
             return Err(format!(
                 "interpreter and plain JIT disagree at call {at}: {} vs {}",
                 interpreted[at], expected[at]
@@ -284,11 +280,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
             .map_err(|e| e.to_string())?;
         let got = call_all(program, &pointers);
         if got != expected {
-            let at = got
-                .iter()
-                .zip(&expected)
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
+            let at = first_difference(&got, &expected);
             let (f, input) = (
                 at / program.inputs.len(),
                 program.inputs[at % program.inputs.len()],
@@ -307,4 +299,9 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
     // SAFETY: as above.
     unsafe { plain.free_memory() };
     Ok(outcome)
+}
+
+/// The index of the first call whose results differ (0 if none does).
+fn first_difference(a: &[i64], b: &[i64]) -> usize {
+    a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(0)
 }
