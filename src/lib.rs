@@ -23,6 +23,8 @@ pub mod isa;
 pub mod module;
 pub mod refine;
 pub mod report;
+#[cfg(feature = "runtests")]
+pub mod runtests;
 
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;

@@ -261,3 +261,31 @@ fn merge_calls_merges_recursive_twins_but_not_address_identities() {
     assert_eq!(explicit["classes"], exact["classes"]);
     assert!(explicit.get("refined_merged").is_none());
 }
+
+#[test]
+fn runtests_reports_every_mode_and_passes_what_plain_passes() {
+    let dir = common::data_dir().join("runtests").display().to_string();
+    let r = json_of(&jitfold(&["runtests", "--json", &dir]));
+    assert_eq!(r["run_files"], 9);
+    assert_eq!(r["units"], 7);
+    assert_eq!(r["run_lines"], 20, "18 in parsed files, 2 in newer.clif");
+    let modes = r["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 1 + jitfold::DedupOptions::ALL.len());
+    assert_eq!(modes[0]["mode"], "plain");
+    for m in modes {
+        assert_eq!(m["passed"], 14, "{}", m["mode"]);
+        assert_eq!(m["failed"], 1, "{}", m["mode"]);
+        assert_eq!(
+            m["skipped"]["file does not parse with cranelift-reader 0.135.8"], 2,
+            "{}",
+            m["mode"]
+        );
+    }
+    for m in &modes[1..] {
+        assert_eq!(m["regressions"].as_array().unwrap().len(), 0);
+        assert_eq!(m["merged_across_files"], 1, "{}", m["mode"]);
+    }
+    let missing = jitfold(&["runtests", "no/such/dir"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file"));
+}

@@ -1,6 +1,7 @@
 //! What a [`DedupModule`](super::DedupModule) did, counted as it happens.
 
 use core::fmt;
+use core::ops::AddAssign;
 use std::time::Duration;
 
 /// Counters of a [`DedupModule`](super::DedupModule).
@@ -68,5 +69,41 @@ impl fmt::Display for Stats {
             self.compile_time.as_secs_f64() * 1e3,
             self.compile_time_saved.as_secs_f64() * 1e3
         )
+    }
+}
+
+impl AddAssign for Stats {
+    /// Sums the counters of two modules.
+    fn add_assign(&mut self, other: Stats) {
+        let Stats {
+            defined,
+            compiled,
+            reused,
+            aliased,
+            trampolined,
+            bytes_defined,
+            code_bytes,
+            trampoline_bytes,
+            code_bytes_without_dedup,
+            compile_time,
+            compile_time_saved,
+            reuse_memory_bytes,
+            refine_rounds,
+            joined,
+        } = other;
+        self.defined += defined;
+        self.compiled += compiled;
+        self.reused += reused;
+        self.aliased += aliased;
+        self.trampolined += trampolined;
+        self.bytes_defined += bytes_defined;
+        self.code_bytes += code_bytes;
+        self.trampoline_bytes += trampoline_bytes;
+        self.code_bytes_without_dedup += code_bytes_without_dedup;
+        self.compile_time += compile_time;
+        self.compile_time_saved += compile_time_saved;
+        self.reuse_memory_bytes += reuse_memory_bytes;
+        self.refine_rounds += refine_rounds;
+        self.joined += joined;
     }
 }

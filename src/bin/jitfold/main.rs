@@ -1,5 +1,7 @@
 //! The `jitfold` command-line tool: a thin user of the library.
 
+mod runtests;
+
 use clap::{Parser, Subcommand};
 use jitfold::cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::report::{self, Progress, Report};
@@ -27,6 +29,10 @@ enum Command {
     /// in several units, plus call-site stubs) with plain `JITModule` and
     /// through jitfold, run every function under each, compare the results.
     Demo(DemoArgs),
+    /// Run Cranelift's `test run` files (`; run: %f(1) == 2`) with plain
+    /// `JITModule` and through jitfold in every mode; fail if any line that
+    /// passes plain fails through jitfold.
+    Runtests(runtests::RuntestsArgs),
 }
 
 #[derive(clap::Args)]
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Report(args) => run_report(&args),
         Command::Demo(args) => run_demo(&args),
+        Command::Runtests(args) => runtests::main(&args),
     }
 }
 

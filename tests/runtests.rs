@@ -1,0 +1,130 @@
+//! The run-test runner on small files whose expected results were worked
+//! out by hand (`tests/data/runtests`): what passes, fails and is skipped,
+//! in plain mode and in every jitfold mode.
+
+use jitfold::DedupOptions;
+use jitfold::runtests::{LineOutcome, ModeResult, SkipReason, Suite, regressions};
+use std::path::PathBuf;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/runtests")
+}
+
+fn suite() -> Suite {
+    Suite::load(&[data()]).expect("the test data loads")
+}
+
+/// The outcome of the line with text `text` in `file`.
+fn outcome<'a>(suite: &Suite, result: &'a ModeResult, file: &str, text: &str) -> &'a LineOutcome {
+    let u = suite
+        .units
+        .iter()
+        .position(|u| u.file.ends_with(file))
+        .unwrap_or_else(|| panic!("no unit for {file}"));
+    let l = suite.units[u]
+        .lines
+        .iter()
+        .position(|l| l.text == text)
+        .unwrap_or_else(|| panic!("no line {text:?} in {file}"));
+    &result.outcomes[u][l]
+}
+
+#[test]
+fn files_are_sorted_into_units_and_skips() {
+    let suite = suite();
+    assert_eq!(suite.files_read, 9);
+    assert_eq!(suite.run_files, 9);
+    assert_eq!(
+        suite.other_arch_files, 1,
+        "elsewhere.clif is for aarch64 only"
+    );
+    assert_eq!(suite.unparsed.len(), 1);
+    assert!(suite.unparsed[0].path.ends_with("newer.clif"));
+    assert_eq!(suite.unparsed[0].run_lines, 2);
+    assert_eq!(suite.units.len(), 7);
+    // types.clif sets enable_llvm_abi_extensions; the others do not.
+    assert_eq!(suite.configs.len(), 2);
+    assert_eq!(suite.run_lines(), 18);
+}
+
+#[test]
+fn plain_mode_passes_right_lines_and_fails_wrong_ones() {
+    let suite = suite();
+    let plain = suite.run_plain();
+    assert_eq!(plain.passed(), 14);
+    assert_eq!(plain.failed(), 1);
+    assert!(matches!(
+        outcome(&suite, &plain, "wrong.clif", "; run: %one() == 2"),
+        LineOutcome::Failed(m) if m.contains("actual: 1")
+    ));
+    // Each file's `%twice` calls its own `%combine`.
+    assert_eq!(
+        outcome(&suite, &plain, "add.clif", "; run: %twice(21) == 42"),
+        &LineOutcome::Passed
+    );
+    assert_eq!(
+        outcome(&suite, &plain, "sub.clif", "; run: %twice(21) == 0"),
+        &LineOutcome::Passed
+    );
+    let skipped = plain.skipped();
+    assert_eq!(skipped.get(&SkipReason::PrintOnly), Some(&1));
+    assert_eq!(skipped.get(&SkipReason::DoesNotCompile), Some(&1));
+    assert_eq!(
+        skipped.get(&SkipReason::NeedsRunnerFunction(
+            "%__cranelift_throw".to_string()
+        )),
+        Some(&1)
+    );
+    assert_eq!(plain.compile_errors.len(), 2);
+}
+
+#[test]
+fn every_jitfold_mode_matches_plain_line_by_line() {
+    let suite = suite();
+    let plain = suite.run_plain();
+    for options in DedupOptions::ALL {
+        let merged = suite.run_jitfold(options, &plain);
+        let name = merged.mode.name();
+        assert_eq!(merged.outcomes, plain.outcomes, "{name}");
+        assert!(regressions(&plain, &merged).is_empty(), "{name}");
+        assert_eq!(merged.modules, 2, "{name}: one module per configuration");
+        // plus.clif's `%plus` is add.clif's `%combine`.
+        assert_eq!(merged.merged, 1, "{name}");
+        assert_eq!(merged.merged_across_files, 1, "{name}");
+        let stats = merged.stats.as_ref().expect("jitfold modes have stats");
+        // sub.clif's `%twice` is add.clif's with another callee.
+        assert_eq!(stats.reused, u64::from(options.reuse), "{name}");
+    }
+}
+
+#[test]
+fn regressions_are_the_lines_that_pass_plain_only() {
+    let suite = suite();
+    let plain = suite.run_plain();
+    let mut broken = suite.run_jitfold(DedupOptions::default(), &plain);
+    let u = suite
+        .units
+        .iter()
+        .position(|u| u.file.ends_with("sub.clif"))
+        .unwrap();
+    broken.outcomes[u][0] = LineOutcome::Failed("made up".to_string());
+    let found = regressions(&plain, &broken);
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].unit, found[0].line), (u, 0));
+    // A line failing in both is not a regression.
+    let w = suite
+        .units
+        .iter()
+        .position(|u| u.file.ends_with("wrong.clif"))
+        .unwrap();
+    assert!(!found.iter().any(|r| r.unit == w));
+}
+
+#[test]
+fn missing_paths_are_errors() {
+    let err = Suite::load(&[data().join("no-such-dir")])
+        .err()
+        .expect("an error");
+    assert!(err.to_string().contains("no such file"), "{err}");
+    assert!(Suite::load(&[]).is_err());
+}
