@@ -12,11 +12,19 @@
 //!   [`FileOutcome::ParseError`] of that file.
 //! - A missing path, or paths that contain no `.clif` file, are a
 //!   [`CorpusError`], not an empty result.
+//! - [`bind_names`] makes a parsed function definable in a
+//!   `cranelift_module::Module`: every function name it uses that belongs
+//!   to its file is replaced by the module id given for it, or it is an
+//!   [`UnboundName`] error; nothing is left pointing at a test-case name.
 
-use cranelift_codegen::ir::Function;
+use cranelift_codegen::ir::{
+    ExternalName, Function, GlobalValueData, UserExternalName, UserFuncName,
+};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::FlagsOrIsa;
+use cranelift_module::FuncId;
 use cranelift_reader::{IsaSpec, ParseOptions, parse_test};
+use std::collections::HashMap;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -190,4 +198,83 @@ pub fn valid_functions(
         }
     }
     Ok(out)
+}
+
+/// A function names (calls, or takes the address of) a function its file
+/// does not define.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnboundName {
+    /// The function that uses the name.
+    pub function: String,
+    /// The name, as CLIF prints it (`%foo`, `u0:3`).
+    pub name: String,
+}
+
+impl fmt::Display for UnboundName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} names {}, which the file does not define",
+            self.function, self.name
+        )
+    }
+}
+
+impl std::error::Error for UnboundName {}
+
+/// Points `func` and the functions it names at module ids, so that it can
+/// be defined as `id` in a `cranelift_module::Module` (which names functions
+/// `u0:<id>`): `func` itself becomes `u0:<id>`, and every callee and symbol
+/// that names a function of `file` (by test-case name `%foo` or user name
+/// `uN:M`, as the file's own functions are named) names that function's id.
+/// Libcalls and known symbols are left as they are.
+pub fn bind_names(
+    func: &mut Function,
+    id: FuncId,
+    file: &HashMap<UserFuncName, FuncId>,
+) -> Result<(), UnboundName> {
+    let lookup = |func: &Function, name: &ExternalName| -> Result<Option<FuncId>, UnboundName> {
+        let as_func_name = match name {
+            ExternalName::TestCase(t) => UserFuncName::Testcase(t.clone()),
+            ExternalName::User(r) => UserFuncName::User(func.params.user_named_funcs()[*r].clone()),
+            ExternalName::LibCall(_) | ExternalName::KnownSymbol(_) => return Ok(None),
+        };
+        match file.get(&as_func_name) {
+            Some(&id) => Ok(Some(id)),
+            None => Err(UnboundName {
+                function: func.name.to_string(),
+                name: as_func_name.to_string(),
+            }),
+        }
+    };
+    let mut callees = Vec::new();
+    for (r, data) in func.dfg.ext_funcs.iter() {
+        if let Some(target) = lookup(func, &data.name)? {
+            callees.push((r, target));
+        }
+    }
+    let mut symbols = Vec::new();
+    for (gv, data) in func.global_values.iter() {
+        if let GlobalValueData::Symbol { name, .. } = data
+            && let Some(target) = lookup(func, name)?
+        {
+            symbols.push((gv, target));
+        }
+    }
+    let module_name = |func: &mut Function, target: FuncId| {
+        ExternalName::User(
+            func.declare_imported_user_function(UserExternalName::new(0, target.as_u32())),
+        )
+    };
+    for (r, target) in callees {
+        func.dfg.ext_funcs[r].name = module_name(func, target);
+    }
+    for (gv, target) in symbols {
+        let name = module_name(func, target);
+        if let GlobalValueData::Symbol { name: old, .. } = &mut func.global_values[gv] {
+            *old = name;
+        }
+    }
+    func.name = UserFuncName::user(0, id.as_u32());
+    Ok(())
 }

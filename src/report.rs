@@ -39,6 +39,7 @@ use crate::refine::CallGraph;
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,57 @@ pub struct CompileSummary {
     pub baseline_code_bytes: u64,
     /// Code bytes of one function per class.
     pub dedup_code_bytes: u64,
+}
+
+impl CompileSummary {
+    /// The compile errors grouped by [`compile_error_reason`], most common
+    /// first (ties by reason).
+    pub fn errors_by_reason(&self) -> Vec<(String, usize)> {
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for e in &self.errors {
+            *counts.entry(compile_error_reason(&e.message)).or_insert(0) += 1;
+        }
+        let mut out: Vec<(String, usize)> = counts.into_iter().collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+}
+
+/// A short reason for a compile error message, shared by every function
+/// that fails the same way: the opcode without a lowering on this ISA, the
+/// instruction the ISA's verifier rejects, or the first words of the
+/// message (numbers dropped, so that value and instruction numbers do not
+/// split a reason).
+pub fn compile_error_reason(message: &str) -> String {
+    let opcode_after = |marker: &str| -> Option<String> {
+        let rest = &message[message.find(marker)? + marker.len()..];
+        // `v2 = load.i16 big v0` or `store.i8 v1, v0`: the word after `= `
+        // if the instruction has results, else the first word.
+        let inst = rest.split('`').next().unwrap_or(rest);
+        let inst = inst.split_once(" = ").map_or(inst, |(_, r)| r);
+        let word = inst.split_whitespace().next()?;
+        Some(word.split('.').next().unwrap_or(word).to_string())
+    };
+    if message.contains("should be implemented in ISLE")
+        && let Some(op) = opcode_after("inst = `")
+    {
+        return format!("no lowering for `{op}` on this ISA");
+    }
+    if message.starts_with("Verifier(")
+        && let Some(op) = opcode_after("context: Some(\"")
+    {
+        return format!("verifier rejects `{op}` for this ISA");
+    }
+    let text: String = message
+        .chars()
+        .filter(|c| !c.is_ascii_digit())
+        .take(80)
+        .collect();
+    text.split('`')
+        .next()
+        .unwrap_or(&text)
+        .trim_end()
+        .to_string()
 }
 
 /// `--verify`: every member of a duplicate group compiled and compared with
@@ -568,4 +620,35 @@ fn group_list(
         ))
     });
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compile_error_reason;
+
+    #[test]
+    fn compile_errors_are_grouped_by_opcode_or_message() {
+        assert_eq!(
+            compile_error_reason(
+                "Unsupported(\"should be implemented in ISLE: inst = `v2 = load.i16 big region0 v0`, type = `Some(types::I16)`\")"
+            ),
+            "no lowering for `load` on this ISA"
+        );
+        assert_eq!(
+            compile_error_reason(
+                "Unsupported(\"should be implemented in ISLE: inst = `store.i8 v1, v0`, type = `None`\")"
+            ),
+            "no lowering for `store` on this ISA"
+        );
+        assert_eq!(
+            compile_error_reason(
+                "Verifier(VerifierErrors([VerifierError { location: inst3, context: Some(\"v4 = x86_pshufb v1, v2\"), message: \"...\" }]))"
+            ),
+            "verifier rejects `x86_pshufb` for this ISA"
+        );
+        assert_eq!(
+            compile_error_reason("Cranelift panicked: i128 args/return values not supported"),
+            compile_error_reason("Cranelift panicked: i64 args/return values not supported"),
+        );
+    }
 }

@@ -289,3 +289,37 @@ fn runtests_reports_every_mode_and_passes_what_plain_passes() {
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file"));
 }
+
+#[test]
+fn compile_for_aarch64_names_what_cannot_be_compiled_and_why() {
+    let dir = temp_dir("aarch64");
+    std::fs::write(
+        dir.join("mixed.clif"),
+        "function %shuffle(i8x16, i8x16) -> i8x16 {\nblock0(v0: i8x16, v1: i8x16):\n    v2 = x86_pshufb v0, v1\n    return v2\n}\n\n\
+         function %add(i64, i64) -> i64 {\nblock0(v0: i64, v1: i64):\n    v2 = iadd v0, v1\n    return v2\n}\n",
+    )
+    .unwrap();
+    let path = dir.display().to_string();
+    let c = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--isa",
+        "aarch64",
+        "--compile",
+        &path,
+    ]))["compile"]
+        .clone();
+    assert!(
+        c["isa"].as_str().unwrap().starts_with("aarch64"),
+        "{}",
+        c["isa"]
+    );
+    assert_eq!(c["functions"], 1);
+    assert_eq!(c["compile_errors"], 1);
+    assert_eq!(c["compile_error_list"][0]["function"], "%shuffle");
+    assert_eq!(
+        c["compile_error_reasons"][0]["reason"],
+        "no lowering for `x86_pshufb` on this ISA"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,27 +1,16 @@
 //! The differential fuzz check over a fixed set of seeds, so every test run
 //! exercises it (the same check `cargo fuzz run differential` runs).
 
-use jitfold::fuzzing::differential_bytes;
+mod common;
 
-/// Deterministic pseudo-random bytes for a seed.
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
-}
+use jitfold::fuzzing::differential_bytes;
 
 #[test]
 fn differential_check_passes_on_fixed_seeds() {
     let (mut programs, mut functions, mut merged, mut calls, mut interpreted) = (0, 0, 0, 0, 0);
     let mut reused = 0;
     for seed in 0..300 {
-        let data = bytes(seed, 64 + (seed as usize % 7) * 64);
+        let data = common::seed_bytes(seed, 64 + (seed as usize % 7) * 64);
         let Some(result) = differential_bytes(&data) else {
             continue;
         };

@@ -72,6 +72,7 @@
 mod batch;
 mod jit;
 mod join;
+mod object;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;

@@ -19,11 +19,10 @@
 use super::suite::{SkipReason, Suite, Unit};
 use super::{host, invoke};
 use crate::compile::panic_message;
+use crate::corpus::{UnboundName, bind_names};
 use crate::module::{DedupModule, DedupOptions, Mode, Stats};
 use cranelift_codegen::Context;
-use cranelift_codegen::ir::{
-    ExternalName, Function, GlobalValueData, Signature, UserExternalName, UserFuncName,
-};
+use cranelift_codegen::ir::Signature;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleResult, default_libcall_names};
@@ -186,10 +185,8 @@ impl Suite {
                 }
                 Err(e) => {
                     let reason = match &e {
-                        BuildError::Unresolved { name, .. }
-                            if name.starts_with("%__cranelift_") =>
-                        {
-                            SkipReason::NeedsRunnerFunction(name.clone())
+                        BuildError::Unresolved(e) if e.name.starts_with("%__cranelift_") => {
+                            SkipReason::NeedsRunnerFunction(e.name.clone())
                         }
                         _ => SkipReason::DoesNotCompile,
                     };
@@ -335,9 +332,8 @@ fn jit_module(isa: &OwnedTargetIsa) -> JITModule {
 
 /// Why a unit could not be compiled.
 enum BuildError {
-    /// A function names (calls, or takes the address of) `name`, which the
-    /// file does not define.
-    Unresolved { function: String, name: String },
+    /// A function names a function the file does not define.
+    Unresolved(UnboundName),
     /// Anything else (the message).
     Other(String),
 }
@@ -345,9 +341,7 @@ enum BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::Unresolved { function, name } => {
-                write!(f, "{function} names {name}, which the file does not define")
-            }
+            BuildError::Unresolved(e) => write!(f, "{e}"),
             BuildError::Other(message) => write!(f, "{message}"),
         }
     }
@@ -429,7 +423,7 @@ impl Program {
         for (func, &id) in unit.functions.iter().zip(&declared) {
             self.ctx.clear();
             self.ctx.func = func.clone();
-            rename(&mut self.ctx.func, id, &ids)?;
+            bind_names(&mut self.ctx.func, id, &ids).map_err(BuildError::Unresolved)?;
             module
                 .define_function(id, &mut self.ctx)
                 .map_err(|e| BuildError::Other(format!("{}: {}", func.name, error_text(&e))))?;
@@ -491,61 +485,6 @@ impl Program {
             })
             .collect()
     }
-}
-
-/// Points `func` and the functions it names at module ids: `func` itself
-/// is `id`, and every callee or symbol naming a function of the file (by
-/// test-case or user name) is that function's id.
-fn rename(
-    func: &mut Function,
-    id: FuncId,
-    file: &HashMap<UserFuncName, FuncId>,
-) -> Result<(), BuildError> {
-    let own_name = func.name.clone();
-    let lookup = |func: &Function, name: &ExternalName| -> Result<Option<FuncId>, BuildError> {
-        let as_func_name = match name {
-            ExternalName::TestCase(t) => UserFuncName::Testcase(t.clone()),
-            ExternalName::User(r) => UserFuncName::User(func.params.user_named_funcs()[*r].clone()),
-            ExternalName::LibCall(_) | ExternalName::KnownSymbol(_) => return Ok(None),
-        };
-        match file.get(&as_func_name) {
-            Some(&id) => Ok(Some(id)),
-            None => Err(BuildError::Unresolved {
-                function: own_name.to_string(),
-                name: as_func_name.to_string(),
-            }),
-        }
-    };
-    let mut callees = Vec::new();
-    for (r, data) in func.dfg.ext_funcs.iter() {
-        if let Some(target) = lookup(func, &data.name)? {
-            callees.push((r, target));
-        }
-    }
-    let mut symbols = Vec::new();
-    for (gv, data) in func.global_values.iter() {
-        if let GlobalValueData::Symbol { name, .. } = data
-            && let Some(target) = lookup(func, name)?
-        {
-            symbols.push((gv, target));
-        }
-    }
-    let module_name = |func: &mut Function, target: FuncId| {
-        ExternalName::User(
-            func.declare_imported_user_function(UserExternalName::new(0, target.as_u32())),
-        )
-    };
-    for (r, target) in callees {
-        func.dfg.ext_funcs[r].name = module_name(func, target);
-    }
-    for (gv, target) in symbols {
-        let name = module_name(func, target);
-        if let GlobalValueData::Symbol { name: old, .. } = &mut func.global_values[gv] {
-            *old = name;
-        }
-    }
-    func.name = UserFuncName::user(0, id.as_u32());
-    Ok(())
 }
 
 /// A module error with its source chain (Cranelift's compile errors carry

@@ -30,3 +30,17 @@ pub fn parse_valid(text: &str) -> Vec<Function> {
         _ => panic!("unexpected outcome"),
     }
 }
+
+/// Deterministic pseudo-random bytes for a seed (xorshift), as inputs to the
+/// fuzz generator.
+pub fn seed_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}

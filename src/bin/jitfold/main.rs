@@ -270,6 +270,9 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
             "isa": c.isa,
             "functions": c.functions,
             "compile_errors": c.errors.len(),
+            "compile_error_reasons": c.errors_by_reason().into_iter()
+                .map(|(reason, n)| json!({ "reason": reason, "functions": n }))
+                .collect::<Vec<_>>(),
             "compile_error_list": c.errors.iter()
                 .map(|f| json!({ "file": f.function.file, "function": f.function.name, "message": f.message }))
                 .collect::<Vec<_>>(),
@@ -369,6 +372,16 @@ fn print_summary(r: &Report, with_groups: bool) {
             c.dedup_time.as_secs_f64(),
             c.dedup_code_bytes
         );
+        let reasons = c.errors_by_reason();
+        for (reason, n) in reasons.iter().take(10) {
+            println!("  {n:>6} cannot compile: {reason}");
+        }
+        if reasons.len() > 10 {
+            println!(
+                "  ({} more reasons; --json lists every function and reason)",
+                reasons.len() - 10
+            );
+        }
     }
     if let Some(v) = &r.verify {
         println!(

@@ -29,11 +29,16 @@ pub fn main(args: &RuntestsArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let baseline = suite.run_plain();
-    let modes: Vec<ModeResult> = DedupOptions::ALL
-        .iter()
-        .map(|&options| suite.run_jitfold(options, &baseline))
-        .collect();
+    // Cranelift panics on some files (they are caught, and reported as
+    // compile errors); keep their backtraces off the terminal.
+    let (baseline, modes) = jitfold::compile::with_quiet_panics(|| {
+        let baseline = suite.run_plain();
+        let modes: Vec<ModeResult> = DedupOptions::ALL
+            .iter()
+            .map(|&options| suite.run_jitfold(options, &baseline))
+            .collect();
+        (baseline, modes)
+    });
     let regressed: Vec<(&ModeResult, Vec<Regression>)> = modes
         .iter()
         .map(|m| (m, regressions(&baseline, m)))
