@@ -12,7 +12,9 @@
 //! 2. Fingerprint laws: a twin has its original's fingerprint and template;
 //!    a mutant whose changed constant is used in a reachable block has
 //!    another fingerprint, and one whose changed constant is not has the
-//!    same; every key is its template followed by its names
+//!    same; likewise a flag mutant (condition code, memory flags, trap
+//!    code) whose change is reachable; every key is its template followed
+//!    by its names
 //!    ([`Fingerprint::with_names`]).
 //! 3. Every function called on every input returns the same value under
 //!    plain `JITModule` and under `DedupModule` with each of
@@ -93,7 +95,7 @@ fn build(
     // twin, which calls the functions after itself.
     let origin = match program.functions[index] {
         Form::Original(_) | Form::Relinked { .. } => index,
-        Form::Twin { of } | Form::Mutant { of, .. } => of,
+        Form::Twin { of } | Form::Mutant { of, .. } | Form::FlagMutant { of, .. } => of,
     };
     let callees: Vec<_> = (origin + 1..program.functions.len())
         .map(|j| callee(j, func))
@@ -171,16 +173,15 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
             Form::Mutant { of, which, .. } => {
                 let body = program.body(*of).0;
                 let k = which % body.constants.len();
-                let reachable = body.reachable();
-                let used = body
-                    .blocks
-                    .iter()
-                    .zip(reachable)
-                    .filter(|(_, r)| *r)
-                    .flat_map(|((ops, _), _)| ops)
-                    .any(|op| matches!(op, Op::Const(_, c) if *c as usize % body.constants.len() == k));
+                let used = body.reachable_ops().any(
+                    |op| matches!(op, Op::Const(_, c) if *c as usize % body.constants.len() == k),
+                );
                 let changed = program.body(i).0.constants[k] != body.constants[k];
                 (*of, !(used && changed))
+            }
+            Form::FlagMutant { of, flag } => {
+                let changed = program.body(*of).0.mutate(*flag);
+                (*of, !changed)
             }
         };
         if expect_equal && fps[i].template() != fps[of].template() {

@@ -12,6 +12,12 @@
 //!   and source locations: it must get the original's fingerprint.
 //! - A [`Form::Mutant`] is its original with one constant changed: it must
 //!   get another fingerprint.
+//! - A [`Form::FlagMutant`] is its original with one flag or immediate
+//!   changed (a condition code, the memory flags of its stack accesses, or
+//!   the trap code of its guarded traps): it must get another fingerprint
+//!   when the changed part is reachable. Memory-flag and trap-code mutants
+//!   compute what their original computes; merging them would still be
+//!   wrong (a trap code is what a runtime reports).
 //! - A [`Form::Relinked`] is a twin whose calls go to the functions after
 //!   itself instead of those after its original: the same code calling
 //!   other functions, which exercises code reuse (same template, other
@@ -20,6 +26,7 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use cranelift_codegen::ir::{
     self, InstBuilder, StackSlotData, StackSlotKind, condcodes::IntCC, types::F64, types::I64,
+    types::I64X2,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
 
@@ -47,6 +54,26 @@ pub enum Op {
     Slots(u8, u8, u8),
     /// `d = call fN(a, b)` for a later function (by offset).
     Call(u8, u8, u8, u8),
+    /// `d = call_indirect (func_addr fN)(a, b)` for a later function.
+    CallIndirect(u8, u8, u8, u8),
+    /// `d = lane (k & 1) of ([a, b] op [b, a])` on `i64x2` (0..4: add, sub,
+    /// mul, xor).
+    Vector(u8, u8, u8, u8),
+    /// A trap that never fires: `trapnz` on "the fuel counter is negative"
+    /// (it is positive in every code block), with the body's trap code.
+    GuardedTrap,
+}
+
+/// Which flag a [`Form::FlagMutant`] changes.
+#[derive(Clone, Copy, Debug)]
+pub enum Flag {
+    /// The condition code of one `Select` op (by index among all ops, modulo
+    /// their number).
+    Condition(usize),
+    /// The memory flags of the stack accesses.
+    MemFlags,
+    /// The trap code of the guarded traps.
+    TrapCode,
 }
 
 /// How a block ends.
@@ -67,6 +94,10 @@ pub enum Term {
 pub struct Body {
     /// Constants the `Const` ops use.
     pub constants: Vec<i64>,
+    /// Which memory flags the stack accesses carry (see [`mem_flags`]).
+    pub mem_flags: u8,
+    /// The user trap code of the guarded traps (plus one).
+    pub trap_code: u8,
     /// Blocks: operations and terminator (block 0 is the entry).
     pub blocks: Vec<(Vec<Op>, Term)>,
 }
@@ -97,6 +128,13 @@ pub enum Form {
         /// The change (never 0).
         delta: i64,
     },
+    /// Function `of`'s body with one flag changed.
+    FlagMutant {
+        /// The original.
+        of: usize,
+        /// The flag.
+        flag: Flag,
+    },
 }
 
 /// A generated program: functions `f0 .. fN`, and inputs to call them with.
@@ -123,7 +161,7 @@ impl Body {
             let mut ops = Vec::new();
             for _ in 0..u.int_in_range(0..=6)? {
                 let (d, a, c) = (var(u)?, var(u)?, var(u)?);
-                ops.push(match u.int_in_range(0..=7)? {
+                ops.push(match u.int_in_range(0..=10)? {
                     0 => Op::Int(u.int_in_range(0..=5)?, d, a, c),
                     1 => Op::Const(d, u.int_in_range(0..=constants.len() as u8 - 1)?),
                     2 => Op::Select(u.int_in_range(0..=9)?, d, a, c),
@@ -131,10 +169,16 @@ impl Body {
                     4 => Op::Shift(u.int_in_range(0..=3)?, d, a, c),
                     5 => Op::Float(u.int_in_range(0..=3)?, d, a, c),
                     6 => Op::Slots(u.int_in_range(0..=1)?, d, a),
-                    _ if functions_after > 0 => {
+                    7 if functions_after > 0 => {
                         let callee = u.int_in_range(1..=functions_after.min(255) as u8)?;
                         Op::Call(callee, d, a, c)
                     }
+                    8 if functions_after > 0 => {
+                        let callee = u.int_in_range(1..=functions_after.min(255) as u8)?;
+                        Op::CallIndirect(callee, d, a, c)
+                    }
+                    9 => Op::Vector(u.int_in_range(0..=7)?, d, a, c),
+                    10 => Op::GuardedTrap,
                     _ => Op::Int(0, d, a, c),
                 });
             }
@@ -157,7 +201,12 @@ impl Body {
             };
             blocks.push((ops, term));
         }
-        Ok(Body { constants, blocks })
+        Ok(Body {
+            constants,
+            mem_flags: u.int_in_range(0..=MEM_FLAG_KINDS - 1)?,
+            trap_code: u.int_in_range(1..=200)?,
+            blocks,
+        })
     }
 }
 
@@ -167,7 +216,7 @@ impl<'a> Arbitrary<'a> for Program {
         let mut functions = Vec::with_capacity(n);
         for i in 0..n {
             let later = n - i - 1;
-            let form = match u.int_in_range(0..=4u8)? {
+            let form = match u.int_in_range(0..=5u8)? {
                 0 if later > 0 => Form::Twin {
                     of: i + u.int_in_range(1..=later)?,
                 },
@@ -179,24 +228,29 @@ impl<'a> Arbitrary<'a> for Program {
                     which: usize::arbitrary(u)?,
                     delta: i64::arbitrary(u)?.max(1),
                 },
+                5 if later > 0 => Form::FlagMutant {
+                    of: i + u.int_in_range(1..=later)?,
+                    flag: match u.int_in_range(0..=2u8)? {
+                        0 => Flag::Condition(usize::arbitrary(u)?),
+                        1 => Flag::MemFlags,
+                        _ => Flag::TrapCode,
+                    },
+                },
                 _ => Form::Original(Body::arbitrary(u, later)?),
             };
             functions.push(form);
         }
         // Twins, relinked twins and mutants of those point at an original.
         for i in (0..n).rev() {
-            let of = match functions[i] {
-                Form::Twin { of } | Form::Relinked { of } | Form::Mutant { of, .. } => of,
-                Form::Original(_) => continue,
+            let Some(of) = functions[i].of() else {
+                continue;
             };
-            if let Form::Twin { of: root }
-            | Form::Relinked { of: root }
-            | Form::Mutant { of: root, .. } = functions[of]
-            {
+            if let Some(root) = functions[of].of() {
                 match &mut functions[i] {
-                    Form::Twin { of } | Form::Relinked { of } | Form::Mutant { of, .. } => {
-                        *of = root
-                    }
+                    Form::Twin { of }
+                    | Form::Relinked { of }
+                    | Form::Mutant { of, .. }
+                    | Form::FlagMutant { of, .. } => *of = root,
                     Form::Original(_) => unreachable!(),
                 }
             }
@@ -241,6 +295,81 @@ impl Body {
     }
 }
 
+impl Form {
+    /// The function this one is derived from, if any.
+    pub fn of(&self) -> Option<usize> {
+        match *self {
+            Form::Original(_) => None,
+            Form::Twin { of }
+            | Form::Relinked { of }
+            | Form::Mutant { of, .. }
+            | Form::FlagMutant { of, .. } => Some(of),
+        }
+    }
+}
+
+impl Body {
+    /// The ops of the reachable blocks.
+    pub fn reachable_ops(&self) -> impl Iterator<Item = &Op> {
+        self.blocks
+            .iter()
+            .zip(self.reachable())
+            .filter(|(_, r)| *r)
+            .flat_map(|((ops, _), _)| ops)
+    }
+
+    /// Applies `flag`'s change; returns whether a reachable part of the
+    /// function changed (else the fingerprint must stay the same).
+    pub fn mutate(&mut self, flag: Flag) -> bool {
+        match flag {
+            Flag::Condition(which) => {
+                let reachable = self.reachable();
+                let selects: Vec<(usize, usize)> = self
+                    .blocks
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(b, (ops, _))| {
+                        ops.iter()
+                            .enumerate()
+                            .filter(|(_, op)| matches!(op, Op::Select(..)))
+                            .map(move |(i, _)| (b, i))
+                    })
+                    .collect();
+                let Some(&(b, i)) = selects.get(which % selects.len().max(1)) else {
+                    return false;
+                };
+                if let Op::Select(cc, ..) = &mut self.blocks[b].0[i] {
+                    // Another of the ten condition codes.
+                    *cc = (*cc % 10 + 1) % 10;
+                }
+                reachable[b]
+            }
+            Flag::MemFlags => {
+                // The entry block stores to both slots: always reachable.
+                self.mem_flags = (self.mem_flags + 1) % MEM_FLAG_KINDS;
+                true
+            }
+            Flag::TrapCode => {
+                self.trap_code = self.trap_code % 200 + 1;
+                self.reachable_ops().any(|op| matches!(op, Op::GuardedTrap))
+            }
+        }
+    }
+}
+
+/// Kinds of memory flags the stack accesses may carry.
+const MEM_FLAG_KINDS: u8 = 3;
+
+/// The memory flags of kind `kind`: all mean the same for an aligned stack
+/// slot on a little-endian machine, and all are distinct flags.
+pub fn mem_flags(kind: u8) -> ir::MemFlagsData {
+    match kind % MEM_FLAG_KINDS {
+        0 => ir::MemFlagsData::trusted(),
+        1 => ir::MemFlagsData::new().with_notrap(),
+        _ => ir::MemFlagsData::trusted().with_endianness(ir::Endianness::Little),
+    }
+}
+
 impl Program {
     /// The body function `index` is built from, with a mutation applied.
     pub fn body(&self, index: usize) -> (Body, bool) {
@@ -251,6 +380,11 @@ impl Program {
                 let mut body = self.body(*of).0;
                 let k = which % body.constants.len();
                 body.constants[k] = body.constants[k].wrapping_add(*delta);
+                (body, false)
+            }
+            Form::FlagMutant { of, flag } => {
+                let mut body = self.body(*of).0;
+                body.mutate(*flag);
                 (body, false)
             }
         }
@@ -295,8 +429,10 @@ pub fn emit(b: &mut FunctionBuilder, body: &Body, callees: &[ir::FuncRef], twist
     let f = b.ins().iconst(I64, FUEL);
     b.def_var(fuel, f);
     let zero = b.ins().iconst(I64, 0);
+    let flags = mem_flags(body.mem_flags);
     for slot in slots {
-        b.ins().stack_store(I64, zero, slot, 0);
+        let addr = b.ins().stack_addr(I64, slot, 0);
+        b.ins().store(flags, zero, addr, 0);
     }
     b.ins().jump(checks[0], &[]);
 
@@ -317,7 +453,7 @@ pub fn emit(b: &mut FunctionBuilder, body: &Body, callees: &[ir::FuncRef], twist
                 let inst = b.func.dfg.value_def(dead).unwrap_inst();
                 b.func.layout.remove_inst(inst);
             }
-            emit_op(b, op, &body.constants, &vars, &slots, callees);
+            emit_op(b, op, body, &vars, (&slots, fuel), callees);
         }
         match term {
             Term::Jump(t) => {
@@ -358,11 +494,12 @@ pub fn emit(b: &mut FunctionBuilder, body: &Body, callees: &[ir::FuncRef], twist
 fn emit_op(
     b: &mut FunctionBuilder,
     op: &Op,
-    constants: &[i64],
+    body: &Body,
     vars: &[Variable],
-    slots: &[ir::StackSlot; 2],
+    (slots, fuel): (&[ir::StackSlot; 2], Variable),
     callees: &[ir::FuncRef],
 ) {
+    let constants = &body.constants;
     let get = |b: &mut FunctionBuilder, v: u8| b.use_var(vars[v as usize]);
     let (d, r) = match *op {
         Op::Int(k, d, x, y) => {
@@ -429,17 +566,47 @@ fn emit_op(
         }
         Op::Slots(s, d, x) => {
             let x = get(b, x);
-            b.ins().stack_store(I64, x, slots[s as usize % 2], 0);
-            (
-                d,
-                b.ins().stack_load(I64, I64, slots[(s as usize + 1) % 2], 0),
-            )
+            let flags = mem_flags(body.mem_flags);
+            let to = b.ins().stack_addr(I64, slots[s as usize % 2], 0);
+            b.ins().store(flags, x, to, 0);
+            let from = b.ins().stack_addr(I64, slots[(s as usize + 1) % 2], 0);
+            (d, b.ins().load(I64, flags, from, 0))
         }
         Op::Call(offset, d, x, y) => {
             let (x, y) = (get(b, x), get(b, y));
             let callee = callees[(offset as usize - 1) % callees.len()];
             let call = b.ins().call(callee, &[x, y]);
             (d, b.inst_results(call)[0])
+        }
+        Op::CallIndirect(offset, d, x, y) => {
+            let (x, y) = (get(b, x), get(b, y));
+            let callee = callees[(offset as usize - 1) % callees.len()];
+            let sig = b.func.dfg.ext_funcs[callee].signature;
+            let address = b.ins().func_addr(I64, callee);
+            let call = b.ins().call_indirect(sig, address, &[x, y]);
+            (d, b.inst_results(call)[0])
+        }
+        Op::Vector(k, d, x, y) => {
+            let (x, y) = (get(b, x), get(b, y));
+            let lanes = |b: &mut FunctionBuilder, first, second| {
+                let v = b.ins().scalar_to_vector(I64X2, first);
+                b.ins().insertlane(v, second, 1)
+            };
+            let (xy, yx) = (lanes(b, x, y), lanes(b, y, x));
+            let r = match k % 4 {
+                0 => b.ins().iadd(xy, yx),
+                1 => b.ins().isub(xy, yx),
+                2 => b.ins().imul(xy, yx),
+                _ => b.ins().bxor(xy, yx),
+            };
+            (d, b.ins().extractlane(r, k / 4 % 2))
+        }
+        Op::GuardedTrap => {
+            let f = b.use_var(fuel);
+            let negative = b.ins().icmp_imm_s(IntCC::SignedLessThan, f, 0);
+            let code = ir::TrapCode::user(body.trap_code.max(1)).expect("user codes are 1..=255");
+            b.ins().trapnz(negative, code);
+            return;
         }
     };
     b.def_var(vars[d as usize], r);
