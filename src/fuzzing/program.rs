@@ -6,7 +6,10 @@
 //! - Every generated function passes the verifier, has the signature
 //!   `(i64, i64) -> i64`, never traps and always terminates: loops are
 //!   bounded by a fuel counter checked at every block, divisions are guarded,
-//!   shift amounts are masked, and function `i` only calls functions `j > i`.
+//!   shift amounts are masked, and function `i` only calls functions `j > i`
+//!   except for its own recursive call, which it makes at most once per
+//!   invocation, in its entry block, with a second argument whose low two
+//!   bits are one less (so recursion is at most three calls deep).
 //! - A [`Form::Twin`] is emitted from the same [`Body`] as its original, with
 //!   blocks created in another order, dead instructions, another layout order
 //!   and source locations: it must get the original's fingerprint.
@@ -98,6 +101,9 @@ pub struct Body {
     pub mem_flags: u8,
     /// The user trap code of the guarded traps (plus one).
     pub trap_code: u8,
+    /// Whether the function calls itself first: if `b & 3 != 0`, variable
+    /// `d` becomes `self(a, b - 1) ^ b` before the blocks run.
+    pub recurse: Option<u8>,
     /// Blocks: operations and terminator (block 0 is the entry).
     pub blocks: Vec<(Vec<Op>, Term)>,
 }
@@ -205,6 +211,7 @@ impl Body {
             constants,
             mem_flags: u.int_in_range(0..=MEM_FLAG_KINDS - 1)?,
             trap_code: u.int_in_range(1..=200)?,
+            recurse: if u.ratio(1, 4)? { Some(var(u)?) } else { None },
             blocks,
         })
     }
@@ -392,8 +399,15 @@ impl Program {
 }
 
 /// Emits `body` into the (empty) function of `b`; `callees[k]` is the
-/// function `k + 1` places later. `twisted` emits it another way.
-pub fn emit(b: &mut FunctionBuilder, body: &Body, callees: &[ir::FuncRef], twisted: bool) {
+/// function `k + 1` places later, `own` the function itself (needed when
+/// the body recurses). `twisted` emits it another way.
+pub fn emit(
+    b: &mut FunctionBuilder,
+    body: &Body,
+    callees: &[ir::FuncRef],
+    own: Option<ir::FuncRef>,
+    twisted: bool,
+) {
     let n = body.blocks.len();
     // Each body block becomes a fuel check and the code itself.
     let mut checks = vec![None; n];
@@ -433,6 +447,19 @@ pub fn emit(b: &mut FunctionBuilder, body: &Body, callees: &[ir::FuncRef], twist
     for slot in slots {
         let addr = b.ins().stack_addr(I64, slot, 0);
         b.ins().store(flags, zero, addr, 0);
+    }
+    if let (Some(d), Some(own)) = (body.recurse, own) {
+        // if b & 3 != 0 { vars[d] = self(a, b - 1) ^ b }
+        let recurse = b.create_block();
+        let low = b.ins().band_imm_s(params[1], 3);
+        b.ins().brif(low, recurse, &[], checks[0], &[]);
+        b.switch_to_block(recurse);
+        let less = b.ins().iadd_imm_s(params[1], -1);
+        let call = b.ins().call(own, &[params[0], less]);
+        let r = b.inst_results(call)[0];
+        let r = b.ins().bxor(r, params[1]);
+        b.def_var(vars[d as usize], r);
+        b.seal_block(recurse);
     }
     b.ins().jump(checks[0], &[]);
 
