@@ -187,6 +187,19 @@ impl Fingerprint {
         Self::from_key(&words, template.instructions, template.template_len)
     }
 
+    /// This fingerprint with the calling convention of the function's own
+    /// signature erased: equal for two functions exactly when they are the
+    /// same function except, possibly, for that calling convention (the
+    /// parameter and return types, extensions and purposes still count).
+    pub fn with_call_conv_erased(&self) -> Fingerprint {
+        let mut words = self.key().to_vec();
+        // The key starts with the signature, whose first word is the
+        // calling convention (see `walk::Fingerprinter::signature`); no
+        // convention is numbered `u32::MAX`.
+        words[0] = u32::MAX;
+        Self::from_key(&words, self.instructions, self.template_len)
+    }
+
     /// The canonical key. Equal keys mean interchangeable functions.
     pub fn key(&self) -> &[u32] {
         &self.words[..self.len as usize]

@@ -18,15 +18,19 @@
 //!    when [`DedupOptions::reuse`] is on (the default): it is defined from
 //!    a copy of that code with its relocations retargeted to its own names
 //!    (see [`reuse`]). It has its own entry point and calls its own callees.
-//! 3. Before a function is fingerprinted and compiled, its references to
+//! 3. A function that differs from a compiled one only in its calling
+//!    convention (and uses nothing an extra frame would change) is defined
+//!    as an [`adapter`] that calls the compiled one: its body is not
+//!    compiled again.
+//! 4. Before a function is fingerprinted and compiled, its references to
 //!    known duplicates are rewritten to their canonical functions (so callers
 //!    of twins become twins, and calls skip the trampoline).
-//! 4. In batch mode, the functions of a flush are first refined over their
+//! 5. In batch mode, the functions of a flush are first refined over their
 //!    call graph ([`crate::refine`]): callees are compared by class, so
 //!    self-recursive and mutually recursive twins (any cycle length) become
 //!    duplicates of one another, and functions that differ anywhere in a
 //!    cycle do not.
-//! 5. Function identity: with [`DedupOptions::distinct_addresses`] every id
+//! 6. Function identity: with [`DedupOptions::distinct_addresses`] every id
 //!    keeps its own address (its trampoline), and references used as data
 //!    (`func_addr`, symbol global values) are never rewritten. Without it,
 //!    duplicates are aliases: the JIT hands out the canonical entry point for
@@ -35,10 +39,10 @@
 //!    class: a function that returns or compares its own address does not
 //!    merge with a twin that does the same with its own, since the shared
 //!    code could only produce one of the two addresses.
-//! 6. A function that fails to verify or compile returns the error and leaves
+//! 7. A function that fails to verify or compile returns the error and leaves
 //!    no cache entry and no definition: a later correct function with the same
 //!    fingerprint compiles, and the id may be defined again.
-//! 7. Misuse is an error, not a panic: defining an undeclared id, an import,
+//! 8. Misuse is an error, not a panic: defining an undeclared id, an import,
 //!    an id twice, or with a signature other than the declared one; in the
 //!    JIT, finalizing while a referenced local function or data object is
 //!    undefined, and asking for the pointer of an undefined or unfinalized id.
@@ -63,12 +67,13 @@
 //! [`Mode::Batch`] only records definitions and compiles at
 //! `finalize_definitions` (or [`DedupModule::flush`]), after refining and
 //! grouping all of them, so that callers defined before their callees
-//! still benefit from 3, and recursive twins merge (4). Eager mode cannot
+//! still benefit from 4, and recursive twins merge (5). Eager mode cannot
 //! prove recursive twins equal before the second one is compiled; what it
-//! can do without recompiling is rewriting calls to known duplicates (3)
+//! can do without recompiling is rewriting calls to known duplicates (4)
 //! and copying code between twins with one template (2). The entry point
 //! of a compiled id never changes afterwards.
 
+pub mod adapter;
 mod batch;
 mod jit;
 mod join;
@@ -89,7 +94,7 @@ use cranelift_module::{
 };
 use join::{ClassNames, Joins};
 use reuse::CodeTemplate;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
@@ -202,6 +207,9 @@ pub struct DedupModule<M: Module> {
     /// like `code_templates`.
     templates: DedupCache,
     code_templates: Vec<CodeTemplate>,
+    /// Compiled adaptable functions by fingerprint with the calling
+    /// convention erased.
+    adaptable_bodies: HashMap<Fingerprint, FuncId>,
     fingerprinter: Fingerprinter,
     functions: SecondaryMap<FuncId, State>,
     /// Number of function ids declared in the inner module.
@@ -233,6 +241,7 @@ impl<M: Module> DedupModule<M> {
             cache: DedupCache::new(),
             templates: DedupCache::new(),
             code_templates: Vec::new(),
+            adaptable_bodies: HashMap::new(),
             fingerprinter: Fingerprinter::new(),
             functions: SecondaryMap::new(),
             declared_functions,
@@ -437,6 +446,10 @@ impl<M: Module> DedupModule<M> {
         {
             return Ok(());
         }
+        let adaptable = adapter::adaptable(&ctx.func, fp.instructions());
+        if adaptable && self.define_adapter(id, &fp, class_names.clone())? {
+            return Ok(());
+        }
         let names = self
             .options
             .reuse
@@ -453,6 +466,11 @@ impl<M: Module> DedupModule<M> {
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         self.note_references(ctx);
+        if adaptable {
+            self.adaptable_bodies
+                .entry(fp.with_call_conv_erased())
+                .or_insert(id);
+        }
         if let (Some(template), Some(names)) = (template, names)
             && self.templates.get(&template).is_none()
             && let Some(code) = CodeTemplate::capture(ctx, &names, compile_time)
@@ -530,6 +548,52 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time_saved += saved;
         self.start_class(id, fp.clone(), names, code_bytes, saved);
+        Ok(true)
+    }
+
+    /// Defines `id` (fingerprint `fp`, adaptable) as an [`adapter`] to a
+    /// compiled function that differs from it only in its calling
+    /// convention, if there is one. Returns whether it did.
+    fn define_adapter(
+        &mut self,
+        id: FuncId,
+        fp: &Fingerprint,
+        names: Option<ClassNames>,
+    ) -> ModuleResult<bool> {
+        let Some(&target) = self.adaptable_bodies.get(&fp.with_call_conv_erased()) else {
+            return Ok(false);
+        };
+        let decls = self.inner.declarations();
+        let own = decls.get_function_decl(id).signature.clone();
+        let target_sig = decls.get_function_decl(target).signature.clone();
+        if own.call_conv == target_sig.call_conv {
+            // Then the fingerprints are equal: a duplicate, not an adapter.
+            return Ok(false);
+        }
+        let config = self.inner.target_config();
+        let inner = &mut self.inner;
+        let func = adapter::adapter(&own, &target_sig, config, |f| {
+            inner.declare_func_in_func(target, f)
+        });
+        let mut ctx = Context::for_function(func);
+        let start = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
+            .unwrap_or_else(|panic| Err(compile_panic(panic)));
+        let time = start.elapsed();
+        result?;
+        let code_bytes = ctx
+            .compiled_code()
+            .map_or(0, |c| u64::from(c.code_info().total_size));
+        self.note_references(&ctx);
+        self.stats.adapted += 1;
+        self.stats.code_bytes += code_bytes;
+        self.stats.compile_time += time;
+        if let State::Compiled(class) = self.functions[target] {
+            let info = &self.classes[class];
+            self.stats.code_bytes_without_dedup += info.code_bytes;
+            self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
+        }
+        self.start_class(id, fp.clone(), names, code_bytes, time);
         Ok(true)
     }
 

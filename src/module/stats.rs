@@ -8,10 +8,12 @@ use std::time::Duration;
 ///
 /// Every successfully defined function is exactly one of: compiled, reused
 /// (a copy of the code of a function with the same template, with its own
-/// relocations), aliased (a duplicate whose id hands out the canonical entry
-/// point), trampolined (a duplicate with an address of its own) or defined
-/// from bytes; so after `flush` or `finalize_definitions`,
-/// `defined == compiled + reused + aliased + trampolined + bytes_defined`.
+/// relocations), adapted (an adapter calling a function that differs only
+/// in its calling convention), aliased (a duplicate whose id hands out the
+/// canonical entry point), trampolined (a duplicate with an address of its
+/// own) or defined from bytes; so after `flush` or `finalize_definitions`,
+/// `defined == compiled + reused + adapted + aliased + trampolined +
+/// bytes_defined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Functions defined through `define_function` (and `_with_control_plane`).
@@ -21,6 +23,9 @@ pub struct Stats {
     /// Functions defined as a copy of compiled code with relocations
     /// retargeted to their own callees and symbols.
     pub reused: u64,
+    /// Functions defined as an adapter to a compiled function that differs
+    /// only in its calling convention (their bytes count in `code_bytes`).
+    pub adapted: u64,
     /// Duplicates that share the canonical function's entry point.
     pub aliased: u64,
     /// Duplicates that keep a distinct address through a trampoline.
@@ -56,6 +61,7 @@ impl fmt::Display for Stats {
         writeln!(f, "functions defined     {}", self.defined)?;
         writeln!(f, "compiled              {}", self.compiled)?;
         writeln!(f, "reused                {}", self.reused)?;
+        writeln!(f, "adapted               {}", self.adapted)?;
         writeln!(f, "aliased               {}", self.aliased)?;
         writeln!(f, "trampolined           {}", self.trampolined)?;
         writeln!(
@@ -79,6 +85,7 @@ impl AddAssign for Stats {
             defined,
             compiled,
             reused,
+            adapted,
             aliased,
             trampolined,
             bytes_defined,
@@ -94,6 +101,7 @@ impl AddAssign for Stats {
         self.defined += defined;
         self.compiled += compiled;
         self.reused += reused;
+        self.adapted += adapted;
         self.aliased += aliased;
         self.trampolined += trampolined;
         self.bytes_defined += bytes_defined;
