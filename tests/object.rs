@@ -5,6 +5,7 @@
 #![cfg(feature = "all-targets")]
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use cranelift_object::{ObjectBuilder, ObjectModule};
@@ -17,7 +18,14 @@ fn object_module(isa: &str) -> ObjectModule {
 
 /// Defines three functions, the first two twins; returns their ids.
 fn define_twins<M: Module>(m: &mut M) -> [FuncId; 3] {
+    let conv = m.isa().default_call_conv();
+    define_twins_with(m, conv)
+}
+
+/// [`define_twins`] with calling convention `conv`.
+fn define_twins_with<M: Module>(m: &mut M, conv: CallConv) -> [FuncId; 3] {
     let mut sig = m.make_signature();
+    sig.call_conv = conv;
     sig.params.push(AbiParam::new(I64));
     sig.returns.push(AbiParam::new(I64));
     let mut ids = [FuncId::from_u32(0); 3];
@@ -95,6 +103,37 @@ fn isas_without_a_trampoline_form_copy_or_compile_duplicates() {
             assert_eq!(s.aliased + s.trampolined, 0);
             assert_eq!(m.canonical(ids[1]), Some(ids[1]));
             let product = m.into_inner().finish();
+            for id in ids {
+                assert!(product.functions[id].is_some());
+            }
+            assert!(!product.emit().unwrap().is_empty());
+        }
+    }
+}
+
+#[test]
+fn tail_duplicates_without_a_trampoline_form_tail_call_their_twin() {
+    for mode in [Mode::Eager, Mode::Batch] {
+        for reuse in [true, false] {
+            let mut m = DedupModule::new(
+                object_module("riscv64"),
+                DedupOptions {
+                    mode,
+                    distinct_addresses: false,
+                    reuse,
+                },
+            );
+            let ids = define_twins_with(&mut m, CallConv::Tail);
+            m.flush().unwrap();
+            let s = m.stats();
+            // A `return_call` stands for the duplicate: nothing copied or
+            // compiled again.
+            assert_eq!(s.compiled, 2, "{mode:?} {reuse}: {s:?}");
+            assert_eq!(s.reused, 0, "{mode:?} {reuse}: {s:?}");
+            assert_eq!(s.aliased, 1, "{mode:?} {reuse}: {s:?}");
+            assert!(s.trampoline_bytes > 0);
+            assert_eq!(m.canonical(ids[1]), Some(ids[0]));
+            let product = m.finish().unwrap();
             for id in ids {
                 assert!(product.functions[id].is_some());
             }

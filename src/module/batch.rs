@@ -42,7 +42,15 @@ impl<M: Module> DedupModule<M> {
             self.plan_refined(&mut pending);
             self.plan_duplicates(&mut pending);
         }
-        // Compile the first of each group, then define the duplicates.
+        // Compile the first of each group, then define the duplicates that
+        // were planned (`define_now` may define more duplicates itself).
+        let planned: Vec<(FuncId, FuncId)> = pending
+            .iter()
+            .filter_map(|(id, _)| match self.functions[*id] {
+                State::Duplicate { canonical } => Some((*id, canonical)),
+                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+            })
+            .collect();
         let mut first_error = None;
         let mut failed = HashSet::new();
         for (id, func) in pending.iter_mut() {
@@ -56,17 +64,14 @@ impl<M: Module> DedupModule<M> {
                 first_error.get_or_insert(e);
             }
         }
-        for (id, _) in &pending {
-            let State::Duplicate { canonical } = self.functions[*id] else {
-                continue;
-            };
+        for (id, canonical) in planned {
             // Planning may chain duplicates (a group's first member can turn
             // out to be a duplicate in a later round); follow to the root.
             let root = self.root_of(canonical);
-            self.functions[*id] = State::Undefined;
+            self.functions[id] = State::Undefined;
             let defined = matches!(self.functions[root], State::Compiled(_) | State::Bytes);
             if defined && !failed.contains(&root) {
-                match self.define_trampoline(*id, root) {
+                match self.define_trampoline(id, root) {
                     Ok(true) => {}
                     Ok(false) => unreachable!("duplicates are planned only with trampolines"),
                     Err(e) => {

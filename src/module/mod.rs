@@ -600,15 +600,21 @@ impl<M: Module> DedupModule<M> {
     /// Defines `id` as a trampoline to `canonical`. Returns `false` (and
     /// defines nothing) when the ISA has no trampoline form.
     fn define_trampoline(&mut self, id: FuncId, canonical: FuncId) -> ModuleResult<bool> {
-        let Some(t) = trampoline::trampoline_to(self.inner.isa(), canonical) else {
-            return Ok(false);
+        let trampoline_bytes = match trampoline::trampoline_to(self.inner.isa(), canonical) {
+            Some(t) => {
+                self.inner.define_function_bytes(
+                    id,
+                    t.alignment,
+                    &t.bytes,
+                    std::slice::from_ref(&t.reloc),
+                )?;
+                t.bytes.len() as u64
+            }
+            None => match self.define_tail_trampoline(id, canonical) {
+                Some(bytes) => bytes,
+                None => return Ok(false),
+            },
         };
-        self.inner.define_function_bytes(
-            id,
-            t.alignment,
-            &t.bytes,
-            std::slice::from_ref(&t.reloc),
-        )?;
         self.functions[id] = State::Duplicate { canonical };
         self.unfinalized.push(id);
         self.referenced_functions.insert(canonical);
@@ -618,13 +624,43 @@ impl<M: Module> DedupModule<M> {
         } else {
             self.stats.aliased += 1;
         }
-        self.stats.trampoline_bytes += t.bytes.len() as u64;
+        self.stats.trampoline_bytes += trampoline_bytes;
         if let State::Compiled(class) = self.functions[canonical] {
             let info = &self.classes[class];
             self.stats.code_bytes_without_dedup += info.code_bytes;
             self.stats.compile_time_saved += info.compile_time;
         }
         Ok(true)
+    }
+
+    /// On an ISA without a machine-code trampoline, defines `id` as a CLIF
+    /// `return_call` to `canonical` when both use the `tail` convention
+    /// (the callee then returns straight to the caller, as after a jump).
+    /// Returns the code size, or `None` (and defines nothing) when the
+    /// conventions are not both `tail` or the ISA cannot compile it.
+    fn define_tail_trampoline(&mut self, id: FuncId, canonical: FuncId) -> Option<u64> {
+        let decls = self.inner.declarations();
+        let own = decls.get_function_decl(id).signature.clone();
+        let target_sig = decls.get_function_decl(canonical).signature.clone();
+        if own.call_conv != isa::CallConv::Tail || target_sig.call_conv != isa::CallConv::Tail {
+            return None;
+        }
+        let config = self.inner.target_config();
+        let inner = &mut self.inner;
+        let func = adapter::adapter(&own, &target_sig, config, |f| {
+            inner.declare_func_in_func(canonical, f)
+        });
+        let mut ctx = Context::for_function(func);
+        let start = Instant::now();
+        let defined = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)));
+        self.stats.compile_time += start.elapsed();
+        if !matches!(defined, Ok(Ok(()))) {
+            return None;
+        }
+        Some(
+            ctx.compiled_code()
+                .map_or(0, |c| u64::from(c.code_info().total_size)),
+        )
     }
 
     /// Checks that every local function and data object referenced by a

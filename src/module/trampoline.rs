@@ -9,8 +9,9 @@
 //!   trampoline's caller. This is correct for every calling convention,
 //!   because caller and target have the same signature.
 //! - x86-64: `jmp rel32` (5 bytes, `X86CallPCRel4` relocation); aarch64: `b`
-//!   (4 bytes, `Arm64Call`). Other ISAs get `None`, and callers must compile
-//!   the function instead.
+//!   (4 bytes, `Arm64Call`). Other ISAs get `None`; there `DedupModule`
+//!   makes a CLIF `return_call` trampoline when both functions use the
+//!   `tail` convention, and otherwise copies or compiles the function.
 
 use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::isa::TargetIsa;
