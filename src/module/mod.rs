@@ -563,13 +563,39 @@ impl<M: Module> DedupModule<M> {
         let Some(&target) = self.adaptable_bodies.get(&fp.with_call_conv_erased()) else {
             return Ok(false);
         };
-        let decls = self.inner.declarations();
-        let own = decls.get_function_decl(id).signature.clone();
-        let target_sig = decls.get_function_decl(target).signature.clone();
-        if own.call_conv == target_sig.call_conv {
+        if self.call_conv(id) == self.call_conv(target) {
             // Then the fingerprints are equal: a duplicate, not an adapter.
             return Ok(false);
         }
+        let (result, time, code_bytes) = self.compile_adapter(id, target);
+        result?;
+        self.stats.adapted += 1;
+        self.stats.code_bytes += code_bytes;
+        if let State::Compiled(class) = self.functions[target] {
+            let info = &self.classes[class];
+            self.stats.code_bytes_without_dedup += info.code_bytes;
+            self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
+        }
+        self.start_class(id, fp.clone(), names, code_bytes, time);
+        Ok(true)
+    }
+
+    /// The calling convention `id` was declared with.
+    fn call_conv(&self, id: FuncId) -> isa::CallConv {
+        self.inner
+            .declarations()
+            .get_function_decl(id)
+            .signature
+            .call_conv
+    }
+
+    /// Defines `id` in the inner module as an [`adapter`] (with `id`'s
+    /// declared signature) calling `target`. Returns the result, the
+    /// compile time (also added to the stats) and the code size.
+    fn compile_adapter(&mut self, id: FuncId, target: FuncId) -> (ModuleResult<()>, Duration, u64) {
+        let decls = self.inner.declarations();
+        let own = decls.get_function_decl(id).signature.clone();
+        let target_sig = decls.get_function_decl(target).signature.clone();
         let config = self.inner.target_config();
         let inner = &mut self.inner;
         let func = adapter::adapter(&own, &target_sig, config, |f| {
@@ -580,21 +606,14 @@ impl<M: Module> DedupModule<M> {
         let result = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
             .unwrap_or_else(|panic| Err(compile_panic(panic)));
         let time = start.elapsed();
-        result?;
+        self.stats.compile_time += time;
         let code_bytes = ctx
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
-        self.note_references(&ctx);
-        self.stats.adapted += 1;
-        self.stats.code_bytes += code_bytes;
-        self.stats.compile_time += time;
-        if let State::Compiled(class) = self.functions[target] {
-            let info = &self.classes[class];
-            self.stats.code_bytes_without_dedup += info.code_bytes;
-            self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
+        if result.is_ok() {
+            self.note_references(&ctx);
         }
-        self.start_class(id, fp.clone(), names, code_bytes, time);
-        Ok(true)
+        (result, time, code_bytes)
     }
 
     /// Defines `id` as a trampoline to `canonical`. Returns `false` (and
@@ -639,28 +658,14 @@ impl<M: Module> DedupModule<M> {
     /// Returns the code size, or `None` (and defines nothing) when the
     /// conventions are not both `tail` or the ISA cannot compile it.
     fn define_tail_trampoline(&mut self, id: FuncId, canonical: FuncId) -> Option<u64> {
-        let decls = self.inner.declarations();
-        let own = decls.get_function_decl(id).signature.clone();
-        let target_sig = decls.get_function_decl(canonical).signature.clone();
-        if own.call_conv != isa::CallConv::Tail || target_sig.call_conv != isa::CallConv::Tail {
+        let tail = isa::CallConv::Tail;
+        if self.call_conv(id) != tail || self.call_conv(canonical) != tail {
             return None;
         }
-        let config = self.inner.target_config();
-        let inner = &mut self.inner;
-        let func = adapter::adapter(&own, &target_sig, config, |f| {
-            inner.declare_func_in_func(canonical, f)
-        });
-        let mut ctx = Context::for_function(func);
-        let start = Instant::now();
-        let defined = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)));
-        self.stats.compile_time += start.elapsed();
-        if !matches!(defined, Ok(Ok(()))) {
-            return None;
+        match self.compile_adapter(id, canonical) {
+            (Ok(()), _, code_bytes) => Some(code_bytes),
+            (Err(_), _, _) => None,
         }
-        Some(
-            ctx.compiled_code()
-                .map_or(0, |c| u64::from(c.code_info().total_size)),
-        )
     }
 
     /// Checks that every local function and data object referenced by a
