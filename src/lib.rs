@@ -6,11 +6,13 @@
 //! The pipeline: [`fingerprint`] (one canonical walk per function, giving
 //! an exact key and a template key) → [`cache`] (classes found by key) →
 //! [`refine`] (classes over the call graph) → [`module`] (a
-//! `cranelift_module::Module` that compiles each class once and copies code
-//! between functions with one template). The
-//! [`corpus`], [`report`], [`compile`] and [`isa`] modules serve the
-//! `jitfold` command line and the benchmarks; [`demo`] is the built-in
-//! workload, and `fuzzing` (feature `fuzzing`) the differential check.
+//! `cranelift_module::Module` that compiles each class once, copies code
+//! between functions with one template, and adapts functions that differ
+//! only in their calling convention). The [`corpus`], [`report`],
+//! [`compile`] and [`isa`] modules serve the `jitfold` command line and the
+//! benchmarks; [`demo`] is the built-in workload, `runtests` (feature
+//! `runtests`) runs Cranelift's `test run` files plainly and through
+//! jitfold, and `fuzzing` (feature `fuzzing`) is the differential check.
 
 pub mod cache;
 pub mod compile;
