@@ -8,7 +8,7 @@ use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
-use cranelift_object::{ObjectBuilder, ObjectModule};
+use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
 use jitfold::{DedupModule, DedupOptions, Mode};
 
 fn object_module(isa: &str) -> ObjectModule {
@@ -72,27 +72,36 @@ fn aarch64_duplicates_become_branch_trampolines() {
         assert_eq!(m.stats().aliased, 1);
         assert_eq!(m.stats().trampoline_bytes, 4, "one `b` instruction");
         assert_eq!(m.canonical(ids[1]), Some(ids[0]));
-        let product = m.into_inner().finish();
-        // Every function keeps its symbol.
-        for id in ids {
-            assert!(product.functions[id].is_some());
-        }
-        assert!(!product.emit().unwrap().is_empty());
+        assert_every_symbol_emitted(m.into_inner().finish(), ids);
     }
+}
+
+/// A `DedupModule` over an riscv64 object (an ISA without a trampoline
+/// form), shared addresses.
+fn riscv64(mode: Mode, reuse: bool) -> DedupModule<ObjectModule> {
+    DedupModule::new(
+        object_module("riscv64"),
+        DedupOptions {
+            mode,
+            distinct_addresses: false,
+            reuse,
+        },
+    )
+}
+
+/// Every function keeps its symbol, and the object is written.
+fn assert_every_symbol_emitted(product: ObjectProduct, ids: [FuncId; 3]) {
+    for id in ids {
+        assert!(product.functions[id].is_some());
+    }
+    assert!(!product.emit().unwrap().is_empty());
 }
 
 #[test]
 fn isas_without_a_trampoline_form_copy_or_compile_duplicates() {
     for mode in [Mode::Eager, Mode::Batch] {
         for reuse in [true, false] {
-            let mut m = DedupModule::new(
-                object_module("riscv64"),
-                DedupOptions {
-                    mode,
-                    distinct_addresses: false,
-                    reuse,
-                },
-            );
+            let mut m = riscv64(mode, reuse);
             let ids = define_twins(&mut m);
             m.flush().unwrap();
             let s = m.stats();
@@ -102,11 +111,7 @@ fn isas_without_a_trampoline_form_copy_or_compile_duplicates() {
             assert_eq!(s.reused, u64::from(reuse), "{mode:?}: {s:?}");
             assert_eq!(s.aliased + s.trampolined, 0);
             assert_eq!(m.canonical(ids[1]), Some(ids[1]));
-            let product = m.into_inner().finish();
-            for id in ids {
-                assert!(product.functions[id].is_some());
-            }
-            assert!(!product.emit().unwrap().is_empty());
+            assert_every_symbol_emitted(m.into_inner().finish(), ids);
         }
     }
 }
@@ -115,14 +120,7 @@ fn isas_without_a_trampoline_form_copy_or_compile_duplicates() {
 fn tail_duplicates_without_a_trampoline_form_tail_call_their_twin() {
     for mode in [Mode::Eager, Mode::Batch] {
         for reuse in [true, false] {
-            let mut m = DedupModule::new(
-                object_module("riscv64"),
-                DedupOptions {
-                    mode,
-                    distinct_addresses: false,
-                    reuse,
-                },
-            );
+            let mut m = riscv64(mode, reuse);
             let ids = define_twins_with(&mut m, CallConv::Tail);
             m.flush().unwrap();
             let s = m.stats();
@@ -133,11 +131,7 @@ fn tail_duplicates_without_a_trampoline_form_tail_call_their_twin() {
             assert_eq!(s.aliased, 1, "{mode:?} {reuse}: {s:?}");
             assert!(s.trampoline_bytes > 0);
             assert_eq!(m.canonical(ids[1]), Some(ids[0]));
-            let product = m.finish().unwrap();
-            for id in ids {
-                assert!(product.functions[id].is_some());
-            }
-            assert!(!product.emit().unwrap().is_empty());
+            assert_every_symbol_emitted(m.finish().unwrap(), ids);
         }
     }
 }

@@ -171,17 +171,4 @@ impl<M: Module> DedupModule<M> {
             }
         }
     }
-
-    /// Follows duplicate links from `id` to a function that is not a
-    /// duplicate. Links always point to earlier definitions or planned ones,
-    /// so the chain is at most as long as the number of functions.
-    fn root_of(&self, mut id: FuncId) -> FuncId {
-        for _ in 0..=self.declared_functions {
-            match self.state(id) {
-                State::Duplicate { canonical } => id = canonical,
-                _ => break,
-            }
-        }
-        id
-    }
 }

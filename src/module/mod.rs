@@ -300,6 +300,19 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
+    /// Follows duplicate links from `id` to a function that is not a
+    /// duplicate. Links always point to earlier definitions or planned ones,
+    /// so the chain is at most as long as the number of functions.
+    fn root_of(&self, mut id: FuncId) -> FuncId {
+        for _ in 0..=self.declared_functions {
+            match self.state(id) {
+                State::Duplicate { canonical } => id = canonical,
+                _ => break,
+            }
+        }
+        id
+    }
+
     fn state(&self, id: FuncId) -> State {
         if id.index() < self.declared_functions {
             self.functions[id]
@@ -446,8 +459,12 @@ impl<M: Module> DedupModule<M> {
         {
             return Ok(());
         }
-        let adaptable = adapter::adaptable(&ctx.func, fp.instructions());
-        if adaptable && self.define_adapter(id, &fp, class_names.clone())? {
+        // Computed once: looked up now, recorded if `id` gets compiled.
+        let body_key =
+            adapter::adaptable(&ctx.func, fp.instructions()).then(|| fp.with_call_conv_erased());
+        if let Some(body_key) = &body_key
+            && self.define_adapter(id, &fp, body_key, class_names.clone())?
+        {
             return Ok(());
         }
         let names = self
@@ -466,10 +483,8 @@ impl<M: Module> DedupModule<M> {
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         self.note_references(ctx);
-        if adaptable {
-            self.adaptable_bodies
-                .entry(fp.with_call_conv_erased())
-                .or_insert(id);
+        if let Some(body_key) = body_key {
+            self.adaptable_bodies.entry(body_key).or_insert(id);
         }
         if let (Some(template), Some(names)) = (template, names)
             && self.templates.get(&template).is_none()
@@ -551,16 +566,18 @@ impl<M: Module> DedupModule<M> {
         Ok(true)
     }
 
-    /// Defines `id` (fingerprint `fp`, adaptable) as an [`adapter`] to a
-    /// compiled function that differs from it only in its calling
+    /// Defines `id` (fingerprint `fp`, adaptable, `body_key` its
+    /// fingerprint with the calling convention erased) as an [`adapter`] to
+    /// a compiled function that differs from it only in its calling
     /// convention, if there is one. Returns whether it did.
     fn define_adapter(
         &mut self,
         id: FuncId,
         fp: &Fingerprint,
+        body_key: &Fingerprint,
         names: Option<ClassNames>,
     ) -> ModuleResult<bool> {
-        let Some(&target) = self.adaptable_bodies.get(&fp.with_call_conv_erased()) else {
+        let Some(&target) = self.adaptable_bodies.get(body_key) else {
             return Ok(false);
         };
         if self.call_conv(id) == self.call_conv(target) {

@@ -37,7 +37,7 @@ impl DedupModule<ObjectModule> {
             (0..self.declared_functions)
                 .map(FuncId::new)
                 .filter_map(|id| match self.functions[id] {
-                    State::Duplicate { .. } => Some((id, self.code_owner(id))),
+                    State::Duplicate { .. } => Some((id, self.root_of(id))),
                     State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
                 })
                 .collect()
@@ -57,17 +57,5 @@ impl DedupModule<ObjectModule> {
             alias.size = size;
         }
         Ok(product)
-    }
-
-    /// The function whose code `id` runs, following duplicates of
-    /// duplicates to the end.
-    fn code_owner(&self, mut id: FuncId) -> FuncId {
-        for _ in 0..self.declared_functions {
-            match self.functions[id] {
-                State::Duplicate { canonical } => id = canonical,
-                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => break,
-            }
-        }
-        id
     }
 }
