@@ -13,20 +13,24 @@
 //!    a mutant whose changed constant is used in a reachable block has
 //!    another fingerprint, and one whose changed constant is not has the
 //!    same; likewise a flag mutant (condition code, memory flags, trap
-//!    code) whose change is reachable; every key is its template followed
-//!    by its names
+//!    code, calling convention, extension) whose change is reachable; every
+//!    key is its template followed by its names
 //!    ([`Fingerprint::with_names`]).
-//! 3. Every function called on every input returns the same value under
-//!    plain `JITModule` and under `DedupModule` with each of
-//!    [`DedupOptions::ALL`].
+//! 3. Every function called on every input returns the same value, or traps
+//!    likewise, under plain `JITModule` and under `DedupModule` with each
+//!    of [`DedupOptions::ALL`] (calls run in child processes,
+//!    [`isolated`](super::isolated), so a trap is an outcome, not the end
+//!    of the check).
 //! 4. Where the Cranelift interpreter runs the program (no float operations,
 //!    whose NaN bits the interpreter does not model like the hardware), it
-//!    returns the same values as plain `JITModule`.
+//!    returns the same values and traps on the same calls as plain
+//!    `JITModule`.
 
+use super::isolated::{self, Entry};
 use super::program::{Form, Op, Program, emit};
 use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::data_value::DataValue;
-use cranelift_codegen::ir::{AbiParam, Function, UserFuncName, types::I64};
+use cranelift_codegen::ir::{Function, UserFuncName};
 use cranelift_codegen::settings::FlagsOrIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -41,23 +45,25 @@ pub struct Outcome {
     pub merged: usize,
     /// Functions defined from reused code (most over all options).
     pub reused: usize,
+    /// Functions compiled as an adapter to a function that differs only in
+    /// its calling convention (most over all options).
+    pub adapted: usize,
     /// Calls compared.
     pub calls: usize,
+    /// Calls that trapped.
+    pub traps: usize,
     /// Whether the interpreter also ran the program (check 4).
     pub interpreted: bool,
 }
 
-/// Runs every function on every input in the Cranelift interpreter. `None`
-/// when the program uses float operations or the interpreter cannot run it.
-fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<i64>> {
+/// Runs every function on every input in the Cranelift interpreter (`None`
+/// for a call that traps). `None` when the program uses float operations or
+/// the interpreter cannot run it.
+fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<Option<i64>>> {
     use cranelift_interpreter::environment::FunctionStore;
     use cranelift_interpreter::interpreter::{Interpreter, InterpreterState};
-    use cranelift_interpreter::step::ControlFlow;
-    let has_float = (0..program.functions.len())
-        .flat_map(|i| program.body(i).0.blocks)
-        .flat_map(|(ops, _)| ops)
-        .any(|op| matches!(op, Op::Float(..)));
-    if has_float {
+    use cranelift_interpreter::step::{ControlFlow, CraneliftTrap};
+    if program.any_op(|op| matches!(op, Op::Float(..))) {
         return None;
     }
     let mut store = FunctionStore::default();
@@ -72,9 +78,10 @@ fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<i64>> {
             let args = [DataValue::I64(a), DataValue::I64(b)];
             match interpreter.call_by_name(&f.name.to_string(), &args) {
                 Ok(ControlFlow::Return(values)) => match values.first() {
-                    Some(DataValue::I64(r)) => out.push(*r),
+                    Some(DataValue::I64(r)) => out.push(Some(*r)),
                     _ => return None,
                 },
+                Ok(ControlFlow::Trap(CraneliftTrap::User(_))) => out.push(None),
                 _ => return None,
             }
         }
@@ -116,11 +123,9 @@ fn func_call_conv() -> cranelift_codegen::isa::CallConv {
     cranelift_codegen::isa::CallConv::triple_default(&target_lexicon::Triple::host())
 }
 
-fn signature() -> cranelift_codegen::ir::Signature {
-    let mut sig = cranelift_codegen::ir::Signature::new(func_call_conv());
-    sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
-    sig.returns.push(AbiParam::new(I64));
-    sig
+/// The signature of function `index`.
+fn signature(program: &Program, index: usize) -> cranelift_codegen::ir::Signature {
+    program.body(index).0.signature()
 }
 
 /// The functions of `program` outside any module: callee `j` is the user
@@ -128,10 +133,12 @@ fn signature() -> cranelift_codegen::ir::Signature {
 pub fn functions(program: &Program) -> Vec<Function> {
     (0..program.functions.len())
         .map(|i| {
-            let mut func =
-                Function::with_name_signature(UserFuncName::user(0, i as u32), signature());
+            let mut func = Function::with_name_signature(
+                UserFuncName::user(0, i as u32),
+                signature(program, i),
+            );
             build(program, i, &mut func, &mut |j, f| {
-                let sig = f.import_signature(signature());
+                let sig = f.import_signature(signature(program, j));
                 let name = f.declare_imported_user_function(
                     cranelift_codegen::ir::UserExternalName::new(0, j as u32),
                 );
@@ -220,14 +227,13 @@ fn jit_builder() -> Result<JITBuilder, String> {
 
 /// Declares and defines every function of `program` in `m`.
 fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, String> {
-    let sig = signature();
     let ids: Vec<FuncId> = (0..program.functions.len())
-        .map(|i| m.declare_function(&format!("f{i}"), Linkage::Local, &sig))
+        .map(|i| m.declare_function(&format!("f{i}"), Linkage::Local, &signature(program, i)))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     for (i, &id) in ids.iter().enumerate() {
         let mut ctx = m.make_context();
-        ctx.func.signature = sig.clone();
+        ctx.func.signature = signature(program, i);
         build(program, i, &mut ctx.func, &mut |j, f| {
             m.declare_func_in_func(ids[j], f)
         });
@@ -237,18 +243,18 @@ fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, St
     Ok(ids)
 }
 
-fn call_all(program: &Program, pointers: &[*const u8]) -> Vec<i64> {
-    let mut out = Vec::new();
+/// Calls every function on every input, each in a child process until it
+/// traps.
+fn call_all(program: &Program, pointers: &[*const u8]) -> Result<Vec<Option<i64>>, String> {
+    let mut calls = Vec::new();
     for &ptr in pointers {
         // SAFETY: every generated function has the signature
-        // `(i64, i64) -> i64` in the host's default calling convention, is
-        // finalized, never traps and terminates (see `program`).
-        let f: extern "C" fn(i64, i64) -> i64 = unsafe { core::mem::transmute(ptr) };
-        for &(a, b) in &program.inputs {
-            out.push(f(a, b));
-        }
+        // `(i64, i64) -> i64` in a convention called like the host's
+        // default, is finalized and terminates (see `program`).
+        let entry: Entry = unsafe { core::mem::transmute(ptr) };
+        calls.extend(program.inputs.iter().map(|&(a, b)| (entry, a, b)));
     }
-    out
+    isolated::run(&calls)
 }
 
 /// Runs the whole check (see the module docs).
@@ -262,21 +268,21 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         .iter()
         .map(|&id| plain.get_finalized_function(id))
         .collect();
-    let expected = call_all(program, &pointers);
+    let expected = call_all(program, &pointers)?;
 
     let mut outcome = Outcome {
         functions: ids.len(),
-        merged: 0,
-        reused: 0,
         calls: expected.len(),
-        interpreted: false,
+        traps: expected.iter().filter(|r| r.is_none()).count(),
+        ..Outcome::default()
     };
     if let Some(interpreted) = interpret(program, &functions(program)) {
         if interpreted != expected {
             let at = first_difference(&interpreted, &expected);
             return Err(format!(
                 "interpreter and plain JIT disagree at call {at}: {} vs {}",
-                interpreted[at], expected[at]
+                shown(interpreted[at]),
+                shown(expected[at])
             ));
         }
         outcome.interpreted = true;
@@ -290,7 +296,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
             .map(|&id| dedup.get_finalized_function(id))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
-        let got = call_all(program, &pointers);
+        let got = call_all(program, &pointers).map_err(|e| format!("{options:?}: {e}"))?;
         if got != expected {
             let at = first_difference(&got, &expected);
             let (f, input) = (
@@ -299,12 +305,14 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
             );
             return Err(format!(
                 "{options:?}: f{f}{input:?} = {} through jitfold, {} plainly",
-                got[at], expected[at]
+                shown(got[at]),
+                shown(expected[at])
             ));
         }
         let s = dedup.stats();
         outcome.merged = outcome.merged.max((s.aliased + s.trampolined) as usize);
         outcome.reused = outcome.reused.max(s.reused as usize);
+        outcome.adapted = outcome.adapted.max(s.adapted as usize);
         // SAFETY: no pointer into this module's code is used after this.
         unsafe { dedup.into_inner().free_memory() };
     }
@@ -313,7 +321,12 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
     Ok(outcome)
 }
 
+/// A call's result as a message shows it.
+fn shown(result: Option<i64>) -> String {
+    result.map_or_else(|| "a trap".to_string(), |r| r.to_string())
+}
+
 /// The index of the first call whose results differ (0 if none does).
-fn first_difference(a: &[i64], b: &[i64]) -> usize {
+fn first_difference(a: &[Option<i64>], b: &[Option<i64>]) -> usize {
     a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(0)
 }

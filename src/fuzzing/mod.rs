@@ -5,6 +5,7 @@
 //! of [`differential_bytes`] and [`fingerprint_bytes`].
 
 pub mod differential;
+pub mod isolated;
 pub mod program;
 
 use arbitrary::{Arbitrary, Unstructured};

@@ -4,23 +4,30 @@
 //! # What this module guarantees
 //!
 //! - Every generated function passes the verifier, has the signature
-//!   `(i64, i64) -> i64`, never traps and always terminates: loops are
-//!   bounded by a fuel counter checked at every block, divisions are guarded,
-//!   shift amounts are masked, and function `i` only calls functions `j > i`
+//!   `(i64, i64) -> i64` in a calling convention whose integer argument and
+//!   return registers are the host default's ([`Body::signature`]), and
+//!   always terminates: loops are bounded by a fuel counter checked at every
+//!   block, and function `i` only calls functions `j > i`
 //!   except for its own recursive call, which it makes at most once per
 //!   invocation, in its entry block, with a second argument whose low two
 //!   bits are one less (so recursion is at most three calls deep).
+//! - It traps only in an [`Op::Trapping`] (a `trapz`, or a division whose
+//!   divisor may be zero or overflow), or in a function that calls one: all
+//!   other divisions are guarded, shift amounts are masked, the stack
+//!   accesses stay inside their slots, and [`Op::GuardedTrap`] never fires.
 //! - A [`Form::Twin`] is emitted from the same [`Body`] as its original, with
 //!   blocks created in another order, dead instructions, another layout order
 //!   and source locations: it must get the original's fingerprint.
 //! - A [`Form::Mutant`] is its original with one constant changed: it must
 //!   get another fingerprint.
 //! - A [`Form::FlagMutant`] is its original with one flag or immediate
-//!   changed (a condition code, the memory flags of its stack accesses, or
-//!   the trap code of its guarded traps): it must get another fingerprint
-//!   when the changed part is reachable. Memory-flag and trap-code mutants
-//!   compute what their original computes; merging them would still be
-//!   wrong (a trap code is what a runtime reports).
+//!   changed (a condition code, the memory flags of its stack accesses, the
+//!   trap code of its traps, its calling convention, or the extension of its
+//!   parameters and result): it must get another fingerprint when the
+//!   changed part is reachable. Memory-flag, trap-code, convention and
+//!   extension mutants compute what their original computes (an `i64` is
+//!   not extended); merging them would still be wrong (a trap code is what
+//!   a runtime reports, a convention is how callers call).
 //! - A [`Form::Relinked`] is a twin whose calls go to the functions after
 //!   itself instead of those after its original: the same code calling
 //!   other functions, which exercises code reuse (same template, other
@@ -31,6 +38,7 @@ use cranelift_codegen::ir::{
     self, InstBuilder, StackSlotData, StackSlotKind, condcodes::IntCC, types::F64, types::I64,
     types::I64X2,
 };
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 /// Number of `i64` variables a body computes with.
@@ -65,6 +73,10 @@ pub enum Op {
     /// A trap that never fires: `trapnz` on "the fuel counter is negative"
     /// (it is positive in every code block), with the body's trap code.
     GuardedTrap,
+    /// A trap that fires on some inputs: 0: `trapz b` with the body's trap
+    /// code; 1: `d = a / b` unsigned, 2: signed, with nothing guarded (a
+    /// zero divisor traps, and so does `MIN / -1`).
+    Trapping(u8, u8, u8, u8),
 }
 
 /// Which flag a [`Form::FlagMutant`] changes.
@@ -75,8 +87,13 @@ pub enum Flag {
     Condition(usize),
     /// The memory flags of the stack accesses.
     MemFlags,
-    /// The trap code of the guarded traps.
+    /// The trap code of the traps (`GuardedTrap` and `trapz`).
     TrapCode,
+    /// The calling convention (another of [`CALL_CONVS`]).
+    CallConv,
+    /// The extension of the parameters and the result (another of none,
+    /// `uext`, `sext`).
+    Extension,
 }
 
 /// How a block ends.
@@ -99,8 +116,13 @@ pub struct Body {
     pub constants: Vec<i64>,
     /// Which memory flags the stack accesses carry (see [`mem_flags`]).
     pub mem_flags: u8,
-    /// The user trap code of the guarded traps (plus one).
+    /// The user trap code of the traps.
     pub trap_code: u8,
+    /// The calling convention, an index into [`CALL_CONVS`].
+    pub call_conv: u8,
+    /// The extension of the parameters and the result: 0 none, 1 `uext`,
+    /// 2 `sext`.
+    pub extension: u8,
     /// Whether the function calls itself first: if `b & 3 != 0`, variable
     /// `d` becomes `self(a, b - 1) ^ b` before the blocks run.
     pub recurse: Option<u8>,
@@ -167,7 +189,7 @@ impl Body {
             let mut ops = Vec::new();
             for _ in 0..u.int_in_range(0..=6)? {
                 let (d, a, c) = (var(u)?, var(u)?, var(u)?);
-                ops.push(match u.int_in_range(0..=10)? {
+                ops.push(match u.int_in_range(0..=11)? {
                     0 => Op::Int(u.int_in_range(0..=5)?, d, a, c),
                     1 => Op::Const(d, u.int_in_range(0..=constants.len() as u8 - 1)?),
                     2 => Op::Select(u.int_in_range(0..=9)?, d, a, c),
@@ -185,6 +207,7 @@ impl Body {
                     }
                     9 => Op::Vector(u.int_in_range(0..=7)?, d, a, c),
                     10 => Op::GuardedTrap,
+                    11 => Op::Trapping(u.int_in_range(0..=2)?, d, a, c),
                     _ => Op::Int(0, d, a, c),
                 });
             }
@@ -211,6 +234,18 @@ impl Body {
             constants,
             mem_flags: u.int_in_range(0..=MEM_FLAG_KINDS - 1)?,
             trap_code: u.int_in_range(1..=200)?,
+            // Mostly the host's default convention and no extension, as
+            // most functions are.
+            call_conv: if u.ratio(1, 4)? {
+                u.int_in_range(0..=CALL_CONVS.len() as u8 - 1)?
+            } else {
+                0
+            },
+            extension: if u.ratio(1, 4)? {
+                u.int_in_range(0..=2)?
+            } else {
+                0
+            },
             recurse: if u.ratio(1, 4)? { Some(var(u)?) } else { None },
             blocks,
         })
@@ -237,10 +272,12 @@ impl<'a> Arbitrary<'a> for Program {
                 },
                 5 if later > 0 => Form::FlagMutant {
                     of: i + u.int_in_range(1..=later)?,
-                    flag: match u.int_in_range(0..=2u8)? {
+                    flag: match u.int_in_range(0..=4u8)? {
                         0 => Flag::Condition(usize::arbitrary(u)?),
                         1 => Flag::MemFlags,
-                        _ => Flag::TrapCode,
+                        2 => Flag::TrapCode,
+                        3 => Flag::CallConv,
+                        _ => Flag::Extension,
                     },
                 },
                 _ => Form::Original(Body::arbitrary(u, later)?),
@@ -358,11 +395,53 @@ impl Body {
             }
             Flag::TrapCode => {
                 self.trap_code = self.trap_code % 200 + 1;
-                self.reachable_ops().any(|op| matches!(op, Op::GuardedTrap))
+                self.reachable_ops()
+                    .any(|op| matches!(op, Op::GuardedTrap | Op::Trapping(0, ..)))
+            }
+            // The signature is always part of a function.
+            Flag::CallConv => {
+                self.call_conv = (self.call_conv + 1) % CALL_CONVS.len() as u8;
+                true
+            }
+            Flag::Extension => {
+                self.extension = (self.extension + 1) % 3;
+                true
             }
         }
     }
+
+    /// The function's signature: `(i64, i64) -> i64` in its calling
+    /// convention, with its extension on every parameter and the result.
+    pub fn signature(&self) -> ir::Signature {
+        let conv = match CALL_CONVS[self.call_conv as usize % CALL_CONVS.len()] {
+            None => CallConv::triple_default(&target_lexicon::Triple::host()),
+            Some(conv) => conv,
+        };
+        let param = match self.extension % 3 {
+            0 => ir::AbiParam::new(I64),
+            1 => ir::AbiParam::new(I64).uext(),
+            _ => ir::AbiParam::new(I64).sext(),
+        };
+        let mut sig = ir::Signature::new(conv);
+        sig.params.extend([param, param]);
+        sig.returns.push(param);
+        sig
+    }
 }
+
+/// The calling conventions a body may have (`None`: the host's default).
+/// Each passes two integer arguments and returns one integer in the
+/// registers the host default does, so a harness calls every generated
+/// function as `extern "C" fn(i64, i64) -> i64`. (`tail` does so on x86-64
+/// only; `preserve_all` returns nothing.)
+#[cfg(target_arch = "x86_64")]
+pub const CALL_CONVS: &[Option<CallConv>] = &[None, Some(CallConv::Fast), Some(CallConv::Tail)];
+/// The calling conventions a body may have (`None`: the host's default).
+/// Each passes two integer arguments and returns one integer in the
+/// registers the host default does, so a harness calls every generated
+/// function as `extern "C" fn(i64, i64) -> i64`.
+#[cfg(not(target_arch = "x86_64"))]
+pub const CALL_CONVS: &[Option<CallConv>] = &[None, Some(CallConv::Fast)];
 
 /// Kinds of memory flags the stack accesses may carry.
 const MEM_FLAG_KINDS: u8 = 3;
@@ -378,6 +457,14 @@ pub fn mem_flags(kind: u8) -> ir::MemFlagsData {
 }
 
 impl Program {
+    /// Whether an op of any function (reachable or not) satisfies `pred`.
+    pub fn any_op(&self, pred: impl Fn(&Op) -> bool) -> bool {
+        (0..self.functions.len()).any(|i| {
+            let body = self.body(i).0;
+            body.blocks.iter().flat_map(|(ops, _)| ops).any(&pred)
+        })
+    }
+
     /// The body function `index` is built from, with a mutation applied.
     pub fn body(&self, index: usize) -> (Body, bool) {
         match &self.functions[index] {
@@ -634,6 +721,20 @@ fn emit_op(
             let code = ir::TrapCode::user(body.trap_code.max(1)).expect("user codes are 1..=255");
             b.ins().trapnz(negative, code);
             return;
+        }
+        Op::Trapping(k, d, x, y) => {
+            let (x, y) = (get(b, x), get(b, y));
+            let r = match k % 3 {
+                0 => {
+                    let code =
+                        ir::TrapCode::user(body.trap_code.max(1)).expect("user codes are 1..=255");
+                    b.ins().trapz(y, code);
+                    return;
+                }
+                1 => b.ins().udiv(x, y),
+                _ => b.ins().sdiv(x, y),
+            };
+            (d, r)
         }
     };
     b.def_var(vars[d as usize], r);
