@@ -6,8 +6,10 @@
 //! Run with `cargo bench --bench jit`; the ratios are printed at the end.
 //! Whole-module timings on a noisy machine vary by more than the 0%
 //! overhead being measured, so the same two ways are also run alternately,
-//! plain then jitfold, 15 times per workload, and the best time of each is
-//! compared (`cargo bench --bench jit -- none` prints only those).
+//! plain and jitfold (in turns, one first, then the other), [`ROUNDS`]
+//! times per workload: the best time of each is compared, and so is each
+//! adjacent pair (the median of the pairs' ratios, which a machine that
+//! slows down for a while between pairs does not move). `cargo bench --bench jit -- none` prints only those.
 
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::{
@@ -123,18 +125,36 @@ fn run_jitfold(funcs: &[Function]) {
     unsafe { m.into_inner().free_memory() };
 }
 
-/// Best time of plain and of jitfold over `rounds` alternating runs.
-fn alternating(funcs: &[Function], rounds: usize) -> (Duration, Duration) {
+/// Alternating runs per workload.
+const ROUNDS: usize = 31;
+
+/// Over `rounds` alternating pairs of runs: the best time of plain, the
+/// best time of jitfold, and the median over the pairs of plain's time
+/// divided by jitfold's.
+fn alternating(funcs: &[Function], rounds: usize) -> (Duration, Duration, f64) {
     let (mut plain, mut jitfold) = (Duration::MAX, Duration::MAX);
-    for _ in 0..rounds {
+    let mut ratios = Vec::with_capacity(rounds);
+    let timed = |run: fn(&[Function])| {
         let start = Instant::now();
-        run_plain(funcs);
-        plain = plain.min(start.elapsed());
-        let start = Instant::now();
-        run_jitfold(funcs);
-        jitfold = jitfold.min(start.elapsed());
+        run(funcs);
+        start.elapsed()
+    };
+    for round in 0..rounds {
+        // Which of the pair runs first alternates too, so that neither
+        // always finds the allocator and caches as the other left them.
+        let (plain_time, jitfold_time) = if round % 2 == 0 {
+            let plain_time = timed(run_plain);
+            (plain_time, timed(run_jitfold))
+        } else {
+            let jitfold_time = timed(run_jitfold);
+            (timed(run_plain), jitfold_time)
+        };
+        plain = plain.min(plain_time);
+        jitfold = jitfold.min(jitfold_time);
+        ratios.push(plain_time.as_secs_f64() / jitfold_time.as_secs_f64());
     }
-    (plain, jitfold)
+    ratios.sort_by(f64::total_cmp);
+    (plain, jitfold, ratios[rounds / 2])
 }
 
 fn main() {
@@ -155,13 +175,15 @@ fn main() {
     c.final_summary();
 
     for percent in [0usize, 50, 90] {
-        let (plain, jitfold) = alternating(&workload(percent, call_conv), 15);
+        let (plain, jitfold, median) = alternating(&workload(percent, call_conv), ROUNDS);
         println!(
-            "{percent:>2}% duplicates, alternating, best of 15: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster)",
+            "{percent:>2}% duplicates, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
             plain.as_secs_f64() * 1e3,
             jitfold.as_secs_f64() * 1e3,
             jitfold.as_secs_f64() / plain.as_secs_f64(),
-            plain.as_secs_f64() / jitfold.as_secs_f64()
+            plain.as_secs_f64() / jitfold.as_secs_f64(),
+            1.0 / median,
+            median
         );
     }
 

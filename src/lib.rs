@@ -12,14 +12,16 @@
 //! [`compile`] and [`isa`] modules serve the `jitfold` command line and the
 //! benchmarks; [`demo`] is the built-in workload, `runtests` (feature
 //! `runtests`) runs Cranelift's `test run` files plainly and through
-//! jitfold, and `fuzzing` (feature `fuzzing`) is the differential check.
+//! jitfold, and `fuzzing` (feature `fuzzing`, Unix hosts) is the
+//! differential check.
 
 pub mod cache;
 pub mod compile;
 pub mod corpus;
 pub mod demo;
 pub mod fingerprint;
-#[cfg(feature = "fuzzing")]
+// The differential check runs calls that may trap in child processes.
+#[cfg(all(feature = "fuzzing", unix))]
 pub mod fuzzing;
 pub mod isa;
 pub mod module;

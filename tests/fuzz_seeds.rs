@@ -1,6 +1,8 @@
 //! The differential fuzz check over a fixed set of seeds, so every test run
 //! exercises it (the same check `cargo fuzz run differential` runs).
 
+#![cfg(unix)]
+
 mod common;
 
 use jitfold::fuzzing::differential_bytes;

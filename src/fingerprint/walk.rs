@@ -265,15 +265,22 @@ impl Fingerprinter {
     }
 
     /// A value use: the serial number of its alias-resolved value.
-    #[inline]
+    #[inline(always)]
     fn value_use(&mut self, func: &Function, value: Value) {
         // Fast path: a value (or alias) whose number is already known.
         // Numbers are cached on aliases too, so each alias is resolved once.
         let known = self.values.seen[value];
         if known != 0 {
             self.out.push(known - 1);
-            return;
+        } else {
+            self.value_use_first(func, value);
         }
+    }
+
+    /// [`Self::value_use`] of an alias or a value not numbered yet.
+    #[cold]
+    #[inline(never)]
+    fn value_use_first(&mut self, func: &Function, value: Value) {
         let resolved = func.dfg.resolve_aliases(value);
         let (n, new) = self.values.number(resolved);
         self.values.seen[value] = n + 1;

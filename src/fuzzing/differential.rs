@@ -243,8 +243,8 @@ fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, St
     Ok(ids)
 }
 
-/// Calls every function on every input, each in a child process until it
-/// traps.
+/// Calls every function on every input, in child processes (a new one
+/// after each trap).
 fn call_all(program: &Program, pointers: &[*const u8]) -> Result<Vec<Option<i64>>, String> {
     let mut calls = Vec::new();
     for &ptr in pointers {

@@ -1,8 +1,10 @@
 //! Differential fuzzing helpers (feature `fuzzing`): a generator of valid
 //! programs with calls among them ([`program`]) and the check that merged
-//! code behaves like unmerged code ([`differential`]). The cargo-fuzz targets
-//! in `fuzz/` and the seeded test in `tests/fuzz_seeds.rs` are thin callers
-//! of [`differential_bytes`] and [`fingerprint_bytes`].
+//! code behaves like unmerged code ([`differential`]), whose calls run in
+//! child processes so that a trap is an outcome ([`isolated`]; Unix only).
+//! The cargo-fuzz targets in `fuzz/` and the seeded test in
+//! `tests/fuzz_seeds.rs` are thin callers of [`differential_bytes`] and
+//! [`fingerprint_bytes`].
 
 pub mod differential;
 pub mod isolated;
