@@ -75,7 +75,13 @@ fn run_from(calls: &[(Entry, i64, i64)]) -> Result<(Vec<i64>, ChildEnd), String>
     // there); the parent only reads the pipe and waits for the child.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        let error = std::io::Error::last_os_error();
+        // SAFETY: both ends are ours, open, and used by no one else.
+        unsafe {
+            libc::close(read_end);
+            libc::close(write_end);
+        }
+        return Err(format!("fork: {error}"));
     }
     if pid == 0 {
         child(calls, read_end, write_end);

@@ -395,8 +395,12 @@ impl Body {
             }
             Flag::TrapCode => {
                 self.trap_code = self.trap_code % 200 + 1;
-                self.reachable_ops()
-                    .any(|op| matches!(op, Op::GuardedTrap | Op::Trapping(0, ..)))
+                self.reachable_ops().any(|op| match op {
+                    Op::GuardedTrap => true,
+                    // The `trapz` kind (see `emit_op`).
+                    Op::Trapping(k, ..) => k % 3 == 0,
+                    _ => false,
+                })
             }
             // The signature is always part of a function.
             Flag::CallConv => {
