@@ -10,7 +10,7 @@
 //! Programs: `tests/data/cross/cases.clif` (twins, callers of twins,
 //! tail-call twins, twelve-argument calls, code reuse) and programs of the
 //! fuzz generator (those without float operations, whose NaN bits differ
-//! between ISAs, and without traps or other calling conventions).
+//! between ISAs, and without traps or other signatures).
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
@@ -68,7 +68,7 @@ fn hand_written() -> Program {
 
 /// Programs of the fuzz generator without float operations (whose NaN bits
 /// differ between ISAs), without traps (which would end the harness), and
-/// in the default calling convention (which C calls on every ISA).
+/// with the default signature (which C calls alike on every ISA).
 fn generated(count: usize) -> Vec<Program> {
     let mut out = Vec::new();
     for seed in 0.. {
@@ -79,10 +79,11 @@ fn generated(count: usize) -> Vec<Program> {
         let Ok(program) = Generated::arbitrary(&mut Unstructured::new(&data)) else {
             continue;
         };
-        let other_conventions =
-            (0..program.functions.len()).any(|i| program.body(i).0.call_conv != 0);
-        if other_conventions || program.any_op(|op| matches!(op, Op::Float(..) | Op::Trapping(..)))
-        {
+        let other_signatures = (0..program.functions.len()).any(|i| {
+            let body = program.body(i).0;
+            body.call_conv != 0 || body.extension != 0
+        });
+        if other_signatures || program.any_op(|op| matches!(op, Op::Float(..) | Op::Trapping(..))) {
             continue;
         }
         let inputs: Vec<Vec<i64>> = program.inputs.iter().map(|&(a, b)| vec![a, b]).collect();

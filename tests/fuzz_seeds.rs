@@ -48,3 +48,72 @@ fn differential_check_passes_on_fixed_seeds() {
     assert!(adapted >= 5, "only {adapted} of {functions} adapted");
     assert!(traps * 20 >= calls, "only {traps} of {calls} calls trapped");
 }
+
+/// Extension mutants differ in what they return, not only in their
+/// fingerprint, so executing them would catch a wrong merge: `uext` and
+/// `sext` of the same `i32` result, called natively, return other bits.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn extension_mutants_return_other_bits() {
+    use cranelift_jit::{JITBuilder, JITModule};
+    use cranelift_module::{Linkage, Module, default_libcall_names};
+    use jitfold::fuzzing::differential::{check, functions};
+    use jitfold::fuzzing::isolated::{Entry, run};
+    use jitfold::fuzzing::program::{Body, Flag, Form, Program, Term};
+
+    // f1 returns its first argument as a `uext` i32; f0 is f1 with `sext`.
+    let body = Body {
+        constants: vec![0],
+        mem_flags: 0,
+        trap_code: 1,
+        call_conv: 0,
+        extension: 1,
+        recurse: None,
+        blocks: vec![(vec![], Term::Return(0))],
+    };
+    let program = Program {
+        functions: vec![
+            Form::FlagMutant {
+                of: 1,
+                flag: Flag::Extension,
+            },
+            Form::Original(body),
+        ],
+        inputs: vec![(-1, 0), (0x7fff_ffff, 0)],
+    };
+    let mut m = JITModule::new(JITBuilder::new(default_libcall_names()).unwrap());
+    let mut calls: Vec<(Entry, i64, i64)> = Vec::new();
+    let funcs = functions(&program);
+    let ids: Vec<_> = funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            m.declare_function(&format!("f{i}"), Linkage::Local, &f.signature)
+                .unwrap()
+        })
+        .collect();
+    for (f, &id) in funcs.iter().zip(&ids) {
+        let mut ctx = m.make_context();
+        ctx.func = f.clone();
+        m.define_function(id, &mut ctx).unwrap();
+    }
+    m.finalize_definitions().unwrap();
+    for &id in &ids {
+        // SAFETY: generated functions are called as `extern "C"` (see
+        // `jitfold::fuzzing::program`).
+        let entry: Entry = unsafe { std::mem::transmute(m.get_finalized_function(id)) };
+        calls.extend(program.inputs.iter().map(|&(a, b)| (entry, a, b)));
+    }
+    let results = run(&calls).unwrap();
+    assert_eq!(
+        results,
+        [
+            Some(-1),
+            Some(0x7fff_ffff),
+            Some(0xffff_ffff),
+            Some(0x7fff_ffff)
+        ]
+    );
+    // And the whole check passes on them (they are not merged).
+    assert!(check(&program).is_ok());
+}

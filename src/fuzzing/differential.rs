@@ -30,7 +30,7 @@ use super::isolated::{self, Entry};
 use super::program::{Form, Op, Program, emit};
 use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::data_value::DataValue;
-use cranelift_codegen::ir::{Function, UserFuncName};
+use cranelift_codegen::ir::{ArgumentExtension, Function, UserFuncName};
 use cranelift_codegen::settings::FlagsOrIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -79,6 +79,12 @@ fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<Option<i64>>> 
             match interpreter.call_by_name(&f.name.to_string(), &args) {
                 Ok(ControlFlow::Return(values)) => match values.first() {
                     Some(DataValue::I64(r)) => out.push(Some(*r)),
+                    // An extended `i32` result, as the callee's ABI extends it.
+                    Some(DataValue::I32(r)) => match f.signature.returns[0].extension {
+                        ArgumentExtension::Uext => out.push(Some(i64::from(*r as u32))),
+                        ArgumentExtension::Sext => out.push(Some(i64::from(*r))),
+                        ArgumentExtension::None => return None,
+                    },
                     _ => return None,
                 },
                 Ok(ControlFlow::Trap(CraneliftTrap::User(_))) => out.push(None),

@@ -4,8 +4,11 @@
 //! # What this module guarantees
 //!
 //! - Every generated function passes the verifier, has the signature
-//!   `(i64, i64) -> i64` in a calling convention whose integer argument and
-//!   return registers are the host default's ([`Body::signature`]), and
+//!   `(i64, i64) -> i64` (or `-> i32` with `uext` or `sext`, which the
+//!   callee extends to 64 bits) in a calling convention whose integer
+//!   argument and return registers are the host default's
+//!   ([`Body::signature`]), so a harness calls it as
+//!   `extern "C" fn(i64, i64) -> i64`, and
 //!   always terminates: loops are bounded by a fuel counter checked at every
 //!   block, and function `i` only calls functions `j > i`
 //!   except for its own recursive call, which it makes at most once per
@@ -24,10 +27,12 @@
 //!   changed (a condition code, the memory flags of its stack accesses, the
 //!   trap code of its traps, its calling convention, or the extension of its
 //!   parameters and result): it must get another fingerprint when the
-//!   changed part is reachable. Memory-flag, trap-code, convention and
-//!   extension mutants compute what their original computes (an `i64` is
-//!   not extended); merging them would still be wrong (a trap code is what
-//!   a runtime reports, a convention is how callers call).
+//!   changed part is reachable. Memory-flag, trap-code and convention
+//!   mutants compute what their original computes; merging them would
+//!   still be wrong (a trap code is what a runtime reports, a convention is
+//!   how callers call). An extension mutant returns other bits for most
+//!   results (on [`NARROW_RETURNS`] hosts an extended result keeps only
+//!   its low 32 bits, zero- or sign-extended).
 //! - A [`Form::Relinked`] is a twin whose calls go to the functions after
 //!   itself instead of those after its original: the same code calling
 //!   other functions, which exercises code reuse (same template, other
@@ -415,20 +420,24 @@ impl Body {
     }
 
     /// The function's signature: `(i64, i64) -> i64` in its calling
-    /// convention, with its extension on every parameter and the result.
+    /// convention, with its extension on every parameter and the result;
+    /// on hosts whose ABI extends results ([`NARROW_RETURNS`]) an extended
+    /// result is an `i32`, so that `uext` and `sext` return other bits.
     pub fn signature(&self) -> ir::Signature {
         let conv = match CALL_CONVS[self.call_conv as usize % CALL_CONVS.len()] {
             None => CallConv::triple_default(&target_lexicon::Triple::host()),
             Some(conv) => conv,
         };
-        let param = match self.extension % 3 {
-            0 => ir::AbiParam::new(I64),
-            1 => ir::AbiParam::new(I64).uext(),
-            _ => ir::AbiParam::new(I64).sext(),
+        let extended = |ty| match self.extension % 3 {
+            0 => ir::AbiParam::new(ty),
+            1 => ir::AbiParam::new(ty).uext(),
+            _ => ir::AbiParam::new(ty).sext(),
         };
+        let narrow = !self.extension.is_multiple_of(3) && NARROW_RETURNS;
         let mut sig = ir::Signature::new(conv);
-        sig.params.extend([param, param]);
-        sig.returns.push(param);
+        sig.params.extend([extended(I64), extended(I64)]);
+        sig.returns
+            .push(extended(if narrow { ir::types::I32 } else { I64 }));
         sig
     }
 }
@@ -446,6 +455,13 @@ pub const CALL_CONVS: &[Option<CallConv>] = &[None, Some(CallConv::Fast), Some(C
 /// function as `extern "C" fn(i64, i64) -> i64`.
 #[cfg(not(target_arch = "x86_64"))]
 pub const CALL_CONVS: &[Option<CallConv>] = &[None, Some(CallConv::Fast)];
+
+/// Whether a function with an extension returns an `i32` (extended into
+/// the whole return register by the callee): on x86-64, whose calling
+/// conventions extend results as the signature says. (Linux aarch64
+/// leaves the upper bits undefined, which a harness reading an `i64` would
+/// see.)
+pub const NARROW_RETURNS: bool = cfg!(target_arch = "x86_64");
 
 /// Kinds of memory flags the stack accesses may carry.
 const MEM_FLAG_KINDS: u8 = 3;
@@ -547,7 +563,7 @@ pub fn emit(
         b.switch_to_block(recurse);
         let less = b.ins().iadd_imm_s(params[1], -1);
         let call = b.ins().call(own, &[params[0], less]);
-        let r = b.inst_results(call)[0];
+        let r = widened_result(b, call);
         let r = b.ins().bxor(r, params[1]);
         b.def_var(vars[d as usize], r);
         b.seal_block(recurse);
@@ -596,16 +612,42 @@ pub fn emit(
             }
             Term::Return(v) => {
                 let v = b.use_var(vars[*v as usize]);
-                b.ins().return_(&[v]);
+                return_narrowed(b, v);
             }
         }
     }
     b.switch_to_block(out_of_fuel);
     let v = b.use_var(vars[0]);
-    b.ins().return_(&[v]);
+    return_narrowed(b, v);
     // Seal in one fixed order: SSA construction depends on it.
     for block in [entry, out_of_fuel].into_iter().chain(checks).chain(codes) {
         b.seal_block(block);
+    }
+}
+
+/// Returns `v`, reduced to the function's return type (`i32` when it
+/// returns an extended result).
+fn return_narrowed(b: &mut FunctionBuilder, v: ir::Value) {
+    let ty = b.func.signature.returns[0].value_type;
+    let v = if ty == I64 { v } else { b.ins().ireduce(ty, v) };
+    b.ins().return_(&[v]);
+}
+
+/// The result of `call` as an `i64`: an `i32` result is extended the way
+/// the callee's signature says the ABI extends it.
+fn widened_result(b: &mut FunctionBuilder, call: ir::Inst) -> ir::Value {
+    let r = b.inst_results(call)[0];
+    if b.func.dfg.value_type(r) == I64 {
+        return r;
+    }
+    let sig = b
+        .func
+        .dfg
+        .call_signature(call)
+        .expect("a call has a signature");
+    match b.func.dfg.signatures[sig].returns[0].extension {
+        ir::ArgumentExtension::Uext => b.ins().uextend(I64, r),
+        ir::ArgumentExtension::Sext | ir::ArgumentExtension::None => b.ins().sextend(I64, r),
     }
 }
 
@@ -694,7 +736,7 @@ fn emit_op(
             let (x, y) = (get(b, x), get(b, y));
             let callee = callees[(offset as usize - 1) % callees.len()];
             let call = b.ins().call(callee, &[x, y]);
-            (d, b.inst_results(call)[0])
+            (d, widened_result(b, call))
         }
         Op::CallIndirect(offset, d, x, y) => {
             let (x, y) = (get(b, x), get(b, y));
@@ -702,7 +744,7 @@ fn emit_op(
             let sig = b.func.dfg.ext_funcs[callee].signature;
             let address = b.ins().func_addr(I64, callee);
             let call = b.ins().call_indirect(sig, address, &[x, y]);
-            (d, b.inst_results(call)[0])
+            (d, widened_result(b, call))
         }
         Op::Vector(k, d, x, y) => {
             let (x, y) = (get(b, x), get(b, y));
