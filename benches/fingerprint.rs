@@ -1,7 +1,11 @@
 //! Fingerprint throughput against two baselines measured in the same run:
 //! Cranelift's incremental-cache key (`compute_cache_key`) on the same
 //! functions, and Cranelift's own compilation at `opt_level=speed` on a
-//! sample of them.
+//! sample of them. A third measurement, `read_only`, is a floor rather than
+//! a baseline: it reads what any fingerprint must read of each instruction
+//! (layout order, opcode, results and their types, value arguments) and
+//! encodes nothing, so the fingerprint's cost beyond it is the cost of
+//! the encoding and hashing themselves.
 //!
 //! Input: every valid function of the archives in `../shared/corpora`
 //! (unpacked once into `target/jitfold-bench-corpora`), or a built-in
@@ -32,6 +36,26 @@ fn load_functions(isa: &dyn cranelift_codegen::isa::TargetIsa) -> (String, Vec<F
     }
     let funcs = jitfold::corpus::valid_functions(&dirs, Some(isa)).expect("corpora load");
     ("shared corpora".into(), funcs)
+}
+
+/// The floor: every instruction in layout order, its opcode, its results'
+/// types and its value arguments, summed so nothing is optimised away.
+fn read_only(func: &Function) -> u64 {
+    let mut sum = 0u64;
+    for block in func.layout.blocks() {
+        let mut next = func.layout.first_inst(block);
+        while let Some(inst) = next {
+            sum = sum.wrapping_add(func.dfg.insts[inst].opcode() as u64);
+            for &result in func.dfg.inst_results(inst) {
+                sum = sum.wrapping_add(func.dfg.value_type(result).index() as u64);
+            }
+            for &arg in func.dfg.inst_args(inst) {
+                sum = sum.wrapping_add(u64::from(arg.as_u32()));
+            }
+            next = func.layout.next_inst(inst);
+        }
+    }
+    sum
 }
 
 fn main() {
@@ -75,6 +99,13 @@ fn main() {
             }
         })
     });
+    all.bench_function("read_only", |b| {
+        b.iter(|| {
+            for f in &funcs {
+                black_box(read_only(black_box(f)));
+            }
+        })
+    });
     all.bench_function("cache_key", |b| {
         b.iter(|| {
             for f in &funcs {
@@ -105,8 +136,9 @@ fn main() {
     c.final_summary();
 
     // Ratios from this run's estimates.
-    if let (Some(fpa), Some(key), Some(fps), Some(comp)) = (
+    if let (Some(fpa), Some(floor), Some(key), Some(fps), Some(comp)) = (
         mean_ns(&["all", "fingerprint"]),
+        mean_ns(&["all", "read_only"]),
         mean_ns(&["all", "cache_key"]),
         mean_ns(&["sample", "fingerprint"]),
         mean_ns(&["sample", "compile_speed"]),
@@ -114,6 +146,10 @@ fn main() {
         println!(
             "fingerprint:        {:.2} ns/instruction",
             fpa / instructions as f64
+        );
+        println!(
+            "read only (floor):  {:.2} ns/instruction",
+            floor / instructions as f64
         );
         println!(
             "cache key:          {:.2} ns/instruction",
@@ -124,6 +160,7 @@ fn main() {
             comp / sample_insts as f64
         );
         println!("cache key / fingerprint:   {:.2}x", key / fpa);
+        println!("fingerprint / read only:   {:.2}x", fpa / floor);
         println!("fingerprint / compile:     {:.3}%", 100.0 * fps / comp);
     }
 }
