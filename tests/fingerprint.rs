@@ -409,3 +409,41 @@ proptest! {
         })?;
     }
 }
+
+#[test]
+fn erased_calling_conventions_equal_only_each_other() {
+    let funcs = common::parse_valid(
+        "function %sysv(i64) -> i64 system_v {
+         block0(v0: i64):
+             v1 = iconst.i64 7
+             v2 = iadd v0, v1
+             return v2
+         }
+         function %tail(i64) -> i64 tail {
+         block0(v0: i64):
+             v1 = iconst.i64 7
+             v2 = iadd v0, v1
+             return v2
+         }
+         function %other(i64) -> i64 system_v {
+         block0(v0: i64):
+             v1 = iconst.i64 8
+             v2 = iadd v0, v1
+             return v2
+         }",
+    );
+    let [sysv, tail, other] = [0, 1, 2].map(|i| Fingerprint::of(&funcs[i]));
+    let [sysv_erased, tail_erased, other_erased] =
+        [&sysv, &tail, &other].map(Fingerprint::with_call_conv_erased);
+    assert_ne!(sysv, tail);
+    assert_eq!(sysv_erased, tail_erased);
+    assert_eq!(sysv_erased.fast_hash(), tail_erased.fast_hash());
+    assert_eq!(sysv_erased.cmp(&tail_erased), std::cmp::Ordering::Equal);
+    assert_ne!(sysv_erased, other_erased);
+    // An erased key never equals one that is not, and `Ord` agrees.
+    for (fp, erased) in [(&sysv, &sysv_erased), (&tail, &tail_erased)] {
+        assert_ne!(fp, erased);
+        assert_ne!(fp.cmp(erased), std::cmp::Ordering::Equal);
+        assert_eq!(fp.cmp(erased), erased.cmp(fp).reverse());
+    }
+}

@@ -12,7 +12,8 @@
 //! - `key(f) == key(g)` **if and only if** `f` and `g` are the same function up
 //!   to the things listed under *ignored* below. Equal keys mean one function
 //!   can be compiled in place of the other.
-//! - `Ord` is the lexicographic order of the keys, so it is a total order
+//! - `Ord` is the lexicographic order of the keys (fingerprints with the
+//!   calling convention erased after all others), so it is a total order
 //!   consistent with `Eq` and `Hash` by construction.
 //! - [`Fingerprint::stable_hash`] depends only on the key bytes and a fixed
 //!   seed: identical across processes and machines for a given version of
@@ -113,13 +114,17 @@ pub const KEY_FORMAT_VERSION: u32 = 2;
 /// The canonical fingerprint of one function: its key and a keyed hash of it.
 ///
 /// Holds no reference to the function it came from; memory use is the key
-/// (a few words per instruction) plus six words. Cloning it, and taking its
-/// [template](Fingerprint::template), share the key instead of copying it.
+/// (a few words per instruction) plus six words. Cloning it, taking its
+/// [template](Fingerprint::template) and erasing its calling convention
+/// share the key instead of copying it.
 #[derive(Clone)]
 pub struct Fingerprint {
     /// The exact key of the function; a template's key is a prefix of it.
     words: Arc<[u32]>,
-    /// Length of this fingerprint's key: a prefix of `words`.
+    /// Where this fingerprint's key starts in `words`: 0, or 1 when the
+    /// calling convention is erased (it is the first word).
+    start: u32,
+    /// Where this fingerprint's key ends in `words`.
     len: u32,
     /// Length of the template part of `words`.
     template_len: u32,
@@ -152,6 +157,7 @@ impl Fingerprint {
         let hash = process_hasher().hash_one((template_hash, names));
         Self {
             words: words.into(),
+            start: 0,
             len: words.len() as u32,
             template_len,
             hash,
@@ -168,6 +174,7 @@ impl Fingerprint {
     pub fn template(&self) -> Fingerprint {
         Self {
             words: self.words.clone(),
+            start: self.start,
             len: self.template_len,
             template_len: self.template_len,
             hash: self.template_hash,
@@ -182,6 +189,7 @@ impl Fingerprint {
     /// as long as `names` are distinct). `template` must be a template.
     pub fn with_names(template: &Fingerprint, names: &[SymbolName]) -> Fingerprint {
         debug_assert_eq!(template.len, template.template_len, "not a template");
+        debug_assert_eq!(template.start, 0, "calling convention erased");
         let mut words = template.key().to_vec();
         walk::encode_names(&mut words, names);
         Self::from_key(&words, template.instructions, template.template_len)
@@ -191,18 +199,28 @@ impl Fingerprint {
     /// signature erased: equal for two functions exactly when they are the
     /// same function except, possibly, for that calling convention (the
     /// parameter and return types, extensions and purposes still count).
+    /// Never equal to a fingerprint whose convention is not erased.
     pub fn with_call_conv_erased(&self) -> Fingerprint {
-        let mut words = self.key().to_vec();
         // The key starts with the signature, whose first word is the
-        // calling convention (see `walk::Fingerprinter::signature`); no
-        // convention is numbered `u32::MAX`.
-        words[0] = u32::MAX;
-        Self::from_key(&words, self.instructions, self.template_len)
+        // calling convention (see `walk::Fingerprinter::signature`): the
+        // erased key is the rest, sharing the words.
+        let template = &self.words[1..self.template_len as usize];
+        let names = &self.words[self.template_len as usize..self.len as usize];
+        let template_hash = process_hasher().hash_one(template);
+        Self {
+            words: self.words.clone(),
+            start: 1,
+            len: self.len,
+            template_len: self.template_len,
+            hash: process_hasher().hash_one((template_hash, names)),
+            template_hash,
+            instructions: self.instructions,
+        }
     }
 
     /// The canonical key. Equal keys mean interchangeable functions.
     pub fn key(&self) -> &[u32] {
-        &self.words[..self.len as usize]
+        &self.words[self.start as usize..self.len as usize]
     }
 
     /// Number of instructions the walk encoded (reachable, in the layout).
@@ -238,7 +256,7 @@ fn process_hasher() -> &'static hashbrown::DefaultHashBuilder {
 
 impl PartialEq for Fingerprint {
     fn eq(&self, other: &Self) -> bool {
-        self.hash == other.hash && self.key() == other.key()
+        self.hash == other.hash && self.start == other.start && self.key() == other.key()
     }
 }
 
@@ -258,7 +276,9 @@ impl PartialOrd for Fingerprint {
 
 impl Ord for Fingerprint {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.key().cmp(other.key())
+        // Erased calling conventions (start 1) after the others, so that
+        // `Ord` agrees with `Eq`.
+        (self.start, self.key()).cmp(&(other.start, other.key()))
     }
 }
 

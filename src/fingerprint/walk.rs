@@ -91,7 +91,13 @@ pub struct Fingerprinter {
     address_taken: Vec<bool>,
     /// The name slot of each numbered `FuncRef` (`u32::MAX`: none).
     func_ref_slots: SecondaryMap<FuncRef, u32>,
+    /// The opcodes of the instructions encoded, as a bit set.
+    opcodes: [u64; OPCODE_SET_WORDS],
 }
+
+/// Words of the opcode bit set: room for every `u8`, and `Opcode` is
+/// `repr(u8)`.
+const OPCODE_SET_WORDS: usize = 4;
 
 impl Default for Fingerprinter {
     fn default() -> Self {
@@ -121,6 +127,7 @@ impl Fingerprinter {
             names: Vec::new(),
             address_taken: Vec::new(),
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
+            opcodes: [0; OPCODE_SET_WORDS],
         }
     }
 
@@ -146,6 +153,13 @@ impl Fingerprinter {
         &self.address_taken
     }
 
+    /// Whether an instruction of the function fingerprinted last (reachable,
+    /// in the layout) has opcode `opcode`.
+    pub fn last_uses_opcode(&self, opcode: ir::Opcode) -> bool {
+        let bit = opcode as usize;
+        self.opcodes[bit / 64] & 1 << (bit % 64) != 0
+    }
+
     /// Runs the walk, leaving the key in `self.out`; returns the number of
     /// instructions encoded and the length of the template part of the key.
     fn encode(&mut self, func: &Function) -> (u32, u32) {
@@ -169,6 +183,7 @@ impl Fingerprinter {
         self.names.clear();
         self.address_taken.clear();
         self.func_ref_slots.clear();
+        self.opcodes = [0; OPCODE_SET_WORDS];
 
         // 1. Signature; 2. stack limit.
         self.signature(&func.signature);
@@ -597,6 +612,7 @@ impl Fingerprinter {
         } else {
             None
         };
+        self.opcodes[opcode as usize / 64] |= 1 << (opcode as usize % 64);
         let head = opcode as u32
             | (results.len() as u32) << 16
             | if stack_map.is_some() {

@@ -39,8 +39,12 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 pub const MIN_INSTRUCTIONS: u32 = 16;
 
 /// Whether `func` may run behind an adapter (see the module docs); its
-/// instruction count is `instructions`.
-pub fn adaptable(func: &Function, instructions: u32) -> bool {
+/// instruction count is `instructions`, and `uses_opcode` tells whether one
+/// of its reachable instructions has an opcode (as
+/// [`Fingerprinter::last_uses_opcode`] does after fingerprinting it).
+///
+/// [`Fingerprinter::last_uses_opcode`]: crate::Fingerprinter::last_uses_opcode
+pub fn adaptable(func: &Function, instructions: u32, uses_opcode: impl Fn(Opcode) -> bool) -> bool {
     if instructions < MIN_INSTRUCTIONS || func.stack_limit.is_some() {
         return false;
     }
@@ -52,19 +56,16 @@ pub fn adaptable(func: &Function, instructions: u32) -> bool {
     if by_value(&func.signature) {
         return false;
     }
-    !func.layout.blocks().any(|block| {
-        func.layout.block_insts(block).any(|inst| {
-            matches!(
-                func.dfg.insts[inst].opcode(),
-                Opcode::GetFramePointer
-                    | Opcode::GetStackPointer
-                    | Opcode::GetReturnAddress
-                    | Opcode::StackSwitch
-                    | Opcode::TryCall
-                    | Opcode::TryCallIndirect
-            )
-        })
-    })
+    ![
+        Opcode::GetFramePointer,
+        Opcode::GetStackPointer,
+        Opcode::GetReturnAddress,
+        Opcode::StackSwitch,
+        Opcode::TryCall,
+        Opcode::TryCallIndirect,
+    ]
+    .into_iter()
+    .any(uses_opcode)
 }
 
 /// A function of signature `own` that calls `target` (a function of
@@ -113,15 +114,22 @@ mod tests {
         cranelift_reader::parse_functions(&text).unwrap().remove(0)
     }
 
+    /// [`adaptable`] as `DedupModule` asks it, after fingerprinting `f`.
+    fn adaptable_after_walk(f: &Function) -> bool {
+        let mut walk = crate::Fingerprinter::new();
+        let instructions = walk.fingerprint(f).instructions();
+        adaptable(f, instructions, |op| walk.last_uses_opcode(op))
+    }
+
     #[test]
     fn only_large_functions_that_ignore_their_frame_are_adaptable() {
         let f = parsed("system_v", 20, "");
-        assert!(adaptable(&f, 21));
-        assert!(!adaptable(&f, MIN_INSTRUCTIONS - 1), "too small");
+        assert!(adaptable_after_walk(&f));
+        assert!(!adaptable(&f, MIN_INSTRUCTIONS - 1, |_| false), "too small");
         let frame = parsed("system_v", 20, "    v100 = get_return_address.i64\n");
-        assert!(!adaptable(&frame, 22));
+        assert!(!adaptable_after_walk(&frame));
         let sp = parsed("system_v", 20, "    v100 = get_stack_pointer.i64\n");
-        assert!(!adaptable(&sp, 22));
+        assert!(!adaptable_after_walk(&sp));
     }
 
     #[test]

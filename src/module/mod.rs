@@ -460,8 +460,10 @@ impl<M: Module> DedupModule<M> {
             return Ok(());
         }
         // Computed once: looked up now, recorded if `id` gets compiled.
+        let walk = &self.fingerprinter;
         let body_key =
-            adapter::adaptable(&ctx.func, fp.instructions()).then(|| fp.with_call_conv_erased());
+            adapter::adaptable(&ctx.func, fp.instructions(), |op| walk.last_uses_opcode(op))
+                .then(|| fp.with_call_conv_erased());
         if let Some(body_key) = &body_key
             && self.define_adapter(id, &fp, body_key, class_names.clone())?
         {
