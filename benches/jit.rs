@@ -2,8 +2,9 @@
 //! `DedupModule<JITModule>` (eager) against plain `JITModule`, measured in
 //! the same run, on workloads with 0%, 50% and 90% duplicates (duplicates
 //! are renumbered copies of earlier functions). Each run declares, defines
-//! and finalizes the functions and gets every pointer in a module built
-//! before the clock starts (see [`time_plain`]).
+//! and finalizes the functions and gets every pointer, in a module built
+//! before the clock starts, from copies of the functions made before it
+//! starts (see [`time_plain`]).
 //!
 //! Run with `cargo bench --bench jit`; the ratios are printed at the end.
 //! Whole-module timings on a noisy machine vary by more than the 0%
@@ -84,16 +85,33 @@ fn workload(duplicate_percent: usize, call_conv: CallConv) -> Vec<Function> {
         .collect()
 }
 
-/// Declares, defines and finalizes every function; returns the pointers.
-fn jit_all<M: Module>(m: &mut M, funcs: &[Function]) -> Vec<cranelift_module::FuncId> {
-    let mut ids = Vec::with_capacity(funcs.len());
+/// What one run hands to the module, made before the clock starts: the
+/// functions (a runtime has each one in hand once, so copying them out of
+/// the workload is not part of the way to a pointer) and their names.
+struct Inputs {
+    funcs: Vec<Function>,
+    names: Vec<String>,
+}
+
+impl Inputs {
+    fn of(funcs: &[Function]) -> Self {
+        Self {
+            funcs: funcs.to_vec(),
+            names: (0..funcs.len()).map(|i| format!("f{i}")).collect(),
+        }
+    }
+}
+
+/// Declares and defines every function; returns their ids.
+fn jit_all<M: Module>(m: &mut M, inputs: Inputs) -> Vec<cranelift_module::FuncId> {
+    let mut ids = Vec::with_capacity(inputs.funcs.len());
     let mut ctx = Context::new();
-    for (i, f) in funcs.iter().enumerate() {
+    for (name, func) in inputs.names.iter().zip(inputs.funcs) {
         let id = m
-            .declare_function(&format!("f{i}"), Linkage::Local, &f.signature)
+            .declare_function(name, Linkage::Local, &func.signature)
             .unwrap();
         ctx.clear();
-        ctx.func = f.clone();
+        ctx.func = func;
         m.define_function(id, &mut ctx).unwrap();
         ids.push(id);
     }
@@ -104,15 +122,17 @@ fn builder() -> JITBuilder {
     JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names()).unwrap()
 }
 
-/// One run of plain `JITModule`: define, finalize and get every pointer.
-/// The module is built before the clock starts and its memory freed after
-/// it stops: a runtime builds one module for many functions, so neither is
-/// part of the way from `ir::Function` to callable pointer, and counting
-/// them would charge a constant to the run that compiles fewer functions.
+/// One run of plain `JITModule`: declare, define, finalize and get every
+/// pointer. The module and the [`Inputs`] are made before the clock starts
+/// and the module's memory is freed after it stops: a runtime builds one
+/// module for many functions, so none of these is part of the way from
+/// `ir::Function` to callable pointer, and counting them would charge a
+/// constant to the run that compiles fewer functions.
 fn time_plain(funcs: &[Function]) -> Duration {
+    let inputs = Inputs::of(funcs);
     let mut m = JITModule::new(builder());
     let start = Instant::now();
-    let ids = jit_all(&mut m, funcs);
+    let ids = jit_all(&mut m, inputs);
     m.finalize_definitions().unwrap();
     for id in ids {
         black_box(m.get_finalized_function(id));
@@ -125,9 +145,10 @@ fn time_plain(funcs: &[Function]) -> Duration {
 
 /// [`time_plain`] through jitfold.
 fn time_jitfold(funcs: &[Function]) -> Duration {
+    let inputs = Inputs::of(funcs);
     let mut m = DedupModule::new(JITModule::new(builder()), DedupOptions::default());
     let start = Instant::now();
-    let ids = jit_all(&mut m, funcs);
+    let ids = jit_all(&mut m, inputs);
     m.finalize_definitions().unwrap();
     for id in ids {
         black_box(m.get_finalized_function(id).unwrap());
