@@ -342,3 +342,49 @@ fn shown(result: Option<i64>) -> String {
 fn first_difference(a: &[Option<i64>], b: &[Option<i64>]) -> usize {
     a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function that counts to `n` in a loop: about `5 * n` interpreter
+    /// steps.
+    fn counting_to(n: i64) -> Function {
+        let text = format!(
+            "function %count(i64, i64) -> i64 {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 0
+                 jump block1(v2)
+             block1(v3: i64):
+                 v4 = iconst.i64 1
+                 v5 = iadd v3, v4
+                 v6 = iconst.i64 {n}
+                 v7 = icmp ult v5, v6
+                 brif v7, block1(v5), block2(v5)
+             block2(v8: i64):
+                 return v8
+             }}"
+        );
+        cranelift_reader::parse_functions(&text).unwrap().remove(0)
+    }
+
+    /// The interpreter oracle gives up on a call after a million steps
+    /// ([`INTERPRETER_FUEL`]; a fuzzed program once kept it busy for 12 s
+    /// with ten times as many), and still answers calls that need fewer.
+    #[test]
+    fn interpreter_gives_up_after_its_fuel() {
+        let program = Program {
+            functions: Vec::new(),
+            inputs: vec![(0, 0)],
+        };
+        let short = counting_to(1_000);
+        assert_eq!(
+            interpret(&program, std::slice::from_ref(&short)),
+            Some(vec![Some(1_000)])
+        );
+        // About 2M steps: within the 10M the oracle had before, beyond the
+        // 1M it has now.
+        let long = counting_to(400_000);
+        assert_eq!(interpret(&program, std::slice::from_ref(&long)), None);
+    }
+}
