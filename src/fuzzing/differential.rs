@@ -19,7 +19,7 @@
 //! 3. Every function called on every input returns the same value, or traps
 //!    likewise, under plain `JITModule` and under `DedupModule` with each
 //!    of [`DedupOptions::ALL`] (calls run in child processes,
-//!    [`isolated`](super::isolated), so a trap is an outcome, not the end
+//!    [`isolated`], so a trap is an outcome, not the end
 //!    of the check).
 //! 4. Where the Cranelift interpreter runs the program (no float operations,
 //!    whose NaN bits the interpreter does not model like the hardware), it
