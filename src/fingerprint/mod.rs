@@ -153,8 +153,7 @@ impl Fingerprint {
 
     fn from_key(words: &[u32], instructions: u32, template_len: u32) -> Self {
         let (template, names) = words.split_at(template_len as usize);
-        let template_hash = process_hasher().hash_one(template);
-        let hash = process_hasher().hash_one((template_hash, names));
+        let (template_hash, hash) = key_hashes(template, names);
         Self {
             words: words.into(),
             start: 0,
@@ -206,13 +205,13 @@ impl Fingerprint {
         // erased key is the rest, sharing the words.
         let template = &self.words[1..self.template_len as usize];
         let names = &self.words[self.template_len as usize..self.len as usize];
-        let template_hash = process_hasher().hash_one(template);
+        let (template_hash, hash) = key_hashes(template, names);
         Self {
             words: self.words.clone(),
             start: 1,
             len: self.len,
             template_len: self.template_len,
-            hash: process_hasher().hash_one((template_hash, names)),
+            hash,
             template_hash,
             instructions: self.instructions,
         }
@@ -245,6 +244,16 @@ impl Fingerprint {
         }
         xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, u64::from(KEY_FORMAT_VERSION))
     }
+}
+
+/// The in-memory hashes of a key split into its template part and its
+/// names: the template's, and the whole key's, which continues from it.
+fn key_hashes(template: &[u32], names: &[u32]) -> (u64, u64) {
+    let template_hash = process_hasher().hash_one(template);
+    (
+        template_hash,
+        process_hasher().hash_one((template_hash, names)),
+    )
 }
 
 /// One hasher per process, randomly seeded once, so every fingerprint of this
