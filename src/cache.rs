@@ -77,6 +77,21 @@ impl DedupCache {
         }
     }
 
+    /// Like [`DedupCache::insert`], but a fingerprint already present is
+    /// not counted as a hit (for a caller that counted it with
+    /// [`DedupCache::lookup`] before).
+    pub fn get_or_insert(&mut self, fp: Fingerprint) -> Lookup {
+        match self.classes.entry(fp) {
+            hashbrown::hash_map::Entry::Occupied(e) => Lookup::Duplicate(*e.get()),
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                self.misses += 1;
+                let class = self.members.push(1);
+                e.insert(class);
+                Lookup::New(class)
+            }
+        }
+    }
+
     /// Makes `fp` a second key of `class` (a fingerprint known to belong to
     /// a function equal to the class's). Returns false, changing nothing,
     /// if `fp` is already in the cache or `class` does not exist.
@@ -139,5 +154,66 @@ impl DedupCache {
         let table = self.classes.capacity()
             * (core::mem::size_of::<Fingerprint>() + core::mem::size_of::<ClassId>() + 1);
         keys + table + self.members.len() * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fingerprints(clif: &str) -> Vec<Fingerprint> {
+        cranelift_reader::parse_functions(clif)
+            .unwrap()
+            .iter()
+            .map(Fingerprint::of)
+            .collect()
+    }
+
+    #[test]
+    fn lookups_and_inserts_count_hits_and_misses_as_documented() {
+        let fps = fingerprints(
+            "function %a(i32) -> i32 {
+             block0(v0: i32):
+                 v1 = iconst.i32 1
+                 v2 = iadd v0, v1
+                 return v2
+             }
+             function %b(i32) -> i32 {
+             block0(v5: i32):
+                 v7 = iconst.i32 1
+                 v6 = iadd v5, v7
+                 return v6
+             }
+             function %c(i32) -> i32 {
+             block0(v0: i32):
+                 v1 = iconst.i32 2
+                 v2 = iadd v0, v1
+                 return v2
+             }",
+        );
+        let (a, b, c) = (&fps[0], &fps[1], &fps[2]);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let mut cache = DedupCache::new();
+        // A lookup miss is not counted; the insert after it is.
+        assert_eq!(cache.lookup(a), None);
+        let first = cache.get_or_insert(a.clone());
+        assert_eq!(first, Lookup::New(ClassId::from_u32(0)));
+        assert_eq!((cache.hits(), cache.misses()), (0, 1));
+        // A hit counts once: when looked up, not again when the caller
+        // records it with `get_or_insert`.
+        assert_eq!(cache.lookup(b), Some(first.class()));
+        assert_eq!(
+            cache.get_or_insert(b.clone()),
+            Lookup::Duplicate(first.class())
+        );
+        assert_eq!((cache.hits(), cache.misses()), (1, 1));
+        assert_eq!(cache.members(first.class()), 2);
+        // `insert` counts both ways.
+        assert_eq!(cache.insert(b.clone()), Lookup::Duplicate(first.class()));
+        assert_eq!(cache.insert(c.clone()), Lookup::New(ClassId::from_u32(1)));
+        assert_eq!((cache.hits(), cache.misses()), (2, 2));
+        assert_eq!(cache.classes(), 2);
+        assert_eq!(cache.get(c), Some(ClassId::from_u32(1)));
     }
 }

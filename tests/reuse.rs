@@ -150,6 +150,60 @@ fn getters_share_one_compilation_and_keep_their_callees_and_data() {
     }
 }
 
+/// Code is kept for reuse only where it can serve another function: one
+/// with the same template and other names. A function without names has
+/// no such twin, and its exact duplicates get trampolines on this ISA.
+#[test]
+fn code_without_names_is_not_kept_for_reuse() {
+    for options in DedupOptions::ALL.into_iter().filter(|o| o.reuse) {
+        let mut d = DedupModule::new(jit(), options);
+        let mut s = d.make_signature();
+        s.params.push(AbiParam::new(I64));
+        s.returns.push(AbiParam::new(I64));
+        let mut callees = Vec::new();
+        for i in 0..3 {
+            let id = d
+                .declare_function(&format!("c{i}"), Linkage::Local, &s)
+                .unwrap();
+            define(&mut d, id, |b, _, p| {
+                let r = b.ins().imul_imm_s(p[0], i + 2);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+            callees.push(id);
+        }
+        d.finalize_definitions().unwrap();
+        assert_eq!(d.stats().compiled, 3, "{options:?}");
+        assert_eq!(d.stats().reuse_memory_bytes, 0, "{options:?}");
+        // A caller's code is kept: it can serve a caller of another callee.
+        let callers: Vec<FuncId> = callees
+            .iter()
+            .enumerate()
+            .map(|(i, &callee)| {
+                let id = d
+                    .declare_function(&format!("g{i}"), Linkage::Local, &s)
+                    .unwrap();
+                define(&mut d, id, |b, m, p| {
+                    let callee = m.declare_func_in_func(callee, b.func);
+                    let call = b.ins().call(callee, &[p[0]]);
+                    let r = b.inst_results(call)[0];
+                    b.ins().return_(&[r]);
+                })
+                .unwrap();
+                id
+            })
+            .collect();
+        d.finalize_definitions().unwrap();
+        let s = d.stats();
+        assert!(s.reuse_memory_bytes > 0, "{options:?}: {s:?}");
+        assert_eq!(s.compiled + s.reused, 6, "{options:?}: {s:?}");
+        for (i, &g) in callers.iter().enumerate() {
+            let got = call1(d.get_finalized_function(g).unwrap(), 5);
+            assert_eq!(got, 5 * (i as i64 + 2), "{options:?}");
+        }
+    }
+}
+
 #[test]
 fn reuse_works_for_callers_defined_before_their_callees() {
     // Batch and eager: the getters are defined before the callees here.

@@ -131,6 +131,10 @@ pub struct Fingerprint {
     hash: u64,
     /// The hash of the template part, from which `hash` continues.
     template_hash: u64,
+    /// The hash of the template part after the calling convention, from
+    /// which `template_hash` continues (so that erasing the convention
+    /// hashes no word of the body again).
+    body_hash: u64,
     instructions: u32,
 }
 
@@ -153,7 +157,11 @@ impl Fingerprint {
 
     fn from_key(words: &[u32], instructions: u32, template_len: u32) -> Self {
         let (template, names) = words.split_at(template_len as usize);
-        let (template_hash, hash) = key_hashes(template, names);
+        let (call_conv, body) = template
+            .split_first()
+            .expect("a key starts with its signature");
+        let body_hash = process_hasher().hash_one(body);
+        let (template_hash, hash) = key_hashes(Some(*call_conv), body_hash, names);
         Self {
             words: words.into(),
             start: 0,
@@ -161,6 +169,7 @@ impl Fingerprint {
             template_len,
             hash,
             template_hash,
+            body_hash,
             instructions,
         }
     }
@@ -178,6 +187,7 @@ impl Fingerprint {
             template_len: self.template_len,
             hash: self.template_hash,
             template_hash: self.template_hash,
+            body_hash: self.body_hash,
             instructions: self.instructions,
         }
     }
@@ -202,10 +212,10 @@ impl Fingerprint {
     pub fn with_call_conv_erased(&self) -> Fingerprint {
         // The key starts with the signature, whose first word is the
         // calling convention (see `walk::Fingerprinter::signature`): the
-        // erased key is the rest, sharing the words.
-        let template = &self.words[1..self.template_len as usize];
+        // erased key is the rest, sharing the words, and its hash continues
+        // from the hash of that rest's template part.
         let names = &self.words[self.template_len as usize..self.len as usize];
-        let (template_hash, hash) = key_hashes(template, names);
+        let (template_hash, hash) = key_hashes(None, self.body_hash, names);
         Self {
             words: self.words.clone(),
             start: 1,
@@ -213,6 +223,7 @@ impl Fingerprint {
             template_len: self.template_len,
             hash,
             template_hash,
+            body_hash: self.body_hash,
             instructions: self.instructions,
         }
     }
@@ -246,10 +257,11 @@ impl Fingerprint {
     }
 }
 
-/// The in-memory hashes of a key split into its template part and its
-/// names: the template's, and the whole key's, which continues from it.
-fn key_hashes(template: &[u32], names: &[u32]) -> (u64, u64) {
-    let template_hash = process_hasher().hash_one(template);
+/// The in-memory hashes of a key given as its calling convention (`None`
+/// when erased), the hash of the rest of its template part, and its names:
+/// the template's hash, and the whole key's, which continues from it.
+fn key_hashes(call_conv: Option<u32>, body_hash: u64, names: &[u32]) -> (u64, u64) {
+    let template_hash = process_hasher().hash_one((call_conv, body_hash));
     (
         template_hash,
         process_hasher().hash_one((template_hash, names)),

@@ -14,7 +14,7 @@
 //!    it, is left undefined (and may be defined again); the others are
 //!    defined, and the first error is returned.
 
-use super::{DedupModule, State, trampoline};
+use super::{DedupModule, State};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
 use crate::refine::CallGraph;
@@ -38,7 +38,7 @@ impl<M: Module> DedupModule<M> {
             return Ok(());
         }
         // Without a trampoline form for this ISA every function is compiled.
-        if trampoline::trampoline_to(self.inner.isa(), FuncId::from_u32(0)).is_some() {
+        if self.machine_trampolines {
             self.plan_refined(&mut pending);
             self.plan_duplicates(&mut pending);
         }

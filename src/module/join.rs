@@ -28,7 +28,7 @@ use crate::fingerprint::{Fingerprint, SymbolName};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::UserExternalName;
 use cranelift_module::{FuncId, Module};
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 /// What re-keying a class needs: its template and names.
 #[derive(Clone)]

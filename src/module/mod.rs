@@ -82,7 +82,7 @@ pub mod reuse;
 pub mod stats;
 pub mod trampoline;
 
-use crate::cache::{ClassId, DedupCache};
+use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
@@ -92,9 +92,9 @@ use cranelift_module::{
     DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
     ModuleRelocTarget, ModuleResult,
 };
+use hashbrown::{HashMap, HashSet};
 use join::{ClassNames, Joins};
 use reuse::CodeTemplate;
-use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
@@ -211,6 +211,9 @@ pub struct DedupModule<M: Module> {
     /// convention erased.
     adaptable_bodies: HashMap<Fingerprint, FuncId>,
     fingerprinter: Fingerprinter,
+    /// Whether the ISA has a machine-code trampoline (see [`trampoline`]),
+    /// which every duplicate then gets.
+    machine_trampolines: bool,
     functions: SecondaryMap<FuncId, State>,
     /// Number of function ids declared in the inner module.
     declared_functions: usize,
@@ -235,6 +238,8 @@ impl<M: Module> DedupModule<M> {
     pub fn new(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
         let declared_data = inner.declarations().get_data_objects().count();
+        let machine_trampolines =
+            trampoline::trampoline_to(inner.isa(), FuncId::from_u32(0)).is_some();
         Self {
             inner,
             options,
@@ -243,6 +248,7 @@ impl<M: Module> DedupModule<M> {
             code_templates: Vec::new(),
             adaptable_bodies: HashMap::new(),
             fingerprinter: Fingerprinter::new(),
+            machine_trampolines,
             functions: SecondaryMap::new(),
             declared_functions,
             declared_data,
@@ -453,7 +459,14 @@ impl<M: Module> DedupModule<M> {
             self.fingerprinter.last_names(),
             self.fingerprinter.last_address_taken(),
         );
-        let template = self.options.reuse.then(|| fp.template());
+        // Code is reused for a function with the same template but other
+        // names, or for an exact duplicate that gets no machine-code
+        // trampoline. A function without names has no other names, so with
+        // machine-code trampolines its code is never reused: neither looked
+        // up nor kept.
+        let reusable = self.options.reuse
+            && (!self.fingerprinter.last_names().is_empty() || !self.machine_trampolines);
+        let template = reusable.then(|| fp.template());
         if let Some(template) = &template
             && self.define_reused(id, &fp, template, class_names.clone())?
         {
@@ -469,10 +482,7 @@ impl<M: Module> DedupModule<M> {
         {
             return Ok(());
         }
-        let names = self
-            .options
-            .reuse
-            .then(|| self.fingerprinter.last_names().to_vec());
+        let names = reusable.then(|| self.fingerprinter.last_names().to_vec());
         let start = Instant::now();
         let inner = &mut self.inner;
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -515,10 +525,9 @@ impl<M: Module> DedupModule<M> {
         code_bytes: u64,
         time: Duration,
     ) {
-        let class = match self.cache.get(&fp) {
-            Some(class) => class,
-            None => {
-                let class = self.cache.insert(fp).class();
+        let class = match self.cache.get_or_insert(fp) {
+            Lookup::Duplicate(class) => class,
+            Lookup::New(class) => {
                 let pushed = self.classes.push(ClassInfo {
                     canonical: id,
                     code_bytes,
