@@ -12,7 +12,7 @@
 //! - The hash table is keyed per process (see [`crate::fingerprint`]), so
 //!   adversarial inputs cannot make lookups quadratic.
 
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{BorrowedFingerprint, Fingerprint};
 use cranelift_codegen::entity::{PrimaryMap, entity_impl};
 use hashbrown::HashMap;
 
@@ -41,6 +41,23 @@ impl Lookup {
     /// True for [`Lookup::Duplicate`].
     pub fn is_duplicate(self) -> bool {
         matches!(self, Lookup::Duplicate(_))
+    }
+}
+
+/// A borrowed fingerprint as a key to look up: hashed and compared as the
+/// [`Fingerprint`] it stands for.
+struct Probe<'a, 'b>(&'a BorrowedFingerprint<'b>);
+
+impl core::hash::Hash for Probe<'_, '_> {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // As `Fingerprint`'s `Hash`.
+        state.write_u64(self.0.fast_hash());
+    }
+}
+
+impl hashbrown::Equivalent<Fingerprint> for Probe<'_, '_> {
+    fn equivalent(&self, key: &Fingerprint) -> bool {
+        key.is(self.0)
     }
 }
 
@@ -113,6 +130,14 @@ impl DedupCache {
     /// after it compiled).
     pub fn lookup(&mut self, fp: &Fingerprint) -> Option<ClassId> {
         let class = *self.classes.get(fp)?;
+        self.hits += 1;
+        self.members[class] += 1;
+        Some(class)
+    }
+
+    /// [`DedupCache::lookup`] of a fingerprint whose key is borrowed.
+    pub fn lookup_borrowed(&mut self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
+        let class = *self.classes.get(&Probe(fp))?;
         self.hits += 1;
         self.members[class] += 1;
         Some(class)
@@ -215,5 +240,55 @@ mod tests {
         assert_eq!((cache.hits(), cache.misses()), (2, 2));
         assert_eq!(cache.classes(), 2);
         assert_eq!(cache.get(c), Some(ClassId::from_u32(1)));
+    }
+
+    #[test]
+    fn borrowed_fingerprints_find_what_owned_ones_do() {
+        let funcs = cranelift_reader::parse_functions(
+            "function %a(i32) -> i32 system_v {
+             block0(v0: i32):
+                 v1 = iconst.i32 1
+                 v2 = iadd v0, v1
+                 return v2
+             }
+             function %b(i32) -> i32 tail {
+             block0(v0: i32):
+                 v1 = iconst.i32 1
+                 v2 = iadd v0, v1
+                 return v2
+             }",
+        )
+        .unwrap();
+        let mut walk = crate::Fingerprinter::new();
+        // Before any walk, the last fingerprint is of no function.
+        assert!(walk.last_fingerprint().key().is_empty());
+        let mut cache = DedupCache::new();
+        let a = walk.fingerprint(&funcs[0]);
+        let class = cache.insert(a.clone()).class();
+        // The same function again, borrowed: found, counted as a hit.
+        let borrowed = walk.fingerprint_borrowed(&funcs[0]);
+        assert_eq!(borrowed.key(), a.key());
+        assert_eq!(borrowed.fast_hash(), a.fast_hash());
+        assert_eq!(borrowed.to_fingerprint(), a);
+        assert_eq!(cache.lookup_borrowed(&borrowed), Some(class));
+        assert_eq!(walk.last_fingerprint(), a);
+        assert_eq!(cache.hits(), 1);
+        // Another calling convention: not found; nor is `a` with its
+        // convention erased, which shares `a`'s words.
+        let b = walk.fingerprint_borrowed(&funcs[1]);
+        assert_eq!(cache.lookup_borrowed(&b), None);
+        let b = b.to_fingerprint();
+        assert_ne!(b, a);
+        let mut erased = DedupCache::new();
+        erased.insert(a.with_call_conv_erased());
+        assert_eq!(
+            erased.get(&b.with_call_conv_erased()),
+            Some(ClassId::from_u32(0))
+        );
+        assert_eq!(
+            erased.lookup_borrowed(&walk.fingerprint_borrowed(&funcs[0])),
+            None
+        );
+        assert_eq!(cache.hits(), 1);
     }
 }

@@ -32,5 +32,5 @@ pub mod runtests;
 
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;
-pub use fingerprint::{Fingerprint, Fingerprinter, SymbolName};
+pub use fingerprint::{BorrowedFingerprint, Fingerprint, Fingerprinter, SymbolName};
 pub use module::{DedupModule, DedupOptions, Mode, Stats};

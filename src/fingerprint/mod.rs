@@ -156,22 +156,18 @@ impl Fingerprint {
     }
 
     fn from_key(words: &[u32], instructions: u32, template_len: u32) -> Self {
-        let (template, names) = words.split_at(template_len as usize);
-        let (call_conv, body) = template
-            .split_first()
-            .expect("a key starts with its signature");
-        let body_hash = process_hasher().hash_one(body);
-        let (template_hash, hash) = key_hashes(Some(*call_conv), body_hash, names);
-        Self {
-            words: words.into(),
-            start: 0,
-            len: words.len() as u32,
-            template_len,
-            hash,
-            template_hash,
-            body_hash,
+        BorrowedFingerprint {
+            words,
             instructions,
+            template_len,
+            hashes: KeyHashes::of(words, template_len),
         }
+        .to_fingerprint()
+    }
+
+    /// Whether `borrowed` is this fingerprint (the same key, not erased).
+    pub(crate) fn is(&self, borrowed: &BorrowedFingerprint<'_>) -> bool {
+        self.hash == borrowed.hashes.hash && self.start == 0 && self.key() == borrowed.words
     }
 
     /// The fingerprint of this function's *template*: the key without the
@@ -254,6 +250,80 @@ impl Fingerprint {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
         xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, u64::from(KEY_FORMAT_VERSION))
+    }
+}
+
+/// The in-memory hashes of a key (see [`key_hashes`]).
+#[derive(Clone, Copy, Default)]
+struct KeyHashes {
+    hash: u64,
+    template_hash: u64,
+    /// Of the template part after the calling convention.
+    body_hash: u64,
+}
+
+impl KeyHashes {
+    /// The hashes of the exact key `words` whose template part is
+    /// `words[..template_len]`.
+    fn of(words: &[u32], template_len: u32) -> Self {
+        let (template, names) = words.split_at(template_len as usize);
+        // The key starts with the calling convention (an empty key, of no
+        // function, has none).
+        let (call_conv, body) = match template.split_first() {
+            Some((call_conv, body)) => (Some(*call_conv), body),
+            None => (None, template),
+        };
+        let body_hash = process_hasher().hash_one(body);
+        let (template_hash, hash) = key_hashes(call_conv, body_hash, names);
+        Self {
+            hash,
+            template_hash,
+            body_hash,
+        }
+    }
+}
+
+/// A [`Fingerprint`] whose key stays in the [`Fingerprinter`] that computed
+/// it ([`Fingerprinter::fingerprint_borrowed`]): the same key and hashes,
+/// without the copy. [`DedupCache::lookup_borrowed`](crate::DedupCache::lookup_borrowed)
+/// takes it, so a cache hit allocates nothing.
+#[derive(Clone, Copy)]
+pub struct BorrowedFingerprint<'a> {
+    words: &'a [u32],
+    instructions: u32,
+    template_len: u32,
+    hashes: KeyHashes,
+}
+
+impl BorrowedFingerprint<'_> {
+    /// The canonical key, as [`Fingerprint::key`].
+    pub fn key(&self) -> &[u32] {
+        self.words
+    }
+
+    /// The in-memory hash, as [`Fingerprint::fast_hash`].
+    pub fn fast_hash(&self) -> u64 {
+        self.hashes.hash
+    }
+
+    /// Number of instructions the walk encoded.
+    pub fn instructions(&self) -> u32 {
+        self.instructions
+    }
+
+    /// The owned fingerprint: equal to what [`Fingerprinter::fingerprint`]
+    /// returns for the same function.
+    pub fn to_fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            words: self.words.into(),
+            start: 0,
+            len: self.words.len() as u32,
+            template_len: self.template_len,
+            hash: self.hashes.hash,
+            template_hash: self.hashes.template_hash,
+            body_hash: self.hashes.body_hash,
+            instructions: self.instructions,
+        }
     }
 }
 

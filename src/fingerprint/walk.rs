@@ -9,7 +9,7 @@
 //! followed by the entity's definition. Decoding a key therefore yields the
 //! function back up to renaming, which is why equal keys mean equal functions.
 
-use super::{Fingerprint, SymbolName};
+use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
@@ -93,6 +93,16 @@ pub struct Fingerprinter {
     func_ref_slots: SecondaryMap<FuncRef, u32>,
     /// The opcodes of the instructions encoded, as a bit set.
     opcodes: [u64; OPCODE_SET_WORDS],
+    /// What the last walk found beside the key in `out`.
+    last: LastKey,
+}
+
+/// The facts of the key in [`Fingerprinter::out`] beside its words.
+#[derive(Default)]
+struct LastKey {
+    instructions: u32,
+    template_len: u32,
+    hashes: KeyHashes,
 }
 
 /// Words of the opcode bit set: room for every `u8`, and `Opcode` is
@@ -128,14 +138,42 @@ impl Fingerprinter {
             address_taken: Vec::new(),
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
             opcodes: [0; OPCODE_SET_WORDS],
+            last: LastKey::default(),
         }
     }
 
     /// The canonical fingerprint of `func` (see the module docs of
     /// [`crate::fingerprint`] for what it contains).
     pub fn fingerprint(&mut self, func: &Function) -> Fingerprint {
+        self.fingerprint_borrowed(func).to_fingerprint()
+    }
+
+    /// [`Fingerprinter::fingerprint`] without copying the key out of this
+    /// fingerprinter's scratch memory: enough to look `func` up in a
+    /// [`DedupCache`](crate::DedupCache), which then allocates nothing.
+    pub fn fingerprint_borrowed(&mut self, func: &Function) -> BorrowedFingerprint<'_> {
         let (instructions, template_len) = self.encode(func);
-        Fingerprint::from_key(&self.out, instructions, template_len)
+        self.last = LastKey {
+            instructions,
+            template_len,
+            hashes: KeyHashes::of(&self.out, template_len),
+        };
+        self.last_fingerprint_borrowed()
+    }
+
+    /// The fingerprint of the function fingerprinted last (before the
+    /// first, of no function: an empty key, which no function has).
+    pub fn last_fingerprint(&self) -> Fingerprint {
+        self.last_fingerprint_borrowed().to_fingerprint()
+    }
+
+    fn last_fingerprint_borrowed(&self) -> BorrowedFingerprint<'_> {
+        BorrowedFingerprint {
+            words: &self.out,
+            instructions: self.last.instructions,
+            template_len: self.last.template_len,
+            hashes: self.last.hashes,
+        }
     }
 
     /// The user and test-case names of the function fingerprinted last, in

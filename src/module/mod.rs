@@ -447,13 +447,19 @@ impl<M: Module> DedupModule<M> {
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
-        let fp = self.fingerprinter.fingerprint(&ctx.func);
-        if let Some(class) = self.cache.lookup(&fp) {
+        // Looked up with the key where the walk left it: a duplicate
+        // copies nothing.
+        let class = {
+            let walked = self.fingerprinter.fingerprint_borrowed(&ctx.func);
+            self.cache.lookup_borrowed(&walked)
+        };
+        if let Some(class) = class {
             let canonical = self.classes[class].canonical;
             if self.define_trampoline(id, canonical)? {
                 return Ok(());
             }
         }
+        let fp = self.fingerprinter.last_fingerprint();
         let class_names = ClassNames::of(
             &fp,
             self.fingerprinter.last_names(),
