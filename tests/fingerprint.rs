@@ -140,6 +140,19 @@ fn clif_text_twins_have_one_key() {
 /// file must still be valid, and the mutated function must get a new key.
 const MUTATIONS: &[(&str, &str, &str)] = &[
     ("opcode", "v5 = iadd v0, v4", "v5 = isub v0, v4"),
+    ("stack map entry offset", "i32 @ ss0+8", "i32 @ ss0+12"),
+    ("stack map entry type", "i32 @ ss0+8", "i64 @ ss0+8"),
+    ("stack map entry slot", "i64 @ ss0+0", "i64 @ ss1+0"),
+    (
+        "stack map entries",
+        ", stack_map=[i32 @ ss0+8, i64 @ ss0+0]",
+        ", stack_map=[i32 @ ss0+8]",
+    ),
+    (
+        "stack map on a call",
+        "v17 = call fn0(v13, v14)",
+        "v17 = call fn0(v13, v14), stack_map=[i32 @ ss0+8]",
+    ),
     (
         "result type",
         "v23 = atomic_load.i64 v12",

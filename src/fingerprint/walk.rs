@@ -14,8 +14,8 @@ use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
     DynamicStackSlot, DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function,
-    GlobalValue, GlobalValueData, Inst, InstructionData, MemFlags, SigRef, Signature, StackSlot,
-    Type, Value, immediates::Offset32,
+    GlobalValue, GlobalValueData, Inst, InstructionData, MemFlags, Opcode, SigRef, Signature,
+    StackSlot, Type, Value, immediates::Offset32,
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
 
@@ -91,8 +91,9 @@ pub struct Fingerprinter {
     address_taken: Vec<bool>,
     /// The name slot of each numbered `FuncRef` (`u32::MAX`: none).
     func_ref_slots: SecondaryMap<FuncRef, u32>,
-    /// The opcodes of the instructions encoded, as a bit set.
-    opcodes: [u64; OPCODE_SET_WORDS],
+    /// Whether an instruction encoded observes its own frame (see
+    /// [`Fingerprinter::last_observes_own_frame`]).
+    observes_frame: bool,
     /// What the last walk found beside the key in `out`.
     last: LastKey,
 }
@@ -104,10 +105,6 @@ struct LastKey {
     template_len: u32,
     hashes: KeyHashes,
 }
-
-/// Words of the opcode bit set: room for every `u8`, and `Opcode` is
-/// `repr(u8)`.
-const OPCODE_SET_WORDS: usize = 4;
 
 impl Default for Fingerprinter {
     fn default() -> Self {
@@ -137,7 +134,7 @@ impl Fingerprinter {
             names: Vec::new(),
             address_taken: Vec::new(),
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
-            opcodes: [0; OPCODE_SET_WORDS],
+            observes_frame: false,
             last: LastKey::default(),
         }
     }
@@ -191,11 +188,14 @@ impl Fingerprinter {
         &self.address_taken
     }
 
-    /// Whether an instruction of the function fingerprinted last (reachable,
-    /// in the layout) has opcode `opcode`.
-    pub fn last_uses_opcode(&self, opcode: ir::Opcode) -> bool {
-        let bit = opcode as usize;
-        self.opcodes[bit / 64] & 1 << (bit % 64) != 0
+    /// Whether a reachable instruction of the function fingerprinted last
+    /// observes the function's own frame: reads the frame pointer, stack
+    /// pointer or return address (`get_frame_pointer`, `get_stack_pointer`,
+    /// `get_return_address`), switches stacks (`stack_switch`), or catches
+    /// exceptions (`try_call`, `try_call_indirect`). A frame put between
+    /// the function and its caller changes what such a function sees.
+    pub fn last_observes_own_frame(&self) -> bool {
+        self.observes_frame
     }
 
     /// Runs the walk, leaving the key in `self.out`; returns the number of
@@ -221,7 +221,7 @@ impl Fingerprinter {
         self.names.clear();
         self.address_taken.clear();
         self.func_ref_slots.clear();
-        self.opcodes = [0; OPCODE_SET_WORDS];
+        self.observes_frame = false;
 
         // 1. Signature; 2. stack limit.
         self.signature(&func.signature);
@@ -637,43 +637,51 @@ impl Fingerprinter {
     }
 
     /// One instruction: a word with opcode, result count and stack-map flag;
-    /// result types; then the fields of its format.
+    /// result types; then the fields of its format (for calls, followed by
+    /// their stack map entries, if any).
     fn instruction(&mut self, func: &Function, inst: Inst) {
         let dfg = &func.dfg;
         let data = &dfg.insts[inst];
-        let opcode = data.opcode();
         let results = dfg.inst_results(inst);
-        // Only safepoints can carry stack map entries (`DataFlowGraph`
-        // asserts it when they are added); the lookup is a tree search.
-        let stack_map = if opcode.is_safepoint() {
-            dfg.user_stack_map_entries(inst)
-        } else {
-            None
-        };
-        self.opcodes[opcode as usize / 64] |= 1 << (opcode as usize % 64);
-        let head = opcode as u32
-            | (results.len() as u32) << 16
-            | if stack_map.is_some() {
-                HAS_STACK_MAP
-            } else {
-                0
-            };
-        self.out.push(head);
+        let head = self.out.len();
+        self.out
+            .push(data.opcode() as u32 | (results.len() as u32) << 16);
         for &r in results {
             self.value_def(func, r);
         }
-        self.instruction_data(func, data);
-        if let Some(entries) = stack_map {
-            self.out.push(entries.len() as u32);
-            for entry in entries {
-                self.out.push(type_word(entry.ty));
-                self.stack_slot(func, entry.slot);
-                self.out.push(entry.offset);
-            }
+        self.instruction_data(func, inst, data, head);
+    }
+
+    /// The user stack map entries of the call `inst` (opcode `opcode`), if
+    /// it has any: flagged in its head word, at `head`, then listed. Only
+    /// safepoints, which are calls, can have entries (`DataFlowGraph`
+    /// asserts it when they are added); the lookup is a tree search, so
+    /// only they look.
+    fn stack_map(&mut self, func: &Function, inst: Inst, opcode: ir::Opcode, head: usize) {
+        if !opcode.is_safepoint() {
+            return;
+        }
+        let Some(entries) = func.dfg.user_stack_map_entries(inst) else {
+            return;
+        };
+        self.out[head] |= HAS_STACK_MAP;
+        self.out.push(entries.len() as u32);
+        for entry in entries {
+            self.out.push(type_word(entry.ty));
+            self.stack_slot(func, entry.slot);
+            self.out.push(entry.offset);
         }
     }
 
-    fn instruction_data(&mut self, func: &Function, data: &InstructionData) {
+    /// The fields of `data`, the instruction `inst` whose head word is at
+    /// `head`.
+    fn instruction_data(
+        &mut self,
+        func: &Function,
+        inst: Inst,
+        data: &InstructionData,
+        head: usize,
+    ) {
         let dfg = &func.dfg;
         let pool = &dfg.value_lists;
         match *data {
@@ -710,13 +718,23 @@ impl Fingerprinter {
                 self.block_call(func, &blocks[0]);
                 self.block_call(func, &blocks[1]);
             }
-            InstructionData::Call { args, func_ref, .. } => {
+            InstructionData::Call {
+                opcode,
+                args,
+                func_ref,
+            } => {
                 self.func_ref(func, func_ref);
                 self.value_list(func, args.as_slice(pool));
+                self.stack_map(func, inst, opcode, head);
             }
-            InstructionData::CallIndirect { args, sig_ref, .. } => {
+            InstructionData::CallIndirect {
+                opcode,
+                args,
+                sig_ref,
+            } => {
                 self.sig_ref(func, sig_ref);
                 self.value_list(func, args.as_slice(pool));
+                self.stack_map(func, inst, opcode, head);
             }
             InstructionData::CondTrap { arg, code, .. } => {
                 self.value_use(func, arg);
@@ -765,7 +783,14 @@ impl Fingerprinter {
             InstructionData::MultiAry { args, .. } => {
                 self.value_list(func, args.as_slice(pool));
             }
-            InstructionData::NullAry { .. } => {}
+            InstructionData::NullAry { opcode } => {
+                if matches!(
+                    opcode,
+                    Opcode::GetFramePointer | Opcode::GetStackPointer | Opcode::GetReturnAddress
+                ) {
+                    self.observes_frame = true;
+                }
+            }
             InstructionData::Shuffle { args, imm, .. } => {
                 self.values_fixed(func, &args);
                 self.constant_data(dfg.immediates.get(imm));
@@ -790,7 +815,10 @@ impl Fingerprinter {
                 self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
             }
-            InstructionData::Ternary { args, .. } => self.values_fixed(func, &args),
+            InstructionData::Ternary { opcode, args } => {
+                self.observes_frame |= opcode == Opcode::StackSwitch;
+                self.values_fixed(func, &args);
+            }
             InstructionData::TernaryImm8 { args, imm, .. } => {
                 self.values_fixed(func, &args);
                 self.out.push(u32::from(imm));
@@ -799,20 +827,26 @@ impl Fingerprinter {
                 self.out.push(u32::from(code.as_raw().get()));
             }
             InstructionData::TryCall {
+                opcode,
                 args,
                 func_ref,
                 exception,
-                ..
             } => {
+                self.observes_frame = true;
                 self.func_ref(func, func_ref);
                 self.value_list(func, args.as_slice(pool));
                 self.exception_table(func, exception);
+                self.stack_map(func, inst, opcode, head);
             }
             InstructionData::TryCallIndirect {
-                args, exception, ..
+                opcode,
+                args,
+                exception,
             } => {
+                self.observes_frame = true;
                 self.value_list(func, args.as_slice(pool));
                 self.exception_table(func, exception);
+                self.stack_map(func, inst, opcode, head);
             }
             InstructionData::Unary { arg, .. } => self.value_use(func, arg),
             InstructionData::UnaryConst {

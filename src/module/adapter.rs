@@ -30,7 +30,7 @@
 //! [`Fingerprint::with_call_conv_erased`]: crate::Fingerprint::with_call_conv_erased
 
 use cranelift_codegen::ir::{
-    self, ArgumentPurpose, Function, InstBuilder, Opcode, Signature, UserFuncName,
+    self, ArgumentPurpose, Function, InstBuilder, Signature, UserFuncName,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -39,33 +39,22 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 pub const MIN_INSTRUCTIONS: u32 = 16;
 
 /// Whether `func` may run behind an adapter (see the module docs); its
-/// instruction count is `instructions`, and `uses_opcode` tells whether one
-/// of its reachable instructions has an opcode (as
-/// [`Fingerprinter::last_uses_opcode`] does after fingerprinting it).
+/// instruction count is `instructions`, and `observes_own_frame` tells
+/// whether one of its reachable instructions reads its frame, switches
+/// stacks or catches exceptions, as
+/// [`Fingerprinter::last_observes_own_frame`] does after fingerprinting it.
 ///
-/// [`Fingerprinter::last_uses_opcode`]: crate::Fingerprinter::last_uses_opcode
-pub fn adaptable(func: &Function, instructions: u32, uses_opcode: impl Fn(Opcode) -> bool) -> bool {
-    if instructions < MIN_INSTRUCTIONS || func.stack_limit.is_some() {
-        return false;
-    }
-    let by_value = |sig: &Signature| {
-        sig.params
-            .iter()
-            .any(|p| matches!(p.purpose, ArgumentPurpose::StructArgument(_)))
-    };
-    if by_value(&func.signature) {
-        return false;
-    }
-    ![
-        Opcode::GetFramePointer,
-        Opcode::GetStackPointer,
-        Opcode::GetReturnAddress,
-        Opcode::StackSwitch,
-        Opcode::TryCall,
-        Opcode::TryCallIndirect,
-    ]
-    .into_iter()
-    .any(uses_opcode)
+/// [`Fingerprinter::last_observes_own_frame`]: crate::Fingerprinter::last_observes_own_frame
+pub fn adaptable(func: &Function, instructions: u32, observes_own_frame: bool) -> bool {
+    let struct_by_value = func
+        .signature
+        .params
+        .iter()
+        .any(|p| matches!(p.purpose, ArgumentPurpose::StructArgument(_)));
+    instructions >= MIN_INSTRUCTIONS
+        && func.stack_limit.is_none()
+        && !observes_own_frame
+        && !struct_by_value
 }
 
 /// A function of signature `own` that calls `target` (a function of
@@ -101,6 +90,7 @@ pub fn adapter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cranelift_codegen::ir::Opcode;
     use cranelift_codegen::settings;
 
     /// A function of `n` `iadd`s, with `extra` before the return.
@@ -118,18 +108,28 @@ mod tests {
     fn adaptable_after_walk(f: &Function) -> bool {
         let mut walk = crate::Fingerprinter::new();
         let instructions = walk.fingerprint(f).instructions();
-        adaptable(f, instructions, |op| walk.last_uses_opcode(op))
+        adaptable(f, instructions, walk.last_observes_own_frame())
     }
 
     #[test]
     fn only_large_functions_that_ignore_their_frame_are_adaptable() {
         let f = parsed("system_v", 20, "");
         assert!(adaptable_after_walk(&f));
-        assert!(!adaptable(&f, MIN_INSTRUCTIONS - 1, |_| false), "too small");
+        assert!(!adaptable(&f, MIN_INSTRUCTIONS - 1, false), "too small");
         let frame = parsed("system_v", 20, "    v100 = get_return_address.i64\n");
         assert!(!adaptable_after_walk(&frame));
         let sp = parsed("system_v", 20, "    v100 = get_stack_pointer.i64\n");
         assert!(!adaptable_after_walk(&sp));
+        let fp = parsed("system_v", 20, "    v100 = get_frame_pointer.i64\n");
+        assert!(!adaptable_after_walk(&fp));
+        // The walk learns of the rest where their formats are encoded.
+        use cranelift_codegen::ir::instructions::InstructionFormat;
+        assert_eq!(Opcode::StackSwitch.format(), InstructionFormat::Ternary);
+        assert_eq!(Opcode::TryCall.format(), InstructionFormat::TryCall);
+        assert_eq!(
+            Opcode::TryCallIndirect.format(),
+            InstructionFormat::TryCallIndirect
+        );
     }
 
     #[test]

@@ -479,10 +479,9 @@ impl<M: Module> DedupModule<M> {
             return Ok(());
         }
         // Computed once: looked up now, recorded if `id` gets compiled.
-        let walk = &self.fingerprinter;
-        let body_key =
-            adapter::adaptable(&ctx.func, fp.instructions(), |op| walk.last_uses_opcode(op))
-                .then(|| fp.with_call_conv_erased());
+        let observes_frame = self.fingerprinter.last_observes_own_frame();
+        let body_key = adapter::adaptable(&ctx.func, fp.instructions(), observes_frame)
+            .then(|| fp.with_call_conv_erased());
         if let Some(body_key) = &body_key
             && self.define_adapter(id, &fp, body_key, class_names.clone())?
         {
