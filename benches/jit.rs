@@ -165,7 +165,7 @@ fn iterated(iters: u64, run: fn(&[Function]) -> Duration, funcs: &[Function]) ->
 }
 
 /// Alternating runs per workload.
-const ROUNDS: usize = 31;
+const ROUNDS: usize = 101;
 
 /// Over `rounds` alternating pairs of runs: the best time of plain, the
 /// best time of jitfold, and the median over the pairs of plain's time
