@@ -186,36 +186,32 @@ impl DedupCache {
 mod tests {
     use super::*;
 
-    fn fingerprints(clif: &str) -> Vec<Fingerprint> {
-        cranelift_reader::parse_functions(clif)
-            .unwrap()
+    /// One function per `(calling convention, k)`, returning its argument
+    /// plus `k`; the `i`th numbers its parameter `vi` (so twins are
+    /// renumbered).
+    fn adders(functions: &[(&str, i32)]) -> Vec<cranelift_codegen::ir::Function> {
+        let clif: String = functions
             .iter()
-            .map(Fingerprint::of)
-            .collect()
+            .enumerate()
+            .map(|(i, (conv, k))| {
+                format!(
+                    "function %f{i}(i32) -> i32 {conv} {{
+                     block0(v{i}: i32):
+                         v100 = iconst.i32 {k}
+                         v101 = iadd v{i}, v100
+                         return v101
+                     }}\n"
+                )
+            })
+            .collect();
+        cranelift_reader::parse_functions(&clif).unwrap()
     }
 
     #[test]
     fn lookups_and_inserts_count_hits_and_misses_as_documented() {
-        let fps = fingerprints(
-            "function %a(i32) -> i32 {
-             block0(v0: i32):
-                 v1 = iconst.i32 1
-                 v2 = iadd v0, v1
-                 return v2
-             }
-             function %b(i32) -> i32 {
-             block0(v5: i32):
-                 v7 = iconst.i32 1
-                 v6 = iadd v5, v7
-                 return v6
-             }
-             function %c(i32) -> i32 {
-             block0(v0: i32):
-                 v1 = iconst.i32 2
-                 v2 = iadd v0, v1
-                 return v2
-             }",
-        );
+        // Two renumbered twins, then another constant.
+        let funcs = adders(&[("system_v", 1), ("system_v", 1), ("system_v", 2)]);
+        let fps: Vec<Fingerprint> = funcs.iter().map(Fingerprint::of).collect();
         let (a, b, c) = (&fps[0], &fps[1], &fps[2]);
         assert_eq!(a, b);
         assert_ne!(a, c);
@@ -244,21 +240,7 @@ mod tests {
 
     #[test]
     fn borrowed_fingerprints_find_what_owned_ones_do() {
-        let funcs = cranelift_reader::parse_functions(
-            "function %a(i32) -> i32 system_v {
-             block0(v0: i32):
-                 v1 = iconst.i32 1
-                 v2 = iadd v0, v1
-                 return v2
-             }
-             function %b(i32) -> i32 tail {
-             block0(v0: i32):
-                 v1 = iconst.i32 1
-                 v2 = iadd v0, v1
-                 return v2
-             }",
-        )
-        .unwrap();
+        let funcs = adders(&[("system_v", 1), ("tail", 1)]);
         let mut walk = crate::Fingerprinter::new();
         // Before any walk, the last fingerprint is of no function.
         assert!(walk.last_fingerprint().key().is_empty());

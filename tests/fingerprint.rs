@@ -142,7 +142,11 @@ const MUTATIONS: &[(&str, &str, &str)] = &[
     ("opcode", "v5 = iadd v0, v4", "v5 = isub v0, v4"),
     ("stack map entry offset", "i32 @ ss0+8", "i32 @ ss0+12"),
     ("stack map entry type", "i32 @ ss0+8", "i64 @ ss0+8"),
-    ("stack map entry slot", "i64 @ ss0+0", "i64 @ ss1+0"),
+    (
+        "stack map entry slot",
+        "i32 @ ss0+8, i64 @ ss0+0",
+        "i32 @ ss0+8, i64 @ ss1+0",
+    ),
     (
         "stack map entries",
         ", stack_map=[i32 @ ss0+8, i64 @ ss0+0]",
@@ -458,5 +462,60 @@ fn erased_calling_conventions_equal_only_each_other() {
         assert_ne!(fp, erased);
         assert_ne!(fp.cmp(erased), std::cmp::Ordering::Equal);
         assert_eq!(fp.cmp(erased), erased.cmp(fp).reverse());
+    }
+}
+
+/// The walk reads stack map entries where it encodes the formats of calls
+/// and of `stack_switch`: every opcode that can carry entries (a safepoint)
+/// has one of those.
+#[test]
+fn every_safepoint_has_a_format_whose_stack_maps_are_read() {
+    use cranelift_codegen::ir::Opcode;
+    use cranelift_codegen::ir::instructions::InstructionFormat as F;
+    let safepoints: Vec<Opcode> = Opcode::all()
+        .iter()
+        .copied()
+        .filter(|op| op.is_safepoint())
+        .collect();
+    assert!(safepoints.contains(&Opcode::Call), "{safepoints:?}");
+    for op in safepoints {
+        assert!(
+            matches!(
+                op.format(),
+                F::Call | F::CallIndirect | F::TryCall | F::TryCallIndirect | F::Ternary
+            ),
+            "{op} is a safepoint of format {:?}",
+            op.format()
+        );
+    }
+}
+
+/// `stack_switch` is a safepoint too: its stack map entries (which
+/// Cranelift's printer leaves out, so the printing oracle cannot see them)
+/// are in the key.
+#[test]
+fn stack_switch_stack_maps_are_in_the_key() {
+    let switch = |stack_map: &str| {
+        let text = format!(
+            "function %switch(i64, i64, i64) -> i64 system_v {{
+                 ss0 = explicit_slot 8
+                 ss1 = explicit_slot 16
+             block0(v0: i64, v1: i64, v2: i64):
+                 v3 = stack_switch v0, v1, v2{stack_map}
+                 return v3
+             }}"
+        );
+        Fingerprint::of(&common::parse_valid(&text)[0])
+    };
+    let base = switch(", stack_map=[i64 @ ss0+0]");
+    assert_eq!(base, switch(", stack_map=[i64 @ ss0+0]"));
+    for other in [
+        "",
+        ", stack_map=[i32 @ ss0+0]",
+        ", stack_map=[i64 @ ss0+4]",
+        ", stack_map=[i64 @ ss1+0]",
+        ", stack_map=[i64 @ ss0+0, i64 @ ss1+0]",
+    ] {
+        assert_ne!(base, switch(other), "{other}");
     }
 }

@@ -652,12 +652,13 @@ impl Fingerprinter {
         self.instruction_data(func, inst, data, head);
     }
 
-    /// The user stack map entries of the call `inst` (opcode `opcode`), if
-    /// it has any: flagged in its head word, at `head`, then listed. Only
-    /// safepoints, which are calls, can have entries (`DataFlowGraph`
-    /// asserts it when they are added); the lookup is a tree search, so
-    /// only they look.
-    fn stack_map(&mut self, func: &Function, inst: Inst, opcode: ir::Opcode, head: usize) {
+    /// The user stack map entries of `inst` (opcode `opcode`), if it has
+    /// any: flagged in its head word, at `head`, then listed. Only
+    /// safepoints (calls and `stack_switch`) can have entries
+    /// (`DataFlowGraph` asserts it when they are added), so only the
+    /// formats of safepoints call this; the lookup is a tree search, so
+    /// only safepoints look.
+    fn stack_map(&mut self, func: &Function, inst: Inst, opcode: Opcode, head: usize) {
         if !opcode.is_safepoint() {
             return;
         }
@@ -818,6 +819,8 @@ impl Fingerprinter {
             InstructionData::Ternary { opcode, args } => {
                 self.observes_frame |= opcode == Opcode::StackSwitch;
                 self.values_fixed(func, &args);
+                // `stack_switch` is a safepoint.
+                self.stack_map(func, inst, opcode, head);
             }
             InstructionData::TernaryImm8 { args, imm, .. } => {
                 self.values_fixed(func, &args);

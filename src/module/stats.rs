@@ -46,7 +46,9 @@ pub struct Stats {
     /// Estimated compile time saved: for each duplicate and each reused
     /// function, the time the function whose code it shares took to compile.
     pub compile_time_saved: Duration,
-    /// Heap bytes held by the code kept for reuse (one copy per template).
+    /// Heap bytes held by the code kept for reuse: one copy per template
+    /// that has names (and, on an ISA without machine-code trampolines,
+    /// where exact duplicates are copies, per template without).
     pub reuse_memory_bytes: u64,
     /// Rounds of call-graph refinement run by batch flushes, summed.
     pub refine_rounds: u64,
