@@ -91,6 +91,7 @@ pub fn adapter(
 mod tests {
     use super::*;
     use cranelift_codegen::ir::Opcode;
+    use cranelift_codegen::ir::instructions::InstructionFormat;
     use cranelift_codegen::settings;
 
     /// A function of `n` `iadd`s, with `extra` before the return.
@@ -123,7 +124,6 @@ mod tests {
         let fp = parsed("system_v", 20, "    v100 = get_frame_pointer.i64\n");
         assert!(!adaptable_after_walk(&fp));
         // The walk learns of the rest where their formats are encoded.
-        use cranelift_codegen::ir::instructions::InstructionFormat;
         assert_eq!(Opcode::StackSwitch.format(), InstructionFormat::Ternary);
         assert_eq!(Opcode::TryCall.format(), InstructionFormat::TryCall);
         assert_eq!(
