@@ -12,7 +12,7 @@
 //! - The hash table is keyed per process (see [`crate::fingerprint`]), so
 //!   adversarial inputs cannot make lookups quadratic.
 
-use crate::fingerprint::{BorrowedFingerprint, Fingerprint};
+use crate::fingerprint::{BorrowedFingerprint, Fingerprint, write_fast_hash};
 use cranelift_codegen::entity::{PrimaryMap, entity_impl};
 use hashbrown::HashMap;
 
@@ -50,8 +50,7 @@ struct Probe<'a, 'b>(&'a BorrowedFingerprint<'b>);
 
 impl core::hash::Hash for Probe<'_, '_> {
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        // As `Fingerprint`'s `Hash`.
-        state.write_u64(self.0.fast_hash());
+        write_fast_hash(self.0.fast_hash(), state);
     }
 }
 
@@ -78,20 +77,11 @@ impl DedupCache {
 
     /// Looks `fp` up and inserts it if absent. Counts a hit or a miss.
     pub fn insert(&mut self, fp: Fingerprint) -> Lookup {
-        match self.classes.entry(fp) {
-            hashbrown::hash_map::Entry::Occupied(e) => {
-                let class = *e.get();
-                self.hits += 1;
-                self.members[class] += 1;
-                Lookup::Duplicate(class)
-            }
-            hashbrown::hash_map::Entry::Vacant(e) => {
-                self.misses += 1;
-                let class = self.members.push(1);
-                e.insert(class);
-                Lookup::New(class)
-            }
+        let found = self.get_or_insert(fp);
+        if let Lookup::Duplicate(class) = found {
+            self.count_hit(class);
         }
+        found
     }
 
     /// Like [`DedupCache::insert`], but a fingerprint already present is
@@ -107,6 +97,13 @@ impl DedupCache {
                 Lookup::New(class)
             }
         }
+    }
+
+    /// Counts a hit on `class`: one more member.
+    fn count_hit(&mut self, class: ClassId) -> ClassId {
+        self.hits += 1;
+        self.members[class] += 1;
+        class
     }
 
     /// Makes `fp` a second key of `class` (a fingerprint known to belong to
@@ -130,17 +127,13 @@ impl DedupCache {
     /// after it compiled).
     pub fn lookup(&mut self, fp: &Fingerprint) -> Option<ClassId> {
         let class = *self.classes.get(fp)?;
-        self.hits += 1;
-        self.members[class] += 1;
-        Some(class)
+        Some(self.count_hit(class))
     }
 
     /// [`DedupCache::lookup`] of a fingerprint whose key is borrowed.
     pub fn lookup_borrowed(&mut self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
         let class = *self.classes.get(&Probe(fp))?;
-        self.hits += 1;
-        self.members[class] += 1;
-        Some(class)
+        Some(self.count_hit(class))
     }
 
     /// The class of `fp`, if present. Does not count as a hit or a miss.

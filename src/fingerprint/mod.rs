@@ -355,8 +355,15 @@ impl Eq for Fingerprint {}
 
 impl Hash for Fingerprint {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.hash);
+        write_fast_hash(self.hash, state);
     }
+}
+
+/// What `Hash` feeds a hasher for a fingerprint whose
+/// [fast hash](Fingerprint::fast_hash) is `fast_hash`; a borrowed key looked
+/// up in a table of fingerprints must hash the same way.
+pub(crate) fn write_fast_hash<H: Hasher>(fast_hash: u64, state: &mut H) {
+    state.write_u64(fast_hash);
 }
 
 impl PartialOrd for Fingerprint {
