@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::build::{call1, define};
+use common::build::{call1, define, emit_call};
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, condcodes::IntCC, types::I64};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
@@ -44,10 +44,8 @@ fn step<M: Module>(b: &mut FunctionBuilder, m: &mut M, n: ir::Value, s: Step) {
     let stop = b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, n, 0);
     b.ins().brif(stop, done, &[base.into()], recurse, &[]);
     b.switch_to_block(recurse);
-    let callee = m.declare_func_in_func(s.callee, b.func);
     let n1 = b.ins().iadd_imm_s(n, -1);
-    let call = b.ins().call(callee, &[n1]);
-    let r = b.inst_results(call)[0];
+    let r = emit_call(b, m, s.callee, n1);
     let r = if s.multiply {
         b.ins().imul_imm_s(r, s.k)
     } else {

@@ -2,7 +2,7 @@
 //! with plain `JITModule` and through jitfold (every mode and option), every
 //! function is called, and the results must be equal.
 
-use common::build::{call1, define};
+use common::build::{call1, define, emit_call};
 use cranelift_codegen::ir;
 use cranelift_codegen::ir::{
     AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, condcodes::IntCC,
@@ -122,9 +122,7 @@ fn build_program<M: Module>(m: &mut M) -> Program {
     define(m, g, |b, _, p| affine(b, p[0], 7, 3, true)).unwrap();
     // A caller compiled before its callee is known to be a duplicate.
     define(m, late_caller, |b, m, p| {
-        let callee = m.declare_func_in_func(late_callee, b.func);
-        let call = b.ins().call(callee, &[p[0]]);
-        let r = b.inst_results(call)[0];
+        let r = emit_call(b, m, late_callee, p[0]);
         let r = b.ins().iadd_imm_s(r, 1);
         b.ins().return_(&[r]);
     })
@@ -133,9 +131,7 @@ fn build_program<M: Module>(m: &mut M) -> Program {
     define(m, other, |b, _, p| affine(b, p[0], 7, 4, false)).unwrap();
     let call_one = |callee: FuncId| {
         move |b: &mut FunctionBuilder, m: &mut M, p: &[ir::Value]| {
-            let callee = m.declare_func_in_func(callee, b.func);
-            let call = b.ins().call(callee, &[p[0]]);
-            let r = b.inst_results(call)[0];
+            let r = emit_call(b, m, callee, p[0]);
             let r = b.ins().iadd_imm_s(r, 1);
             b.ins().return_(&[r]);
         }
@@ -144,9 +140,7 @@ fn build_program<M: Module>(m: &mut M) -> Program {
     define(m, caller_of_canonical, call_one(f)).unwrap();
     define(m, late_callee, |b, _, p| affine(b, p[0], 7, 3, true)).unwrap();
     define(m, calls_host, |b, m, p| {
-        let callee = m.declare_func_in_func(host, b.func);
-        let call = b.ins().call(callee, &[p[0]]);
-        let r = b.inst_results(call)[0];
+        let r = emit_call(b, m, host, p[0]);
         b.ins().return_(&[r]);
     })
     .unwrap();
@@ -491,9 +485,7 @@ fn finalize_reports_a_referenced_undefined_function() {
     let missing = d.declare_function("missing", Linkage::Local, &s1).unwrap();
     let caller = d.declare_function("caller", Linkage::Local, &s1).unwrap();
     define(&mut d, caller, |b, m, p| {
-        let callee = m.declare_func_in_func(missing, b.func);
-        let call = b.ins().call(callee, &[p[0]]);
-        let r = b.inst_results(call)[0];
+        let r = emit_call(b, m, missing, p[0]);
         b.ins().return_(&[r]);
     })
     .unwrap();

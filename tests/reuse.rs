@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::build::{call1, define};
+use common::build::{call1, define, emit_call};
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, MemFlagsData, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module, default_libcall_names};
@@ -184,9 +184,7 @@ fn code_without_names_is_not_kept_for_reuse() {
                     .declare_function(&format!("g{i}"), Linkage::Local, &s)
                     .unwrap();
                 define(&mut d, id, |b, m, p| {
-                    let callee = m.declare_func_in_func(callee, b.func);
-                    let call = b.ins().call(callee, &[p[0]]);
-                    let r = b.inst_results(call)[0];
+                    let r = emit_call(b, m, callee, p[0]);
                     b.ins().return_(&[r]);
                 })
                 .unwrap();
@@ -232,9 +230,7 @@ fn reuse_works_for_callers_defined_before_their_callees() {
             .collect();
         for (&caller, &callee) in callers.iter().zip(&callees) {
             define(&mut d, caller, |b, m, p| {
-                let f = m.declare_func_in_func(callee, b.func);
-                let call = b.ins().call(f, &[p[0]]);
-                let r = b.inst_results(call)[0];
+                let r = emit_call(b, m, callee, p[0]);
                 let r = b.ins().imul_imm_s(r, 3);
                 b.ins().return_(&[r]);
             })

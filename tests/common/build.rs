@@ -1,6 +1,6 @@
 //! Building and calling functions through any `Module`.
 
-use cranelift_codegen::ir;
+use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Module, ModuleError};
 
@@ -23,6 +23,19 @@ pub fn define<M: Module>(
     b.seal_all_blocks();
     b.finalize(m.target_config());
     m.define_function(id, &mut ctx)
+}
+
+/// Emits a call of `callee` (declared in `m`, of one result) with `arg`;
+/// returns the result.
+pub fn emit_call<M: Module>(
+    b: &mut FunctionBuilder,
+    m: &mut M,
+    callee: FuncId,
+    arg: ir::Value,
+) -> ir::Value {
+    let callee = m.declare_func_in_func(callee, b.func);
+    let call = b.ins().call(callee, &[arg]);
+    b.inst_results(call)[0]
 }
 
 /// Calls finalized code of signature `(i64) -> i64`.
