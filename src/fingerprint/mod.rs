@@ -109,7 +109,7 @@ pub use walk::Fingerprinter;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 2;
+pub const KEY_FORMAT_VERSION: u32 = 3;
 
 /// The canonical fingerprint of one function: its key and a keyed hash of it.
 ///

@@ -9,7 +9,8 @@
 //! followed by the entity's definition. Decoding a key therefore yields the
 //! function back up to renaming, which is why equal keys mean equal functions.
 
-use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName};
+use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName, process_hasher};
+use core::hash::BuildHasher;
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
@@ -63,6 +64,9 @@ const ALREADY_NUMBERED: u32 = 1 << 31;
 const COLD_BLOCK: u32 = 1 << 31;
 /// Set in an instruction's first word when user stack map entries follow.
 const HAS_STACK_MAP: u32 = 1 << 31;
+/// Set in a use of a sized stack slot of size 0 and alignment 1, which is
+/// not in the frame layout; the rest is the number of slots before it.
+const EMPTY_SLOT: u32 = 1 << 31;
 
 /// Computes fingerprints, reusing its scratch memory across functions.
 ///
@@ -75,15 +79,19 @@ pub struct Fingerprinter {
     values: Numbering<Value>,
     sigs: Numbering<SigRef>,
     func_refs: Numbering<FuncRef>,
+    /// Function references used by `func_addr`, by identity (see
+    /// [`Declarations`]).
+    func_addrs: Numbering<FuncRef>,
     global_values: Numbering<GlobalValue>,
-    stack_slots: Numbering<StackSlot>,
-    dynamic_slots: Numbering<DynamicStackSlot>,
     dynamic_types: Numbering<DynamicType>,
     regions: Numbering<AliasRegion>,
     visited: SecondaryMap<Block, bool>,
     stack: Vec<Block>,
     successors: Vec<Block>,
-    unused_slots: Vec<[u32; 6]>,
+    /// Per sized stack slot, by index: what a use of it writes (see
+    /// [`Fingerprinter::frame_layout`]).
+    slot_codes: Vec<u32>,
+    declarations: Declarations,
     constant_handles: Vec<Constant>,
     /// User and test-case names in first-use order: slot `i` is `names[i]`.
     names: Vec<SymbolName>,
@@ -121,15 +129,15 @@ impl Fingerprinter {
             values: Numbering::new(),
             sigs: Numbering::new(),
             func_refs: Numbering::new(),
+            func_addrs: Numbering::new(),
             global_values: Numbering::new(),
-            stack_slots: Numbering::new(),
-            dynamic_slots: Numbering::new(),
             dynamic_types: Numbering::new(),
             regions: Numbering::new(),
             visited: SecondaryMap::new(),
             stack: Vec::new(),
             successors: Vec::new(),
-            unused_slots: Vec::new(),
+            slot_codes: Vec::new(),
+            declarations: Declarations::default(),
             constant_handles: Vec::new(),
             names: Vec::new(),
             address_taken: Vec::new(),
@@ -208,9 +216,8 @@ impl Fingerprinter {
         self.values.reset(dfg.num_values());
         self.sigs.reset(dfg.signatures.len());
         self.func_refs.reset(dfg.ext_funcs.len());
+        self.func_addrs.reset(dfg.ext_funcs.len());
         self.global_values.reset(func.global_values.len());
-        self.stack_slots.reset(func.sized_stack_slots.len());
-        self.dynamic_slots.reset(func.dynamic_stack_slots.len());
         self.dynamic_types.reset(dfg.dynamic_types.len());
         self.regions.reset(dfg.alias_regions.len());
         self.visited.clear();
@@ -221,10 +228,11 @@ impl Fingerprinter {
         self.names.clear();
         self.address_taken.clear();
         self.func_ref_slots.clear();
+        self.declarations.clear();
         self.observes_frame = false;
 
-        // 1. Signature; 2. stack limit.
-        self.signature(&func.signature);
+        // 1. Signature; 2. stack limit; 3. frame layout.
+        encode_signature(&mut self.out, &func.signature);
         match func.stack_limit {
             None => self.out.push(0),
             Some(gv) => {
@@ -232,6 +240,7 @@ impl Fingerprinter {
                 self.global_value(func, gv);
             }
         }
+        self.frame_layout(func);
 
         // 3. Reachable blocks in DFS pre-order.
         let mut instructions = 0u32;
@@ -260,24 +269,7 @@ impl Fingerprinter {
         }
         self.out.push(u32::MAX); // End of blocks.
 
-        // 11. Sized stack slots no reachable instruction uses: they still
-        // make the frame larger, which changes the code and where a stack
-        // limit or probe traps. Slots of size 0 and alignment 1 change
-        // nothing (the CLIF parser makes them for gaps in `ssN` numbers).
-        self.unused_slots.clear();
-        for (slot, data) in func.sized_stack_slots.iter() {
-            let placeholder = data.size == 0 && data.align_shift == 0;
-            if self.stack_slots.seen[slot] == 0 && !placeholder {
-                self.unused_slots.push(stack_slot_words(data));
-            }
-        }
-        self.unused_slots.sort_unstable();
-        self.out.push(self.unused_slots.len() as u32);
-        for slot in &self.unused_slots {
-            self.out.extend_from_slice(slot);
-        }
-
-        // 9. The names behind the name slots, in slot order, after the
+        // 10. The names behind the name slots, in slot order, after the
         // template part of the key.
         let template_len = self.out.len() as u32;
         encode_names(&mut self.out, &self.names);
@@ -383,65 +375,57 @@ impl Fingerprinter {
         }
     }
 
-    fn signature(&mut self, sig: &Signature) {
-        self.out.push(sig.call_conv as u32);
-        self.out.push(sig.params.len() as u32);
-        for p in &sig.params {
-            self.abi_param(p);
+    /// A signature reference: its number among distinct signatures. A
+    /// signature seen for the first time is written out in full before
+    /// it (see [`Declarations`]).
+    fn sig_ref(&mut self, func: &Function, sig: SigRef) -> u32 {
+        let known = self.sigs.seen[sig];
+        if known != 0 {
+            return known - 1;
         }
-        self.out.push(sig.returns.len() as u32);
-        for p in &sig.returns {
-            self.abi_param(p);
+        let content = self.declarations.start(DECLARED_SIGNATURE);
+        match func.dfg.signatures.get(sig) {
+            Some(s) => encode_signature(content, s),
+            None => content.push(u32::MAX),
         }
+        let n = self.declarations.intern(&mut self.out);
+        self.sigs.seen[sig] = n + 1;
+        n
     }
 
-    fn abi_param(&mut self, p: &AbiParam) {
-        let (purpose, size) = match p.purpose {
-            ArgumentPurpose::Normal => (0, 0),
-            ArgumentPurpose::StructArgument(size) => (1, size),
-            ArgumentPurpose::StructReturn => (2, 0),
-            ArgumentPurpose::VMContext => (3, 0),
-        };
-        self.out
-            .extend([type_word(p.value_type) | (p.extension as u32) << 16 | purpose << 20]);
-        if purpose == 1 {
-            self.out.push(size);
-        }
-    }
-
-    fn sig_ref(&mut self, func: &Function, sig: SigRef) {
-        let (n, new) = self.sigs.number(sig);
-        self.out.push(n);
-        if new {
-            match func.dfg.signatures.get(sig) {
-                Some(s) => self.signature(s),
-                None => self.out.push(u32::MAX),
-            }
-        }
-    }
-
-    fn func_ref(&mut self, func: &Function, func_ref: FuncRef) {
-        let (n, new) = self.func_refs.number(func_ref);
-        self.out.push(n);
-        if !new {
-            return;
+    /// A function reference: its number among distinct declarations (name,
+    /// signature, `colocated`, `patchable`), written out in full before it
+    /// the first time (see [`Declarations`]).
+    fn func_ref(&mut self, func: &Function, func_ref: FuncRef) -> u32 {
+        let known = self.func_refs.seen[func_ref];
+        if known != 0 {
+            return known - 1;
         }
         let Some(data) = func.dfg.ext_funcs.get(func_ref) else {
-            self.out.push(u32::MAX);
-            return;
+            self.func_refs.seen[func_ref] = u32::MAX;
+            return u32::MAX - 1;
         };
-        if let Some(slot) = self.external_name(func, &data.name) {
+        // The signature first: its definition, if new, precedes this one.
+        let sig = self.sig_ref(func, data.signature);
+        let name = self.external_name(func, &data.name);
+        if let Some(slot) = name.slot {
             self.func_ref_slots[func_ref] = slot;
         }
-        self.sig_ref(func, data.signature);
-        self.out
-            .push(u32::from(data.colocated) | u32::from(data.patchable) << 1);
+        let content = self.declarations.start(DECLARED_FUNCTION);
+        content.extend(name.words);
+        content.extend([
+            sig,
+            u32::from(data.colocated) | u32::from(data.patchable) << 1,
+        ]);
+        let n = self.declarations.intern(&mut self.out);
+        self.func_refs.seen[func_ref] = n + 1;
+        n
     }
 
     /// An external name. User and test-case names are written as their slot
     /// (first-use number among distinct names); the names themselves follow
     /// the template part of the key.
-    fn external_name(&mut self, func: &Function, name: &ExternalName) -> Option<u32> {
+    fn external_name(&mut self, func: &Function, name: &ExternalName) -> NameWords {
         let (tag, found) = match name {
             ExternalName::User(r) => match func.params.user_named_funcs().get(*r) {
                 Some(user) => (
@@ -452,8 +436,10 @@ impl Fingerprinter {
                         .ok_or_else(|| SymbolName::User(user.clone())),
                 ),
                 None => {
-                    self.out.push(u32::MAX);
-                    return None;
+                    return NameWords {
+                        words: [u32::MAX, u32::MAX],
+                        slot: None,
+                    };
                 }
             },
             ExternalName::TestCase(name) => (
@@ -464,12 +450,16 @@ impl Fingerprinter {
                     .ok_or_else(|| SymbolName::TestCase(name.raw().into())),
             ),
             ExternalName::LibCall(libcall) => {
-                self.out.extend([2, *libcall as u32]);
-                return None;
+                return NameWords {
+                    words: [2, *libcall as u32],
+                    slot: None,
+                };
             }
             ExternalName::KnownSymbol(sym) => {
-                self.out.extend([3, *sym as u32]);
-                return None;
+                return NameWords {
+                    words: [3, *sym as u32],
+                    slot: None,
+                };
             }
         };
         let slot = found.unwrap_or_else(|new| {
@@ -477,8 +467,10 @@ impl Fingerprinter {
             self.address_taken.push(false);
             self.names.len() - 1
         }) as u32;
-        self.out.extend([tag, slot]);
-        Some(slot)
+        NameWords {
+            words: [tag, slot],
+            slot: Some(slot),
+        }
     }
 
     fn global_value(&mut self, func: &Function, gv: GlobalValue) {
@@ -524,9 +516,11 @@ impl Fingerprinter {
                 tls,
             } => {
                 self.out.push(3);
-                if let Some(slot) = self.external_name(func, name) {
+                let name = self.external_name(func, name);
+                if let Some(slot) = name.slot {
                     self.address_taken[slot as usize] = true;
                 }
+                self.out.extend(name.words);
                 self.imm64(offset.bits());
                 self.out.push(u32::from(*colocated) | u32::from(*tls) << 1);
             }
@@ -536,31 +530,54 @@ impl Fingerprinter {
         }
     }
 
-    fn stack_slot(&mut self, func: &Function, slot: StackSlot) {
-        let (n, new) = self.stack_slots.number(slot);
-        self.out.push(n);
-        if !new {
-            return;
+    /// 3. The frame: sized stack slots in index order, then dynamic stack
+    /// slots in index order, which is the order Cranelift lays them out in
+    /// (`Callee::new` in `machinst/abi.rs`: each slot starts where the
+    /// previous one ended, rounded up to its alignment and at least the
+    /// word size). Unused slots are in it: they still move the slots
+    /// after them and enlarge the frame, which changes addresses and where
+    /// a stack-limit check or probe traps.
+    ///
+    /// A slot of size 0 and alignment 1 (the CLIF parser makes one for
+    /// each gap in `ssN` numbering) moves nothing: its start is rounded up
+    /// to the word size, as the next slot's start and the frame's end are
+    /// anyway. It is left out; if an instruction uses it, the use is
+    /// written as the number of slots before it (its address is where the
+    /// next slot would start).
+    fn frame_layout(&mut self, func: &Function) {
+        self.slot_codes.clear();
+        let count_at = self.out.len();
+        self.out.push(0);
+        let mut laid_out = 0u32;
+        for data in func.sized_stack_slots.values() {
+            if data.size == 0 && data.align_shift == 0 {
+                self.slot_codes.push(EMPTY_SLOT | laid_out);
+            } else {
+                self.slot_codes.push(laid_out);
+                self.out.extend(stack_slot_words(data));
+                laid_out += 1;
+            }
         }
-        match func.sized_stack_slots.get(slot) {
-            Some(data) => self.out.extend(stack_slot_words(data)),
-            None => self.out.push(u32::MAX),
+        self.out[count_at] = laid_out;
+        self.out.push(func.dynamic_stack_slots.len() as u32);
+        for data in func.dynamic_stack_slots.values() {
+            self.out.push(data.kind as u32);
+            self.dynamic_type(func, data.dyn_ty);
         }
     }
 
+    /// A use of a sized stack slot: its place in the frame layout.
+    fn stack_slot(&mut self, slot: StackSlot) {
+        let code = self.slot_codes.get(slot.index()).copied();
+        self.out.push(code.unwrap_or(u32::MAX));
+    }
+
+    /// A use of a dynamic stack slot: its index, which is its place in the
+    /// frame layout (every dynamic slot is in it).
     fn dynamic_slot(&mut self, func: &Function, slot: DynamicStackSlot) {
-        let (n, new) = self.dynamic_slots.number(slot);
-        self.out.push(n);
-        if !new {
-            return;
-        }
-        match func.dynamic_stack_slots.get(slot) {
-            Some(data) => {
-                self.out.push(data.kind as u32);
-                self.dynamic_type(func, data.dyn_ty);
-            }
-            None => self.out.push(u32::MAX),
-        }
+        let valid = func.dynamic_stack_slots.is_valid(slot);
+        self.out
+            .push(if valid { slot.index() as u32 } else { u32::MAX });
     }
 
     fn dynamic_type(&mut self, func: &Function, dt: DynamicType) {
@@ -669,7 +686,7 @@ impl Fingerprinter {
         self.out.push(entries.len() as u32);
         for entry in entries {
             self.out.push(type_word(entry.ty));
-            self.stack_slot(func, entry.slot);
+            self.stack_slot(entry.slot);
             self.out.push(entry.offset);
         }
     }
@@ -724,7 +741,8 @@ impl Fingerprinter {
                 args,
                 func_ref,
             } => {
-                self.func_ref(func, func_ref);
+                let callee = self.func_ref(func, func_ref);
+                self.out.push(callee);
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
@@ -733,7 +751,8 @@ impl Fingerprinter {
                 args,
                 sig_ref,
             } => {
-                self.sig_ref(func, sig_ref);
+                let sig = self.sig_ref(func, sig_ref);
+                self.out.push(sig);
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
@@ -753,7 +772,12 @@ impl Fingerprinter {
                 self.out.push(cond as u32);
             }
             InstructionData::FuncAddr { func_ref, .. } => {
-                self.func_ref(func, func_ref);
+                // By content and by identity: `func_addr` is pure, and the
+                // mid-end merges two of them only if they name the same
+                // `FuncRef` (see the module docs).
+                let callee = self.func_ref(func, func_ref);
+                let (identity, _) = self.func_addrs.number(func_ref);
+                self.out.extend([callee, identity]);
                 if let Some(taken) = self
                     .address_taken
                     .get_mut(self.func_ref_slots[func_ref] as usize)
@@ -799,7 +823,7 @@ impl Fingerprinter {
             InstructionData::StackAddr {
                 stack_slot, offset, ..
             } => {
-                self.stack_slot(func, stack_slot);
+                self.stack_slot(stack_slot);
                 self.out.push(offset32(offset));
             }
             InstructionData::Store {
@@ -836,7 +860,8 @@ impl Fingerprinter {
                 exception,
             } => {
                 self.observes_frame = true;
-                self.func_ref(func, func_ref);
+                let callee = self.func_ref(func, func_ref);
+                self.out.push(callee);
                 self.value_list(func, args.as_slice(pool));
                 self.exception_table(func, exception);
                 self.stack_map(func, inst, opcode, head);
@@ -877,7 +902,8 @@ impl Fingerprinter {
             self.out.push(u32::MAX);
             return;
         };
-        self.sig_ref(func, et.signature());
+        let sig = self.sig_ref(func, et.signature());
+        self.out.push(sig);
         self.block_call(func, et.normal_return());
         let items = et.items();
         for item in items {
@@ -897,6 +923,119 @@ impl Fingerprinter {
             }
         }
         self.out.push(3); // End of items.
+    }
+}
+
+/// A signature: calling convention, then parameters and returns.
+fn encode_signature(out: &mut Vec<u32>, sig: &Signature) {
+    out.push(sig.call_conv as u32);
+    out.push(sig.params.len() as u32);
+    for p in &sig.params {
+        encode_abi_param(out, p);
+    }
+    out.push(sig.returns.len() as u32);
+    for p in &sig.returns {
+        encode_abi_param(out, p);
+    }
+}
+
+fn encode_abi_param(out: &mut Vec<u32>, p: &AbiParam) {
+    let (purpose, size) = match p.purpose {
+        ArgumentPurpose::Normal => (0, 0),
+        ArgumentPurpose::StructArgument(size) => (1, size),
+        ArgumentPurpose::StructReturn => (2, 0),
+        ArgumentPurpose::VMContext => (3, 0),
+    };
+    out.push(type_word(p.value_type) | (p.extension as u32) << 16 | purpose << 20);
+    if purpose == 1 {
+        out.push(size);
+    }
+}
+
+/// What an external name writes into the key, and its name slot if it
+/// has one.
+struct NameWords {
+    words: [u32; 2],
+    slot: Option<u32>,
+}
+
+/// The first word of a signature's definition (see [`Declarations`]).
+const DECLARED_SIGNATURE: u32 = 0xffff_ff01;
+/// The first word of an external function's definition.
+const DECLARED_FUNCTION: u32 = 0xffff_ff02;
+
+/// Signatures and external functions numbered by content: two declarations
+/// with equal content get one number, whatever their `SigRef` or `FuncRef`.
+///
+/// Cranelift reads these declarations only for their content (call
+/// lowering reads the callee's name, signature and flags; the ABI code
+/// computes a signature's layout from its parameters), so two functions
+/// that differ only in how often a callee or a signature is declared
+/// compile to the same code. The exception is `func_addr`, which the
+/// mid-end merges only with a `func_addr` of the same `FuncRef`: the walk
+/// writes its identity beside its content.
+///
+/// The first time a content is seen, its definition (a `DECLARED_*` word,
+/// then the content with nested declarations by their numbers) is written
+/// into the key; a use writes only the number. Numbers count distinct
+/// contents in first-use order, per kind.
+#[derive(Default)]
+struct Declarations {
+    /// The contents seen so far, one after another.
+    words: Vec<u32>,
+    /// Where in `words` each content is: `(start, end, number)`.
+    table: hashbrown::HashTable<(u32, u32, u32)>,
+    /// Distinct signatures and external functions so far.
+    signatures: u32,
+    functions: u32,
+    /// Where the content being built starts in `words`.
+    start: usize,
+}
+
+impl Declarations {
+    fn clear(&mut self) {
+        self.words.clear();
+        self.table.clear();
+        self.signatures = 0;
+        self.functions = 0;
+    }
+
+    /// Starts the content of a declaration of kind `kind` (a
+    /// `DECLARED_*` word); the caller appends the rest to the buffer
+    /// returned, then calls [`Declarations::intern`].
+    fn start(&mut self, kind: u32) -> &mut Vec<u32> {
+        self.start = self.words.len();
+        self.words.push(kind);
+        &mut self.words
+    }
+
+    /// The number of the content just built; if it is new, writes its
+    /// definition into `out`.
+    fn intern(&mut self, out: &mut Vec<u32>) -> u32 {
+        let start = self.start;
+        let content = &self.words[start..];
+        let hash = process_hasher().hash_one(content);
+        let words = &self.words;
+        if let Some(&(_, _, n)) = self.table.find(hash, |&(s, e, _)| {
+            words[s as usize..e as usize] == words[start..]
+        }) {
+            self.words.truncate(start);
+            return n;
+        }
+        let counter = if self.words[start] == DECLARED_SIGNATURE {
+            &mut self.signatures
+        } else {
+            &mut self.functions
+        };
+        let n = *counter;
+        *counter += 1;
+        out.extend_from_slice(&self.words[start..]);
+        let entry = (start as u32, self.words.len() as u32, n);
+        let words = &self.words;
+        self.table.insert_unique(hash, entry, |&(s, e, _)| {
+            process_hasher().hash_one(&words[s as usize..e as usize])
+        });
+        n
     }
 }
 
