@@ -68,10 +68,10 @@
 //!    in first-use order, so a callee declared twice is one callee; a
 //!    `func_addr` also writes which declaration it names, by first use.
 //! 10. External names: libcalls and known symbols by variant in place; `User`
-//!    and test-case names in place as a *name slot* (their number in
-//!    first-use order among distinct names), and after everything else the
-//!    list of names in slot order (`User` names by namespace and index,
-//!    test-case names by their bytes).
+//!     and test-case names in place as a *name slot* (their number in
+//!     first-use order among distinct names), and after everything else the
+//!     list of names in slot order (`User` names by namespace and index,
+//!     test-case names by their bytes).
 //! 11. User stack map entries of each instruction (type, slot, offset).
 //!
 //! # Templates

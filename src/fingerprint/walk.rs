@@ -530,8 +530,9 @@ impl Fingerprinter {
         }
     }
 
-    /// 3. The frame: sized stack slots in index order, then dynamic stack
-    /// slots in index order, which is the order Cranelift lays them out in
+    /// The frame (item 3 of the key): sized stack slots in index order,
+    /// then dynamic stack slots in index order, the order Cranelift lays
+    /// them out in
     /// (`Callee::new` in `machinst/abi.rs`: each slot starts where the
     /// previous one ended, rounded up to its alignment and at least the
     /// word size). Unused slots are in it: they still move the slots
