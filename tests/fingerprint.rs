@@ -548,6 +548,7 @@ fn frame_layout_and_declarations_are_keyed_as_cranelift_compiles_them() {
         ("unused_slot_first", "unused_slot_last", false),
         ("callee_declared_twice", "callee_declared_once", true),
         ("address_declared_twice", "address_declared_once", false),
+        ("constant_once", "constant_twice", false),
     ];
     for (a, b, same) in pairs {
         let (fa, fb) = (&funcs[&format!("%{a}")], &funcs[&format!("%{b}")]);
@@ -596,4 +597,43 @@ fn empty_slots_are_left_out_of_the_frame_unless_used() {
         with(two, "ss5"),
         "two empty slots in one place"
     );
+}
+
+/// The walk reads only what exists: a function that jumps to a block or
+/// uses a value that was never created (the verifier rejects it) gets a
+/// fingerprint, not a panic.
+#[test]
+fn references_to_missing_entities_do_not_panic() {
+    use cranelift_codegen::cursor::{Cursor, FuncCursor};
+    use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, Value, types::I64};
+    let mut func = Function::new();
+    func.signature.returns.push(AbiParam::new(I64));
+    let entry = func.dfg.make_block();
+    let next = func.dfg.make_block();
+    func.layout.append_block(entry);
+    func.layout.append_block(next);
+    let mut pos = FuncCursor::new(&mut func).at_bottom(entry);
+    let one = pos.ins().iconst(I64, 1);
+    pos.ins()
+        .brif(one, Block::from_u32(4_000_000_000), &[], next, &[]);
+    pos.goto_bottom(next);
+    pos.ins().return_(&[Value::from_u32(4_000_000_000)]);
+    let broken = Fingerprint::of(&func);
+    assert_ne!(broken, Fingerprint::of(&Function::new()));
+}
+
+/// Collecting value labels keeps `vmctx` alive to the end of the function,
+/// which changes the code: whether they are collected is in the key (what
+/// they say is not).
+#[test]
+fn collecting_value_labels_changes_the_key() {
+    let text = "function %f(i64 vmctx) -> i64 {
+        block0(v0: i64):
+            v1 = load.i64 v0
+            return v1
+    }";
+    let plain = common::parse_valid(text).remove(0);
+    let mut labelled = plain.clone();
+    labelled.dfg.collect_debug_info();
+    assert_ne!(Fingerprint::of(&plain), Fingerprint::of(&labelled));
 }

@@ -22,8 +22,8 @@
 //!   seed, so crafted inputs cannot force hash collisions in the cache.
 //!
 //! **Ignored** (not in the key): the function's name, value and block
-//! numbers, the layout order of blocks, source locations, value labels, debug
-//! tags, value aliases (resolved before numbering), blocks that are
+//! numbers, the layout order of blocks, source locations, the contents of
+//! value labels, debug tags, value aliases (resolved before numbering), blocks that are
 //! unreachable from the entry block, instructions and values that are not in
 //! the layout, declarations (signatures, external functions, global values,
 //! alias regions, dynamic types) that no reachable instruction uses, stack
@@ -39,7 +39,8 @@
 //!
 //! 1. The signature: parameter and return types, their `ArgumentPurpose` and
 //!    `ArgumentExtension`, and the calling convention.
-//! 2. `stack_limit`, as a global value.
+//! 2. `stack_limit`, as a global value, and whether value labels are
+//!    collected (that keeps the `vmctx` parameter alive).
 //! 3. The frame layout: every sized stack slot (kind, size, alignment, key)
 //!    in index order, which is the order Cranelift lays them out in, but for
 //!    unused slots of size 0 and alignment 1; then every dynamic stack slot
@@ -56,7 +57,9 @@
 //! 6. Memory flags by their data (endianness, `aligned`, `readonly`,
 //!    `can_move`, trap code), never by their interned index; the alias region
 //!    by first-use number and its `user_id`.
-//! 7. Constant-pool and `dfg.immediates` bytes by value.
+//! 7. Constant-pool and `dfg.immediates` handles by first-use number, with
+//!    their bytes on first use (two handles of equal bytes are not one: the
+//!    mid-end and the x86-64 constant pool tell handles apart).
 //! 8. Branch destinations as block serial numbers with their arguments
 //!    (`BlockArg::{Value, TryCallRet, TryCallExn}`), jump tables entry by
 //!    entry, exception tables (signature, normal return, tags, defaults and

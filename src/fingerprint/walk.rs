@@ -15,8 +15,8 @@ use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
     DynamicStackSlot, DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function,
-    GlobalValue, GlobalValueData, Inst, InstructionData, MemFlags, Opcode, SigRef, Signature,
-    StackSlot, Type, Value, immediates::Offset32,
+    GlobalValue, GlobalValueData, Immediate, Inst, InstructionData, MemFlags, Opcode, SigRef,
+    Signature, StackSlot, Type, Value, immediates::Offset32,
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
 
@@ -93,6 +93,10 @@ pub struct Fingerprinter {
     slot_codes: Vec<u32>,
     declarations: Declarations,
     constant_handles: Vec<Constant>,
+    /// Constant-pool and `dfg.immediates` handles, by identity (see
+    /// [`Fingerprinter::constant`]).
+    constants: Numbering<Constant>,
+    immediates: Numbering<Immediate>,
     /// User and test-case names in first-use order: slot `i` is `names[i]`.
     names: Vec<SymbolName>,
     /// Per slot: whether a reachable instruction uses the name as data.
@@ -139,6 +143,8 @@ impl Fingerprinter {
             slot_codes: Vec::new(),
             declarations: Declarations::default(),
             constant_handles: Vec::new(),
+            constants: Numbering::new(),
+            immediates: Numbering::new(),
             names: Vec::new(),
             address_taken: Vec::new(),
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
@@ -222,6 +228,8 @@ impl Fingerprinter {
         self.regions.reset(dfg.alias_regions.len());
         self.visited.clear();
         self.visited.resize(dfg.num_blocks());
+        self.constants.reset(dfg.constants.len());
+        self.immediates.reset(dfg.immediates.len());
         self.constant_handles.clear();
         self.constant_handles
             .extend(dfg.constants.iter().map(|(&handle, _)| handle));
@@ -231,7 +239,7 @@ impl Fingerprinter {
         self.declarations.clear();
         self.observes_frame = false;
 
-        // 1. Signature; 2. stack limit; 3. frame layout.
+        // 1. Signature; 2. stack limit and value labels; 3. frame layout.
         encode_signature(&mut self.out, &func.signature);
         match func.stack_limit {
             None => self.out.push(0),
@@ -240,6 +248,10 @@ impl Fingerprinter {
                 self.global_value(func, gv);
             }
         }
+        // Collecting value labels for debug info keeps the `vmctx`
+        // parameter alive to the end (`Lower::gen_return`), which changes
+        // register allocation.
+        self.out.push(u32::from(dfg.values_labels.is_some()));
         self.frame_layout(func);
 
         // 4. Reachable blocks in DFS pre-order.
@@ -330,6 +342,11 @@ impl Fingerprinter {
     #[cold]
     #[inline(never)]
     fn value_use_first(&mut self, func: &Function, value: Value) {
+        if !func.dfg.value_is_valid(value) {
+            // Only in functions that fail the verifier.
+            self.out.push(u32::MAX);
+            return;
+        }
         let resolved = func.dfg.resolve_aliases(value);
         let (n, new) = self.values.number(resolved);
         self.values.seen[value] = n + 1;
@@ -359,8 +376,13 @@ impl Fingerprinter {
     fn block_call(&mut self, func: &Function, call: &BlockCall) {
         let pool = &func.dfg.value_lists;
         let block = call.block(pool);
-        self.block_ref(block);
-        self.successors.push(block);
+        if func.dfg.block_is_valid(block) {
+            self.block_ref(block);
+            self.successors.push(block);
+        } else {
+            // Only in functions that fail the verifier.
+            self.out.push(u32::MAX);
+        }
         let args = call.args(pool);
         self.out.push(args.len() as u32);
         for arg in args {
@@ -642,10 +664,20 @@ impl Fingerprinter {
         encode_bytes(&mut self.out, bytes);
     }
 
-    fn constant_data(&mut self, data: Option<&ConstantData>) {
-        match data {
-            Some(data) => self.bytes(data.as_slice()),
-            None => self.out.push(u32::MAX),
+    /// A constant-pool or `dfg.immediates` handle numbered `n` (`new` on
+    /// its first use; `data` its bytes, if it exists): the number, and the
+    /// bytes the first time. By identity as well as by value: the mid-end
+    /// merges two pure instructions only if they name the same handle, and
+    /// the x86-64 backend emits one pool constant per handle (`vcode.rs`),
+    /// so two handles of equal bytes do not compile as one.
+    fn constant(&mut self, n: u32, new: bool, data: Option<&ConstantData>) {
+        let Some(data) = data else {
+            self.out.push(u32::MAX);
+            return;
+        };
+        self.out.push(n);
+        if new {
+            self.bytes(data.as_slice());
         }
     }
 
@@ -765,7 +797,11 @@ impl Fingerprinter {
                 dynamic_stack_slot, ..
             } => self.dynamic_slot(func, dynamic_stack_slot),
             InstructionData::ExceptionHandlerAddress { block, imm, .. } => {
-                self.block_ref(block);
+                if func.dfg.block_is_valid(block) {
+                    self.block_ref(block);
+                } else {
+                    self.out.push(u32::MAX);
+                }
                 self.imm64(imm.bits());
             }
             InstructionData::FloatCompare { args, cond, .. } => {
@@ -819,7 +855,12 @@ impl Fingerprinter {
             }
             InstructionData::Shuffle { args, imm, .. } => {
                 self.values_fixed(func, &args);
-                self.constant_data(dfg.immediates.get(imm));
+                let data = dfg.immediates.get(imm);
+                let (n, new) = match data {
+                    Some(_) => self.immediates.number(imm),
+                    None => (u32::MAX, false),
+                };
+                self.constant(n, new, data);
             }
             InstructionData::StackAddr {
                 stack_slot, offset, ..
@@ -886,7 +927,13 @@ impl Fingerprinter {
                     .constant_handles
                     .binary_search(&constant_handle)
                     .is_ok();
-                self.constant_data(present.then(|| dfg.constants.get(constant_handle)));
+                let data = present.then(|| dfg.constants.get(constant_handle));
+                // A missing handle is not numbered (it could be any size).
+                let (n, new) = match data {
+                    Some(_) => self.constants.number(constant_handle),
+                    None => (u32::MAX, false),
+                };
+                self.constant(n, new, data);
             }
             InstructionData::UnaryGlobalValue { global_value, .. } => {
                 self.global_value(func, global_value);

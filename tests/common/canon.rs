@@ -5,10 +5,10 @@
 //! resolve value aliases; keep the blocks reachable from the entry in DFS
 //! pre-order (destinations read from each block's last line, in order);
 //! replace every side-table reference by its (recursively expanded)
-//! definition, tagged with its first-appearance number (constants by value
-//! only; signatures and external functions by their expanded definition,
-//! so that equal declarations are one, with `func_addr` also naming which
-//! declaration it uses); write the frame as Cranelift lays it out, stack
+//! definition, tagged with its first-appearance number (signatures and
+//! external functions by their expanded definition, so that equal
+//! declarations are one, with `func_addr` also naming which declaration
+//! it uses); write the frame as Cranelift lays it out, stack
 //! slots in index order (but for the parser's empty placeholders, `ss =
 //! explicit_slot 0`) and then dynamic stack slots in index order, and a
 //! slot use as its place in that list; finally rename values and blocks by
@@ -195,9 +195,6 @@ pub fn canonical_text(func: &Function) -> String {
     let mut counts: HashMap<String, usize> = HashMap::new();
     let expanded = numbered_entity.replace_all(&expanded, |c: &Captures| {
         let kind = c[1].to_string();
-        if kind == "const" {
-            return "const".to_string(); // By value only.
-        }
         let key = format!("{kind}{}", &c[2]);
         let next = counts.entry(kind.clone()).or_insert(0);
         let n = *numbers.entry(key).or_insert_with(|| {
