@@ -8,6 +8,47 @@
 //! where a number equal to the count of entities numbered so far means "new",
 //! followed by the entity's definition. Decoding a key therefore yields the
 //! function back up to renaming, which is why equal keys mean equal functions.
+//! (Signatures and external functions are the one exception to "a number
+//! equal to the count means new": a new one's definition comes before its
+//! number, marked by a word no count reaches; see `declarations.rs`.)
+//!
+//! # Which numberings Cranelift's code generation depends on
+//!
+//! Audited in Cranelift 0.135.8's source (paths under `cranelift-codegen`
+//! `src/`). Where code generation reads a table by index or by identity,
+//! the key keeps that; where it reads only content, the key numbers by
+//! first use (or by content), so renumbered twins share a key. Two facts
+//! decide most rows: the mid-end's GVN compares instructions field by
+//! field, entity indices included (`egraph/mod.rs`, the generated
+//! `InstructionData::eq`), so any entity a *pure* instruction names is
+//! compared by identity; and there is no `global_value` instruction any
+//! more, so global values reach code only through `symbol_value`,
+//! `tls_value`, `stack_limit` and dynamic types.
+//!
+//! | table | what code generation reads | in the key |
+//! |---|---|---|
+//! | sized stack slots | index order: laid out one after another (`machinst/abi.rs`, `Callee::new`); unused slots move later ones; a slot's `key` reaches only frame metadata | every slot in index order but unused size-0 align-1 ones |
+//! | dynamic stack slots | index order, after the sized slots, unused ones too (same place) | every slot in index order |
+//! | dynamic types | content (sizes by concrete type, `Callee::new`) | first use, content |
+//! | global values | identity for `symbol_value`/`tls_value` (pure; lowering reads the `Symbol`, `machinst/lower.rs` `symbol_value_data`); content for `stack_limit` (`abi.rs` `generate_gv`) | first use, content, so two equal symbols stay two |
+//! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content |
+//! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
+//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`) | first use of the handle, bytes on first use |
+//! | jump tables, exception tables | content, in order | in place, by content |
+//! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
+//! | memory flags | content (`MemFlagsSet` interns them) | by content |
+//! | user stack maps, debug tags | metadata only | stack maps in place; debug tags not |
+//! | value labels | whether any are collected keeps `vmctx` alive (`Lower::gen_return`); their contents are metadata | whether collected |
+//! | cold blocks | placement: cold blocks last (`vcode.rs`) | a flag per block |
+//! | instruction order in a block | order | layout order |
+//! | block layout order | emission follows the CFG's reverse post-order, but virtual registers are numbered in layout order (`lower.rs`) and register allocation breaks ties by that number | not in the key: may change register choice, never behaviour |
+//! | value numbers | the egraph breaks cost ties by value index (`egraph/elaborate.rs`) | not in the key: the same |
+//! | block numbers | nothing found | not in the key |
+//!
+//! The last three rows are why the differential check's machine-code
+//! oracle lays both functions out in one block order before it compares
+//! their code: a key equates functions that behave the same, and their
+//! code may still differ in register choice.
 
 use super::declarations::{DECLARED_FUNCTION, DECLARED_SIGNATURE, Declarations};
 use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName};
