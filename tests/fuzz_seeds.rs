@@ -10,7 +10,7 @@ use jitfold::fuzzing::differential_bytes;
 #[test]
 fn differential_check_passes_on_fixed_seeds() {
     let (mut programs, mut functions, mut merged, mut calls, mut interpreted) = (0, 0, 0, 0, 0);
-    let (mut reused, mut adapted, mut traps) = (0, 0, 0);
+    let (mut reused, mut adapted, mut traps, mut code_compared) = (0, 0, 0, 0);
     for seed in 0..300 {
         let data = common::seed_bytes(seed, 64 + (seed as usize % 7) * 64);
         let Some(result) = differential_bytes(&data) else {
@@ -25,11 +25,12 @@ fn differential_check_passes_on_fixed_seeds() {
         traps += outcome.traps;
         calls += outcome.calls;
         interpreted += usize::from(outcome.interpreted);
+        code_compared += outcome.code_compared;
     }
     println!(
         "{programs} programs, {functions} functions, {merged} merged, {reused} reused, \
          {adapted} adapted, {calls} calls compared, {traps} trapped, \
-         {interpreted} programs also interpreted"
+         {interpreted} programs also interpreted, {code_compared} pairs' machine code compared"
     );
     // The seeds really make programs, the programs really merge and reuse
     // code (relinked twins), and the interpreter really serves as a third
@@ -47,6 +48,11 @@ fn differential_check_passes_on_fixed_seeds() {
     // compared, not only values.
     assert!(adapted >= 5, "only {adapted} of {functions} adapted");
     assert!(traps * 20 >= calls, "only {traps} of {calls} calls trapped");
+    // The machine-code oracle compares merged and template-equal functions.
+    assert!(
+        code_compared * 2 >= merged,
+        "only {code_compared} pairs compared for {merged} merged"
+    );
 }
 
 /// Extension mutants differ in what they return, not only in their

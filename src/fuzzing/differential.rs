@@ -25,8 +25,17 @@
 //!    whose NaN bits the interpreter does not model like the hardware), it
 //!    returns the same values and traps on the same calls as plain
 //!    `JITModule`.
+//! 5. Machine code ([`machine_code`](super::machine_code)), checked before
+//!    the calls of each option: every function `DedupModule` merged into
+//!    another (with any of the options) compiles, on its own, to the same
+//!    code as that function, callees compared by class; and every function
+//!    compiles to the code of the first function with its template,
+//!    renamed slot for slot (what code reuse hands out). A difference that
+//!    remains after laying both out in one block order fails the check
+//!    with both functions, what differs and both disassemblies.
 
 use super::isolated::{self, Entry};
+use super::machine_code::Oracle;
 use super::program::{Form, Op, Program, emit};
 use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::data_value::DataValue;
@@ -54,6 +63,8 @@ pub struct Outcome {
     pub traps: usize,
     /// Whether the interpreter also ran the program (check 4).
     pub interpreted: bool,
+    /// Pairs of functions whose machine code was compared (check 5).
+    pub code_compared: usize,
 }
 
 /// Interpreter steps a call may take before the interpreter gives up on
@@ -288,7 +299,8 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         traps: expected.iter().filter(|r| r.is_none()).count(),
         ..Outcome::default()
     };
-    if let Some(interpreted) = interpret(program, &functions(program)) {
+    let funcs = functions(program);
+    if let Some(interpreted) = interpret(program, &funcs) {
         if interpreted != expected {
             let at = first_difference(&interpreted, &expected);
             return Err(format!(
@@ -299,10 +311,17 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         }
         outcome.interpreted = true;
     }
+    let mut oracle = Oracle::new(plain.isa(), &funcs);
+    oracle.check_templates()?;
     for options in DedupOptions::ALL {
         let mut dedup = DedupModule::new(JITModule::new(jit_builder()?), options);
         let ids = define_all(&mut dedup, program)?;
         dedup.finalize_definitions().map_err(|e| e.to_string())?;
+        oracle.check_merged(
+            &merged_pairs(&dedup, &ids),
+            options.distinct_addresses,
+            &format!("{options:?}"),
+        )?;
         let pointers = ids
             .iter()
             .map(|&id| dedup.get_finalized_function(id))
@@ -328,9 +347,23 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         // SAFETY: no pointer into this module's code is used after this.
         unsafe { dedup.into_inner().free_memory() };
     }
+    outcome.code_compared = oracle.compared();
     // SAFETY: as above.
     unsafe { plain.free_memory() };
     Ok(outcome)
+}
+
+/// `(function, the function it runs the code of)` for every function of
+/// `dedup` (declared as `ids`, in program order) that is a duplicate.
+fn merged_pairs<M: Module>(dedup: &DedupModule<M>, ids: &[FuncId]) -> Vec<(usize, usize)> {
+    let index = |id: FuncId| ids.iter().position(|&i| i == id);
+    ids.iter()
+        .enumerate()
+        .filter_map(|(i, &id)| {
+            let into = index(dedup.canonical(id)?)?;
+            (into != i).then_some((i, into))
+        })
+        .collect()
 }
 
 /// A call's result as a message shows it.

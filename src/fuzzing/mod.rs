@@ -1,6 +1,7 @@
 //! Differential fuzzing helpers (feature `fuzzing`): a generator of valid
 //! programs with calls among them ([`program`]) and the check that merged
-//! code behaves like unmerged code ([`differential`]), whose calls run in
+//! code behaves like unmerged code ([`differential`]) and compiles to the
+//! same machine code ([`machine_code`]), whose calls run in
 //! child processes so that a trap is an outcome ([`isolated`]; Unix only).
 //! The cargo-fuzz targets in `fuzz/` and the seeded test in
 //! `tests/fuzz_seeds.rs` are thin callers of [`differential_bytes`] and
@@ -8,6 +9,7 @@
 
 pub mod differential;
 pub mod isolated;
+pub mod machine_code;
 pub mod program;
 
 use arbitrary::{Arbitrary, Unstructured};
