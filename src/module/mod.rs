@@ -50,6 +50,9 @@
 //!    an id twice, or with a signature other than the declared one; in the
 //!    JIT, finalizing while a referenced local function or data object is
 //!    undefined, and asking for the pointer of an undefined or unfinalized id.
+//! 9. With [`DedupOptions::check`], every duplicate, reused code and adapter
+//!    is also compiled on its own and compared with the code it is handed;
+//!    a difference is an error naming both functions (see `check.rs`).
 //!
 //! # Where the wrapper sits
 //!
@@ -79,6 +82,7 @@
 
 pub mod adapter;
 mod batch;
+mod check;
 mod jit;
 mod join;
 mod object;
@@ -103,6 +107,8 @@ use reuse::CodeTemplate;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
+#[doc(hidden)]
+pub use check::Poison;
 pub use stats::Stats;
 
 /// When functions are compiled.
@@ -128,6 +134,15 @@ pub struct DedupOptions {
     /// only in the callees and symbols they name. Keeps one copy of the
     /// code of each distinct template (see [`Stats::reuse_memory_bytes`]).
     pub reuse: bool,
+    /// Check mode, for embedders who want the cache proved right on their
+    /// own functions (like Cranelift's
+    /// `enable_incremental_compilation_cache_checks`): every function
+    /// defined without being compiled (duplicate, reused code, adapter) is
+    /// also compiled on its own, and a difference from the code it is
+    /// handed is an error naming both functions (see `check.rs`). Costs a
+    /// compilation per such function (two per adapter), and keeps the code
+    /// of each class. Off by default.
+    pub check: bool,
 }
 
 impl Default for DedupOptions {
@@ -136,6 +151,7 @@ impl Default for DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: false,
             reuse: true,
+            check: false,
         }
     }
 }
@@ -143,37 +159,46 @@ impl Default for DedupOptions {
 impl DedupOptions {
     /// Every combination of mode and address identity with reuse on, and
     /// each mode with reuse off: for tests and comparisons that must cover
-    /// every option.
+    /// every option. [Check mode](DedupOptions::check) is on in the four
+    /// with reuse on, so that whatever iterates these has every duplicate,
+    /// reused code and adapter compiled again and compared, and off in the
+    /// two with reuse off, so that the path without checks runs too.
     pub const ALL: [DedupOptions; 6] = [
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: false,
             reuse: true,
+            check: true,
         },
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: true,
             reuse: true,
+            check: true,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: false,
             reuse: true,
+            check: true,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: true,
             reuse: true,
+            check: true,
         },
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: false,
             reuse: false,
+            check: false,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: true,
             reuse: false,
+            check: false,
         },
     ];
 }
@@ -231,6 +256,8 @@ pub struct DedupModule<M: Module> {
     /// Batch definitions that failed and are still undefined, with their
     /// errors' text (see `batch.rs`).
     failed: Vec<(FuncId, String)>,
+    /// The reference code of each class, in check mode (see `check.rs`).
+    reference: check::ReferenceCode,
     /// Local functions and data objects referenced by definitions so far.
     referenced_functions: HashSet<FuncId>,
     referenced_data: HashSet<DataId>,
@@ -264,6 +291,7 @@ impl<M: Module> DedupModule<M> {
             joins: Joins::default(),
             pending: Vec::new(),
             failed: Vec::new(),
+            reference: check::ReferenceCode::default(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
             defined_data: SecondaryMap::new(),
@@ -476,6 +504,9 @@ impl<M: Module> DedupModule<M> {
         if let Some(class) = class {
             let canonical = self.classes[class].canonical;
             self.verify_once(&ctx.func, &mut verified)?;
+            if self.options.check {
+                self.check_duplicate(id, &ctx.func, canonical)?;
+            }
             if self.define_trampoline(id, canonical)? {
                 return Ok(());
             }
@@ -540,7 +571,7 @@ impl<M: Module> DedupModule<M> {
         }
         if let (Some(template), Some(names)) = (template, names)
             && self.templates.get(&template).is_none()
-            && let Some(code) = CodeTemplate::capture(ctx, &names, compile_time)
+            && let Some(code) = CodeTemplate::capture(id, ctx, &names, compile_time)
         {
             self.stats.reuse_memory_bytes += code.heap_bytes() as u64;
             self.templates.insert(template);
@@ -551,6 +582,9 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time += compile_time;
         self.start_class(id, fp, class_names, code_bytes, compile_time);
+        if self.options.check {
+            self.keep_reference_code(id, crate::compile::MachineCode::of(ctx));
+        }
         Ok(())
     }
 
@@ -600,11 +634,18 @@ impl<M: Module> DedupModule<M> {
             return Ok(false);
         };
         let code = &self.code_templates[class.index()];
-        let Some(relocs) = code.instantiate(id, self.fingerprinter.last_names()) else {
+        let own_names = self.fingerprinter.last_names();
+        let Some(relocs) = code.instantiate(id, own_names) else {
             return Ok(false);
         };
         self.verify_once(func, verified)?;
-        let code = &self.code_templates[class.index()];
+        let own = if self.options.check {
+            let reused = code.retargeted(own_names);
+            let check = reused.map(|reused| self.check_reused(id, func, &reused, code.source));
+            check.transpose()?
+        } else {
+            None
+        };
         self.inner
             .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
         let code_bytes = code.bytes().len() as u64;
@@ -618,6 +659,7 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time_saved += saved;
         self.start_class(id, fp.clone(), names, code_bytes, saved);
+        self.keep_reference_code(id, own);
         Ok(true)
     }
 
@@ -642,6 +684,11 @@ impl<M: Module> DedupModule<M> {
             return Ok(false);
         }
         self.verify_once(func, verified)?;
+        let own = if self.options.check {
+            Some(self.check_adapter(id, func, target)?)
+        } else {
+            None
+        };
         let (result, time, code_bytes) = self.compile_adapter(id, target);
         result?;
         self.stats.adapted += 1;
@@ -652,6 +699,7 @@ impl<M: Module> DedupModule<M> {
             self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
         }
         self.start_class(id, fp.clone(), names, code_bytes, time);
+        self.keep_reference_code(id, own);
         Ok(true)
     }
 
