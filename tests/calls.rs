@@ -328,6 +328,7 @@ fn eager_mode_joins_classes_when_a_callee_turns_out_to_be_a_duplicate() {
             let options = DedupOptions {
                 mode: Mode::Eager,
                 distinct_addresses,
+                check: true,
                 ..DedupOptions::default()
             };
             let mut d = DedupModule::new(jit(), options);

@@ -63,6 +63,7 @@ fn aarch64_duplicates_become_branch_trampolines() {
             DedupOptions {
                 mode,
                 distinct_addresses: false,
+                check: true,
                 ..DedupOptions::default()
             },
         );
@@ -85,6 +86,7 @@ fn riscv64(mode: Mode, reuse: bool) -> DedupModule<ObjectModule> {
             mode,
             distinct_addresses: false,
             reuse,
+            check: true,
         },
     )
 }

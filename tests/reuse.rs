@@ -210,6 +210,7 @@ fn reuse_works_for_callers_defined_before_their_callees() {
             jit(),
             DedupOptions {
                 mode,
+                check: true,
                 ..DedupOptions::default()
             },
         );

@@ -119,8 +119,18 @@ impl<M: Module> DedupModule<M> {
             // Planning may chain duplicates (a group's first member can turn
             // out to be a duplicate in a later round); follow to the root.
             let root = self.root_of(canonical);
+            let root_defined = matches!(self.functions[root], State::Compiled(_) | State::Bytes);
+            // Checked while still planned as a duplicate, so that its own
+            // name maps to the root's.
+            let checked = if root_defined && self.options.check {
+                self.check_duplicate(*id, func, root)
+            } else {
+                Ok(())
+            };
             self.functions[*id] = State::Undefined;
-            if matches!(self.functions[root], State::Compiled(_) | State::Bytes) {
+            if let Err(e) = checked {
+                failures.push((*id, e));
+            } else if root_defined {
                 match self.define_trampoline(*id, root) {
                     Ok(true) => {}
                     Ok(false) => unreachable!("duplicates are planned only with trampolines"),

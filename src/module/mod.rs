@@ -50,6 +50,9 @@
 //!    an id twice, or with a signature other than the declared one; in the
 //!    JIT, finalizing while a referenced local function or data object is
 //!    undefined, and asking for the pointer of an undefined or unfinalized id.
+//! 9. With [`DedupOptions::check`], every duplicate, reused code and adapter
+//!    is also compiled on its own and compared with the code it is handed;
+//!    a difference is an error naming both functions (see `check.rs`).
 //!
 //! # Where the wrapper sits
 //!
@@ -79,9 +82,11 @@
 
 pub mod adapter;
 mod batch;
+mod check;
 mod jit;
 mod join;
 mod object;
+mod options;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;
@@ -103,80 +108,10 @@ use reuse::CodeTemplate;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
+#[doc(hidden)]
+pub use check::Poison;
+pub use options::{DedupOptions, Mode};
 pub use stats::Stats;
-
-/// When functions are compiled.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// At `define_function`.
-    #[default]
-    Eager,
-    /// At `finalize_definitions` (or [`DedupModule::flush`]).
-    Batch,
-}
-
-/// Options of a [`DedupModule`]. The default is eager, shared addresses for
-/// duplicates, reuse on.
-#[derive(Clone, Copy, Debug)]
-pub struct DedupOptions {
-    /// When functions are compiled.
-    pub mode: Mode,
-    /// Give every function id its own address (a trampoline), for runtimes
-    /// that compare function pointers.
-    pub distinct_addresses: bool,
-    /// Reuse compiled code for functions that differ from a compiled one
-    /// only in the callees and symbols they name. Keeps one copy of the
-    /// code of each distinct template (see [`Stats::reuse_memory_bytes`]).
-    pub reuse: bool,
-}
-
-impl Default for DedupOptions {
-    fn default() -> Self {
-        Self {
-            mode: Mode::Eager,
-            distinct_addresses: false,
-            reuse: true,
-        }
-    }
-}
-
-impl DedupOptions {
-    /// Every combination of mode and address identity with reuse on, and
-    /// each mode with reuse off: for tests and comparisons that must cover
-    /// every option.
-    pub const ALL: [DedupOptions; 6] = [
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: false,
-            reuse: true,
-        },
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: true,
-            reuse: true,
-        },
-        DedupOptions {
-            mode: Mode::Batch,
-            distinct_addresses: false,
-            reuse: true,
-        },
-        DedupOptions {
-            mode: Mode::Batch,
-            distinct_addresses: true,
-            reuse: true,
-        },
-        DedupOptions {
-            mode: Mode::Eager,
-            distinct_addresses: false,
-            reuse: false,
-        },
-        DedupOptions {
-            mode: Mode::Batch,
-            distinct_addresses: true,
-            reuse: false,
-        },
-    ];
-}
 
 /// What a function id is defined as.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -231,6 +166,8 @@ pub struct DedupModule<M: Module> {
     /// Batch definitions that failed and are still undefined, with their
     /// errors' text (see `batch.rs`).
     failed: Vec<(FuncId, String)>,
+    /// The reference code of each class, in check mode (see `check.rs`).
+    reference: check::ReferenceCode,
     /// Local functions and data objects referenced by definitions so far.
     referenced_functions: HashSet<FuncId>,
     referenced_data: HashSet<DataId>,
@@ -264,6 +201,7 @@ impl<M: Module> DedupModule<M> {
             joins: Joins::default(),
             pending: Vec::new(),
             failed: Vec::new(),
+            reference: check::ReferenceCode::default(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
             defined_data: SecondaryMap::new(),
@@ -476,6 +414,9 @@ impl<M: Module> DedupModule<M> {
         if let Some(class) = class {
             let canonical = self.classes[class].canonical;
             self.verify_once(&ctx.func, &mut verified)?;
+            if self.options.check {
+                self.check_duplicate(id, &ctx.func, canonical)?;
+            }
             if self.define_trampoline(id, canonical)? {
                 return Ok(());
             }
@@ -540,7 +481,7 @@ impl<M: Module> DedupModule<M> {
         }
         if let (Some(template), Some(names)) = (template, names)
             && self.templates.get(&template).is_none()
-            && let Some(code) = CodeTemplate::capture(ctx, &names, compile_time)
+            && let Some(code) = CodeTemplate::capture(id, ctx, &names, compile_time)
         {
             self.stats.reuse_memory_bytes += code.heap_bytes() as u64;
             self.templates.insert(template);
@@ -551,6 +492,9 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time += compile_time;
         self.start_class(id, fp, class_names, code_bytes, compile_time);
+        if self.options.check {
+            self.keep_reference_code(id, crate::compile::MachineCode::of(ctx));
+        }
         Ok(())
     }
 
@@ -600,11 +544,18 @@ impl<M: Module> DedupModule<M> {
             return Ok(false);
         };
         let code = &self.code_templates[class.index()];
-        let Some(relocs) = code.instantiate(id, self.fingerprinter.last_names()) else {
+        let own_names = self.fingerprinter.last_names();
+        let Some(relocs) = code.instantiate(id, own_names) else {
             return Ok(false);
         };
         self.verify_once(func, verified)?;
-        let code = &self.code_templates[class.index()];
+        let own = if self.options.check {
+            let reused = code.retargeted(own_names);
+            let check = reused.map(|reused| self.check_reused(id, func, &reused, code.source));
+            check.transpose()?
+        } else {
+            None
+        };
         self.inner
             .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
         let code_bytes = code.bytes().len() as u64;
@@ -618,6 +569,7 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time_saved += saved;
         self.start_class(id, fp.clone(), names, code_bytes, saved);
+        self.keep_reference_code(id, own);
         Ok(true)
     }
 
@@ -642,6 +594,11 @@ impl<M: Module> DedupModule<M> {
             return Ok(false);
         }
         self.verify_once(func, verified)?;
+        let own = if self.options.check {
+            Some(self.check_adapter(id, func, target)?)
+        } else {
+            None
+        };
         let (result, time, code_bytes) = self.compile_adapter(id, target);
         result?;
         self.stats.adapted += 1;
@@ -652,6 +609,7 @@ impl<M: Module> DedupModule<M> {
             self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
         }
         self.start_class(id, fp.clone(), names, code_bytes, time);
+        self.keep_reference_code(id, own);
         Ok(true)
     }
 

@@ -27,14 +27,17 @@ use std::time::Duration;
 pub(crate) struct CodeTemplate {
     code: MachineCode,
     names: Vec<SymbolName>,
+    /// The function it was compiled for.
+    pub(crate) source: FuncId,
     /// What compiling it cost; what each instance saves.
     pub(crate) compile_time: Duration,
 }
 
 impl CodeTemplate {
-    /// The code just compiled in `ctx`, whose names in slot order are
-    /// `names`; `None` if it cannot be retargeted (see 1 above).
+    /// The code just compiled in `ctx` for `source`, whose names in slot
+    /// order are `names`; `None` if it cannot be retargeted (see 1 above).
     pub(crate) fn capture(
+        source: FuncId,
         ctx: &Context,
         names: &[SymbolName],
         compile_time: Duration,
@@ -49,6 +52,7 @@ impl CodeTemplate {
         retargetable.then(|| Self {
             code,
             names: names.to_vec(),
+            source,
             compile_time,
         })
     }
@@ -63,10 +67,17 @@ impl CodeTemplate {
         u64::from(self.code.alignment)
     }
 
+    /// The code of the instance of this template with `names` in slot
+    /// order (what [`CodeTemplate::instantiate`] defines, before names
+    /// become module relocation targets); `None` if there is none.
+    pub(crate) fn retargeted(&self, names: &[SymbolName]) -> Option<MachineCode> {
+        self.code.retarget(&self.names, names)
+    }
+
     /// The relocations of the instance of this template defined as `id`
     /// with `names` in slot order; `None` if there is none (see 3 above).
     pub(crate) fn instantiate(&self, id: FuncId, names: &[SymbolName]) -> Option<Vec<ModuleReloc>> {
-        let code = self.code.retarget(&self.names, names)?;
+        let code = self.retargeted(names)?;
         code.relocs
             .iter()
             .map(|reloc| {

@@ -1,0 +1,98 @@
+//! The options of a [`DedupModule`](super::DedupModule): when functions
+//! are compiled, whether duplicates keep their own addresses, whether code
+//! is reused, and check mode.
+
+#[cfg(doc)]
+use super::{DedupModule, Stats};
+
+/// When functions are compiled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// At `define_function`.
+    #[default]
+    Eager,
+    /// At `finalize_definitions` (or [`DedupModule::flush`]).
+    Batch,
+}
+
+/// Options of a [`DedupModule`]. The default is eager, shared addresses for
+/// duplicates, reuse on.
+#[derive(Clone, Copy, Debug)]
+pub struct DedupOptions {
+    /// When functions are compiled.
+    pub mode: Mode,
+    /// Give every function id its own address (a trampoline), for runtimes
+    /// that compare function pointers.
+    pub distinct_addresses: bool,
+    /// Reuse compiled code for functions that differ from a compiled one
+    /// only in the callees and symbols they name. Keeps one copy of the
+    /// code of each distinct template (see [`Stats::reuse_memory_bytes`]).
+    pub reuse: bool,
+    /// Check mode, for embedders who want the cache proved right on their
+    /// own functions (like Cranelift's
+    /// `enable_incremental_compilation_cache_checks`): every function
+    /// defined without being compiled (duplicate, reused code, adapter) is
+    /// also compiled on its own, and a difference from the code it is
+    /// handed is an error naming both functions (see `check.rs`). Costs a
+    /// compilation per such function (two per adapter), and keeps the code
+    /// of each class. Off by default.
+    pub check: bool,
+}
+
+impl Default for DedupOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+            reuse: true,
+            check: false,
+        }
+    }
+}
+
+impl DedupOptions {
+    /// Every combination of mode and address identity with reuse on, and
+    /// each mode with reuse off: for tests and comparisons that must cover
+    /// every option. [Check mode](DedupOptions::check) is on in the four
+    /// with reuse on, so that whatever iterates these has every duplicate,
+    /// reused code and adapter compiled again and compared, and off in the
+    /// two with reuse off, so that the path without checks runs too.
+    pub const ALL: [DedupOptions; 6] = [
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+            reuse: true,
+            check: true,
+        },
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: true,
+            reuse: true,
+            check: true,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: false,
+            reuse: true,
+            check: true,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: true,
+            reuse: true,
+            check: true,
+        },
+        DedupOptions {
+            mode: Mode::Eager,
+            distinct_addresses: false,
+            reuse: false,
+            check: false,
+        },
+        DedupOptions {
+            mode: Mode::Batch,
+            distinct_addresses: true,
+            reuse: false,
+            check: false,
+        },
+    ];
+}

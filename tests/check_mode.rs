@@ -1,0 +1,185 @@
+//! Check mode (`DedupOptions::check`): it lets real duplicates, reused code
+//! and adapters through, and turns a wrong cache into an error naming both
+//! functions instead of a false merge.
+
+use common::build::{call1, define, emit_call};
+use cranelift_codegen::ir::{self, AbiParam, InstBuilder, Signature, types::*};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
+use jitfold::module::Poison;
+use jitfold::{DedupModule, DedupOptions, Mode};
+
+mod common;
+
+fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
+    let builder = JITBuilder::with_flags(&[], default_libcall_names()).unwrap();
+    DedupModule::new(JITModule::new(builder), options)
+}
+
+fn sig(m: &impl Module, conv: CallConv) -> Signature {
+    let mut s = m.make_signature();
+    s.call_conv = conv;
+    s.params.push(AbiParam::new(I64));
+    s.returns.push(AbiParam::new(I64));
+    s
+}
+
+fn declare(m: &mut impl Module, name: &str, conv: CallConv) -> FuncId {
+    let s = sig(m, conv);
+    m.declare_function(name, Linkage::Local, &s).unwrap()
+}
+
+/// `(x * k + 1) * k + 2 ...`: twenty steps, enough for an adapter.
+fn chain(b: &mut FunctionBuilder, x: ir::Value, k: i64) -> ir::Value {
+    let mut v = x;
+    for i in 1..=10 {
+        v = b.ins().imul_imm_s(v, k);
+        v = b.ins().iadd_imm_s(v, i);
+    }
+    v
+}
+
+/// A body: `chain(callee(x), k)`, or `chain(x, k)` without a callee.
+fn body(
+    callee: Option<FuncId>,
+    k: i64,
+) -> impl FnOnce(&mut FunctionBuilder, &mut DedupModule<JITModule>, &[ir::Value]) {
+    move |b, m, p| {
+        let x = match callee {
+            Some(callee) => emit_call(b, m, callee, p[0]),
+            None => p[0],
+        };
+        let r = chain(b, x, k);
+        b.ins().return_(&[r]);
+    }
+}
+
+/// The function `body` builds for `id`, without defining it.
+fn built(
+    m: &mut DedupModule<JITModule>,
+    id: FuncId,
+    body: impl FnOnce(&mut FunctionBuilder, &mut DedupModule<JITModule>, &[ir::Value]),
+) -> ir::Function {
+    let mut func = ir::Function::new();
+    func.signature = m.declarations().get_function_decl(id).signature.clone();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    body(&mut b, m, &params);
+    b.seal_all_blocks();
+    b.finalize(m.target_config());
+    func
+}
+
+#[test]
+fn check_mode_lets_real_duplicates_reuse_and_adapters_through() {
+    for options in DedupOptions::ALL {
+        let options = DedupOptions {
+            check: true,
+            ..options
+        };
+        let mut m = dedup(options);
+        let conv = m.isa().default_call_conv();
+        let [h1, h2, f, twin, other_callee, r0, r1] =
+            ["h1", "h2", "f", "twin", "other_callee", "r0", "r1"].map(|n| declare(&mut m, n, conv));
+        let tail = declare(&mut m, "tail", CallConv::Tail);
+        define(&mut m, h1, body(None, 3)).unwrap();
+        define(&mut m, h2, body(None, 5)).unwrap();
+        define(&mut m, f, body(Some(h1), 7)).unwrap();
+        define(&mut m, twin, body(Some(h1), 7)).unwrap();
+        define(&mut m, other_callee, body(Some(h2), 7)).unwrap();
+        define(&mut m, tail, body(Some(h1), 7)).unwrap();
+        // Recursive twins: each calls itself (its code names itself).
+        for r in [r0, r1] {
+            define(&mut m, r, |b, m, p| {
+                let zero = b.ins().icmp_imm_s(ir::condcodes::IntCC::Equal, p[0], 0);
+                let (done, again) = (b.create_block(), b.create_block());
+                b.ins().brif(zero, done, &[], again, &[]);
+                b.switch_to_block(again);
+                let less = b.ins().iadd_imm_s(p[0], -1);
+                let sum = emit_call(b, m, r, less);
+                let sum = b.ins().iadd(sum, p[0]);
+                b.ins().return_(&[sum]);
+                b.switch_to_block(done);
+                b.ins().return_(&[p[0]]);
+            })
+            .unwrap();
+        }
+        m.finalize_definitions().unwrap();
+        let s = m.stats();
+        assert!(s.aliased + s.trampolined >= 1, "{options:?}: {s:?}");
+        assert_eq!(s.reused >= 1, options.reuse, "{options:?}: {s:?}");
+        assert_eq!(s.adapted, 1, "{options:?}: {s:?}");
+        if options.mode == Mode::Batch {
+            assert_eq!(m.canonical(r1), Some(r0), "{options:?}");
+        }
+        let run = |id| call1(m.get_finalized_function(id).unwrap(), 3);
+        assert_eq!(run(f), run(twin));
+        assert_ne!(run(f), run(other_callee));
+        assert_eq!([run(r0), run(r1)], [6, 6]);
+    }
+}
+
+/// A cache made wrong on purpose (each table in turn) hands out the code of
+/// another function: without check mode, a false merge; with it, an error
+/// naming both functions, and nothing defined.
+#[test]
+fn check_mode_catches_a_wrong_cache() {
+    let cases = [Poison::Exact, Poison::Template, Poison::Body]
+        .into_iter()
+        .flat_map(|p| [Mode::Eager, Mode::Batch].map(|mode| (p, mode)));
+    for (poison, mode) in cases {
+        for check in [false, true] {
+            let options = DedupOptions {
+                mode,
+                check,
+                ..DedupOptions::default()
+            };
+            let mut m = dedup(options);
+            let conv = m.isa().default_call_conv();
+            let wrong_conv = match poison {
+                Poison::Body => CallConv::Tail,
+                Poison::Exact | Poison::Template => conv,
+            };
+            let h1 = declare(&mut m, "h1", conv);
+            let h2 = declare(&mut m, "h2", conv);
+            let right = declare(&mut m, "right", conv);
+            let wrong = declare(&mut m, "wrong", wrong_conv);
+            define(&mut m, h1, body(None, 3)).unwrap();
+            define(&mut m, h2, body(None, 5)).unwrap();
+            define(&mut m, right, body(Some(h1), 7)).unwrap();
+            m.flush().unwrap();
+            // Not `right`'s twin: another multiplier (and, for a template,
+            // another callee).
+            let callee = match poison {
+                Poison::Template => h2,
+                Poison::Exact | Poison::Body => h1,
+            };
+            let func = built(&mut m, wrong, body(Some(callee), 9));
+            m.poison_cache_for_testing(&func, right, poison);
+            let mut ctx = m.make_context();
+            ctx.func = func;
+            let result = m.define_function(wrong, &mut ctx).and_then(|()| m.flush());
+            if check {
+                let Err(ModuleError::Backend(e)) = &result else {
+                    panic!("{poison:?} {mode:?}: {result:?}");
+                };
+                let e = e.to_string();
+                assert!(
+                    e.contains("wrong") && e.contains("right") && e.contains("differ"),
+                    "{poison:?} {mode:?}: {e}"
+                );
+                assert_eq!(m.canonical(wrong), None);
+            } else {
+                // The poison took: `wrong` was not compiled.
+                result.unwrap();
+                assert_eq!(m.stats().compiled, 3, "{poison:?} {mode:?}");
+            }
+        }
+    }
+}
