@@ -8,6 +8,7 @@ use common::program::{Program, Rng, Variant};
 use cranelift_codegen::ir::Function;
 use jitfold::{Fingerprint, Fingerprinter};
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 fn formats_text() -> String {
     std::fs::read_to_string(common::data_dir().join("formats.clif")).unwrap()
@@ -306,10 +307,13 @@ const MUTATIONS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The hand-written test data files.
+const TEST_DATA: [&str; 3] = ["formats.clif", "dynamic.clif", "layout.clif"];
+
 #[test]
 fn test_data_covers_every_instruction_format() {
     let mut formats = std::collections::HashSet::new();
-    for name in ["formats.clif", "dynamic.clif"] {
+    for name in TEST_DATA {
         let text = std::fs::read_to_string(common::data_dir().join(name)).unwrap();
         for func in common::parse_valid(&text) {
             for block in func.layout.blocks() {
@@ -354,7 +358,7 @@ fn every_semantic_fact_changes_the_key() {
 fn oracle_set() -> Vec<Function> {
     let mut funcs = Vec::new();
     let text = formats_text();
-    for name in ["formats.clif", "dynamic.clif"] {
+    for name in TEST_DATA {
         let t = std::fs::read_to_string(common::data_dir().join(name)).unwrap();
         funcs.extend(common::parse_valid(&t));
     }
@@ -518,4 +522,118 @@ fn stack_switch_stack_maps_are_in_the_key() {
     ] {
         assert_ne!(base, switch(other), "{other}");
     }
+}
+
+/// The functions of `layout.clif` by name.
+fn layout_functions() -> HashMap<String, Function> {
+    let text = std::fs::read_to_string(common::data_dir().join("layout.clif")).unwrap();
+    functions_by_name(&text).into_iter().collect()
+}
+
+/// Stack slots are in the key in the order Cranelift lays them out (index
+/// order), unused ones included; a callee or signature declared twice is
+/// one declaration, but not for `func_addr`. Checked against the machine
+/// code Cranelift makes of each pair, which shares nothing with the walk.
+#[test]
+fn frame_layout_and_declarations_are_keyed_as_cranelift_compiles_them() {
+    let funcs = layout_functions();
+    let isa = jitfold::isa::isa_by_name(
+        "x86_64",
+        jitfold::isa::flags(&[("opt_level", "speed"), ("preserve_frame_pointers", "true")])
+            .unwrap(),
+    )
+    .unwrap();
+    let pairs = [
+        ("slot_order_ab", "slot_order_ba", false),
+        ("unused_slot_first", "unused_slot_last", false),
+        ("callee_declared_twice", "callee_declared_once", true),
+        ("address_declared_twice", "address_declared_once", false),
+        ("constant_once", "constant_twice", false),
+    ];
+    for (a, b, same) in pairs {
+        let (fa, fb) = (&funcs[&format!("%{a}")], &funcs[&format!("%{b}")]);
+        assert_eq!(
+            Fingerprint::of(fa) == Fingerprint::of(fb),
+            same,
+            "{a} vs {b}"
+        );
+        let code = |f: &Function| jitfold::compile::compile(f, &*isa).unwrap().code;
+        assert_eq!(code(fa) == code(fb), same, "{a} vs {b}: machine code");
+    }
+}
+
+/// A sized slot of size 0 and alignment 1 moves nothing when unused (the
+/// parser's placeholders for gaps in `ssN` numbers), but a used one is
+/// where the next slot would start, and any other unused slot counts.
+#[test]
+fn empty_slots_are_left_out_of_the_frame_unless_used() {
+    let with = |slots: &str, used: &str| {
+        let text = format!(
+            "function %f() -> i64 {{
+                {slots}
+            block0:
+                v0 = stack_addr.i64 {used}
+                return v0
+            }}"
+        );
+        Fingerprint::of(&common::parse_valid(&text)[0])
+    };
+    let one = "ss9 = explicit_slot 8";
+    let two = "ss0 = explicit_slot 8\n ss3 = explicit_slot 0\n ss5 = explicit_slot 0\n ss9 = explicit_slot 8";
+    // ss0..ss8 are placeholders here.
+    assert_eq!(with(one, "ss9"), with("ss0 = explicit_slot 8", "ss0"));
+    assert_ne!(
+        with(one, "ss9"),
+        with(
+            "ss0 = explicit_slot 8, align = 16\n ss9 = explicit_slot 8",
+            "ss9"
+        ),
+        "an unused slot that is not empty"
+    );
+    // A used placeholder is where ss9 starts, as all of ss1..ss8 are.
+    assert_ne!(with(two, "ss3"), with(two, "ss0"), "a used empty slot");
+    assert_eq!(
+        with(two, "ss3"),
+        with(two, "ss5"),
+        "two empty slots in one place"
+    );
+}
+
+/// The walk reads only what exists: a function that jumps to a block or
+/// uses a value that was never created (the verifier rejects it) gets a
+/// fingerprint, not a panic.
+#[test]
+fn references_to_missing_entities_do_not_panic() {
+    use cranelift_codegen::cursor::{Cursor, FuncCursor};
+    use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, Value, types::I64};
+    let mut func = Function::new();
+    func.signature.returns.push(AbiParam::new(I64));
+    let entry = func.dfg.make_block();
+    let next = func.dfg.make_block();
+    func.layout.append_block(entry);
+    func.layout.append_block(next);
+    let mut pos = FuncCursor::new(&mut func).at_bottom(entry);
+    let one = pos.ins().iconst(I64, 1);
+    pos.ins()
+        .brif(one, Block::from_u32(4_000_000_000), &[], next, &[]);
+    pos.goto_bottom(next);
+    pos.ins().return_(&[Value::from_u32(4_000_000_000)]);
+    let broken = Fingerprint::of(&func);
+    assert_ne!(broken, Fingerprint::of(&Function::new()));
+}
+
+/// Collecting value labels keeps `vmctx` alive to the end of the function,
+/// which changes the code: whether they are collected is in the key (what
+/// they say is not).
+#[test]
+fn collecting_value_labels_changes_the_key() {
+    let text = "function %f(i64 vmctx) -> i64 {
+        block0(v0: i64):
+            v1 = load.i64 v0
+            return v1
+    }";
+    let plain = common::parse_valid(text).remove(0);
+    let mut labelled = plain.clone();
+    labelled.dfg.collect_debug_info();
+    assert_ne!(Fingerprint::of(&plain), Fingerprint::of(&labelled));
 }

@@ -22,50 +22,60 @@
 //!   seed, so crafted inputs cannot force hash collisions in the cache.
 //!
 //! **Ignored** (not in the key): the function's name, value and block
-//! numbers, the layout order of blocks, source locations, value labels, debug
-//! tags, value aliases (resolved before numbering), blocks that are
+//! numbers, the layout order of blocks, source locations, the contents of
+//! value labels, debug tags, value aliases (resolved before numbering), blocks that are
 //! unreachable from the entry block, instructions and values that are not in
 //! the layout, declarations (signatures, external functions, global values,
-//! alias regions, dynamic types and slots) that no reachable instruction
-//! uses, stack slots of size 0 and alignment 1 that nothing uses (the CLIF
-//! parser creates them for gaps in `ssN` numbering), and the index order of
-//! side tables.
+//! alias regions, dynamic types) that no reachable instruction uses, stack
+//! slots of size 0 and alignment 1 that nothing uses (the CLIF parser
+//! creates them for gaps in `ssN` numbering), the index order of side
+//! tables other than stack slots, and how many times a signature or an
+//! external function is declared (equal declarations are one, but for
+//! `func_addr`). Which tables Cranelift reads by index, by identity or by
+//! content, with the places in its source that decide it, is in the docs
+//! of `walk.rs`.
 //!
 //! **Included** (each is a checklist item of the walk in `walk.rs`):
 //!
 //! 1. The signature: parameter and return types, their `ArgumentPurpose` and
 //!    `ArgumentExtension`, and the calling convention.
-//! 2. `stack_limit`, as a global value.
-//! 3. Reachable blocks in DFS pre-order from the entry block, following each
+//! 2. `stack_limit`, as a global value, and whether value labels are
+//!    collected (that keeps the `vmctx` parameter alive).
+//! 3. The frame layout: every sized stack slot (kind, size, alignment, key)
+//!    in index order, which is the order Cranelift lays them out in, but for
+//!    unused slots of size 0 and alignment 1; then every dynamic stack slot
+//!    in index order with its dynamic type. Uses of slots refer to their
+//!    place in this list.
+//! 4. Reachable blocks in DFS pre-order from the entry block, following each
 //!    terminator's destinations in order; each block's parameter types and
 //!    whether it is marked cold (cold blocks are laid out last).
-//! 4. Every instruction of those blocks in layout order: opcode, number and
+//! 5. Every instruction of those blocks in layout order: opcode, number and
 //!    types of results, operands as serial value numbers, and every immediate
 //!    of its `InstructionData` format: `Imm64` and float immediates by their raw
 //!    bits (so NaN payloads and `-0.0` are distinct), `Offset32`, `Uimm8`, lane
 //!    indices, condition codes, atomic RMW ops, trap codes.
-//! 5. Memory flags by their data (endianness, `aligned`, `readonly`,
+//! 6. Memory flags by their data (endianness, `aligned`, `readonly`,
 //!    `can_move`, trap code), never by their interned index; the alias region
 //!    by first-use number and its `user_id`.
-//! 6. Constant-pool and `dfg.immediates` bytes by value.
-//! 7. Branch destinations as block serial numbers with their arguments
+//! 7. Constant-pool and `dfg.immediates` handles by first-use number, with
+//!    their bytes on first use (two handles of equal bytes are not one: the
+//!    mid-end and the x86-64 constant pool tell handles apart).
+//! 8. Branch destinations as block serial numbers with their arguments
 //!    (`BlockArg::{Value, TryCallRet, TryCallExn}`), jump tables entry by
 //!    entry, exception tables (signature, normal return, tags, defaults and
 //!    contexts in order).
-//! 8. Side tables in first-use order, each written out in full on its first
-//!    use: signatures of `SigRef`s; external functions (name, signature,
-//!    `colocated`, `patchable`); global values with all fields, recursively;
-//!    sized stack slots (kind, size, alignment, key); dynamic stack slots and
-//!    dynamic types; alias regions.
-//! 9. External names: libcalls and known symbols by variant in place; `User`
-//!    and test-case names in place as a *name slot* (their number in
-//!    first-use order among distinct names), and after everything else the
-//!    list of names in slot order (`User` names by namespace and index,
-//!    test-case names by their bytes).
-//! 10. User stack map entries of each instruction (type, slot, offset).
-//! 11. Sized stack slots that no instruction uses, as a sorted multiset: they
-//!     enlarge the frame, which changes the code and where a stack-limit
-//!     check or probe traps.
+//! 9. Other side tables in first-use order, each written out in full on
+//!    its first use: global values with all fields, recursively; dynamic
+//!    types; alias regions. Signatures of `SigRef`s and external functions
+//!    (name, signature, `colocated`, `patchable`) are numbered by content
+//!    in first-use order, so a callee declared twice is one callee; a
+//!    `func_addr` also writes which declaration it names, by first use.
+//! 10. External names: libcalls and known symbols by variant in place; `User`
+//!     and test-case names in place as a *name slot* (their number in
+//!     first-use order among distinct names), and after everything else the
+//!     list of names in slot order (`User` names by namespace and index,
+//!     test-case names by their bytes).
+//! 11. User stack map entries of each instruction (type, slot, offset).
 //!
 //! # Templates
 //!
@@ -98,6 +108,7 @@
 //! of value aliases, on which Cranelift's own alias resolution panics), but
 //! the "if and only if" above is only promised for valid functions.
 
+mod declarations;
 mod walk;
 
 use core::cmp::Ordering;
@@ -109,7 +120,7 @@ pub use walk::Fingerprinter;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 2;
+pub const KEY_FORMAT_VERSION: u32 = 3;
 
 /// The canonical fingerprint of one function: its key and a keyed hash of it.
 ///

@@ -8,14 +8,56 @@
 //! where a number equal to the count of entities numbered so far means "new",
 //! followed by the entity's definition. Decoding a key therefore yields the
 //! function back up to renaming, which is why equal keys mean equal functions.
+//! (Signatures and external functions are the one exception to "a number
+//! equal to the count means new": a new one's definition comes before its
+//! number, marked by a word no count reaches; see `declarations.rs`.)
+//!
+//! # Which numberings Cranelift's code generation depends on
+//!
+//! Audited in Cranelift 0.135.8's source (paths under `cranelift-codegen`
+//! `src/`). Where code generation reads a table by index or by identity,
+//! the key keeps that; where it reads only content, the key numbers by
+//! first use (or by content), so renumbered twins share a key. Two facts
+//! decide most rows: the mid-end's GVN compares instructions field by
+//! field, entity indices included (`egraph/mod.rs`, the generated
+//! `InstructionData::eq`), so any entity a *pure* instruction names is
+//! compared by identity; and there is no `global_value` instruction any
+//! more, so global values reach code only through `symbol_value`,
+//! `tls_value`, `stack_limit` and dynamic types.
+//!
+//! | table | what code generation reads | in the key |
+//! |---|---|---|
+//! | sized stack slots | index order: laid out one after another (`machinst/abi.rs`, `Callee::new`); unused slots move later ones; a slot's `key` reaches only frame metadata | every slot in index order but unused size-0 align-1 ones |
+//! | dynamic stack slots | index order, after the sized slots, unused ones too (same place) | every slot in index order |
+//! | dynamic types | content (sizes by concrete type, `Callee::new`) | first use, content |
+//! | global values | identity for `symbol_value`/`tls_value` (pure; lowering reads the `Symbol`, `machinst/lower.rs` `symbol_value_data`); content for `stack_limit` (`abi.rs` `generate_gv`) | first use, content, so two equal symbols stay two |
+//! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content |
+//! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
+//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`) | first use of the handle, bytes on first use |
+//! | jump tables, exception tables | content, in order | in place, by content |
+//! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
+//! | memory flags | content (`MemFlagsSet` interns them) | by content |
+//! | user stack maps, debug tags | metadata only | stack maps in place; debug tags not |
+//! | value labels | whether any are collected keeps `vmctx` alive (`Lower::gen_return`); their contents are metadata | whether collected |
+//! | cold blocks | placement: cold blocks last (`vcode.rs`) | a flag per block |
+//! | instruction order in a block | order | layout order |
+//! | block layout order | emission follows the CFG's reverse post-order, but virtual registers are numbered in layout order (`lower.rs`) and register allocation breaks ties by that number | not in the key: may change register choice, never behaviour |
+//! | value numbers | the egraph breaks cost ties by value index (`egraph/elaborate.rs`) | not in the key: the same |
+//! | block numbers | nothing found | not in the key |
+//!
+//! The last three rows are why the differential check's machine-code
+//! oracle lays both functions out in one block order before it compares
+//! their code: a key equates functions that behave the same, and their
+//! code may still differ in register choice.
 
+use super::declarations::{DECLARED_FUNCTION, DECLARED_SIGNATURE, Declarations};
 use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
     DynamicStackSlot, DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function,
-    GlobalValue, GlobalValueData, Inst, InstructionData, MemFlags, Opcode, SigRef, Signature,
-    StackSlot, Type, Value, immediates::Offset32,
+    GlobalValue, GlobalValueData, Immediate, Inst, InstructionData, MemFlags, Opcode, SigRef,
+    Signature, StackSlot, Type, Value, immediates::Offset32,
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
 
@@ -63,6 +105,9 @@ const ALREADY_NUMBERED: u32 = 1 << 31;
 const COLD_BLOCK: u32 = 1 << 31;
 /// Set in an instruction's first word when user stack map entries follow.
 const HAS_STACK_MAP: u32 = 1 << 31;
+/// Set in a use of a sized stack slot of size 0 and alignment 1, which is
+/// not in the frame layout; the rest is the number of slots before it.
+const EMPTY_SLOT: u32 = 1 << 31;
 
 /// Computes fingerprints, reusing its scratch memory across functions.
 ///
@@ -75,16 +120,24 @@ pub struct Fingerprinter {
     values: Numbering<Value>,
     sigs: Numbering<SigRef>,
     func_refs: Numbering<FuncRef>,
+    /// Function references used by `func_addr`, by identity (see
+    /// [`Declarations`]).
+    func_addrs: Numbering<FuncRef>,
     global_values: Numbering<GlobalValue>,
-    stack_slots: Numbering<StackSlot>,
-    dynamic_slots: Numbering<DynamicStackSlot>,
     dynamic_types: Numbering<DynamicType>,
     regions: Numbering<AliasRegion>,
     visited: SecondaryMap<Block, bool>,
     stack: Vec<Block>,
     successors: Vec<Block>,
-    unused_slots: Vec<[u32; 6]>,
+    /// Per sized stack slot, by index: what a use of it writes (see
+    /// [`Fingerprinter::frame_layout`]).
+    slot_codes: Vec<u32>,
+    declarations: Declarations,
     constant_handles: Vec<Constant>,
+    /// Constant-pool and `dfg.immediates` handles, by identity (see
+    /// [`Fingerprinter::constant`]).
+    constants: Numbering<Constant>,
+    immediates: Numbering<Immediate>,
     /// User and test-case names in first-use order: slot `i` is `names[i]`.
     names: Vec<SymbolName>,
     /// Per slot: whether a reachable instruction uses the name as data.
@@ -121,16 +174,18 @@ impl Fingerprinter {
             values: Numbering::new(),
             sigs: Numbering::new(),
             func_refs: Numbering::new(),
+            func_addrs: Numbering::new(),
             global_values: Numbering::new(),
-            stack_slots: Numbering::new(),
-            dynamic_slots: Numbering::new(),
             dynamic_types: Numbering::new(),
             regions: Numbering::new(),
             visited: SecondaryMap::new(),
             stack: Vec::new(),
             successors: Vec::new(),
-            unused_slots: Vec::new(),
+            slot_codes: Vec::new(),
+            declarations: Declarations::default(),
             constant_handles: Vec::new(),
+            constants: Numbering::new(),
+            immediates: Numbering::new(),
             names: Vec::new(),
             address_taken: Vec::new(),
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
@@ -208,23 +263,25 @@ impl Fingerprinter {
         self.values.reset(dfg.num_values());
         self.sigs.reset(dfg.signatures.len());
         self.func_refs.reset(dfg.ext_funcs.len());
+        self.func_addrs.reset(dfg.ext_funcs.len());
         self.global_values.reset(func.global_values.len());
-        self.stack_slots.reset(func.sized_stack_slots.len());
-        self.dynamic_slots.reset(func.dynamic_stack_slots.len());
         self.dynamic_types.reset(dfg.dynamic_types.len());
         self.regions.reset(dfg.alias_regions.len());
         self.visited.clear();
         self.visited.resize(dfg.num_blocks());
+        self.constants.reset(dfg.constants.len());
+        self.immediates.reset(dfg.immediates.len());
         self.constant_handles.clear();
         self.constant_handles
             .extend(dfg.constants.iter().map(|(&handle, _)| handle));
         self.names.clear();
         self.address_taken.clear();
         self.func_ref_slots.clear();
+        self.declarations.clear();
         self.observes_frame = false;
 
-        // 1. Signature; 2. stack limit.
-        self.signature(&func.signature);
+        // 1. Signature; 2. stack limit and value labels; 3. frame layout.
+        encode_signature(&mut self.out, &func.signature);
         match func.stack_limit {
             None => self.out.push(0),
             Some(gv) => {
@@ -232,8 +289,13 @@ impl Fingerprinter {
                 self.global_value(func, gv);
             }
         }
+        // Collecting value labels for debug info keeps the `vmctx`
+        // parameter alive to the end (`Lower::gen_return`), which changes
+        // register allocation.
+        self.out.push(u32::from(dfg.values_labels.is_some()));
+        self.frame_layout(func);
 
-        // 3. Reachable blocks in DFS pre-order.
+        // 4. Reachable blocks in DFS pre-order.
         let mut instructions = 0u32;
         self.stack.clear();
         if let Some(entry) = func.layout.entry_block() {
@@ -260,24 +322,7 @@ impl Fingerprinter {
         }
         self.out.push(u32::MAX); // End of blocks.
 
-        // 11. Sized stack slots no reachable instruction uses: they still
-        // make the frame larger, which changes the code and where a stack
-        // limit or probe traps. Slots of size 0 and alignment 1 change
-        // nothing (the CLIF parser makes them for gaps in `ssN` numbers).
-        self.unused_slots.clear();
-        for (slot, data) in func.sized_stack_slots.iter() {
-            let placeholder = data.size == 0 && data.align_shift == 0;
-            if self.stack_slots.seen[slot] == 0 && !placeholder {
-                self.unused_slots.push(stack_slot_words(data));
-            }
-        }
-        self.unused_slots.sort_unstable();
-        self.out.push(self.unused_slots.len() as u32);
-        for slot in &self.unused_slots {
-            self.out.extend_from_slice(slot);
-        }
-
-        // 9. The names behind the name slots, in slot order, after the
+        // 10. The names behind the name slots, in slot order, after the
         // template part of the key.
         let template_len = self.out.len() as u32;
         encode_names(&mut self.out, &self.names);
@@ -338,6 +383,11 @@ impl Fingerprinter {
     #[cold]
     #[inline(never)]
     fn value_use_first(&mut self, func: &Function, value: Value) {
+        if !func.dfg.value_is_valid(value) {
+            // Only in functions that fail the verifier.
+            self.out.push(u32::MAX);
+            return;
+        }
         let resolved = func.dfg.resolve_aliases(value);
         let (n, new) = self.values.number(resolved);
         self.values.seen[value] = n + 1;
@@ -367,8 +417,13 @@ impl Fingerprinter {
     fn block_call(&mut self, func: &Function, call: &BlockCall) {
         let pool = &func.dfg.value_lists;
         let block = call.block(pool);
-        self.block_ref(block);
-        self.successors.push(block);
+        if func.dfg.block_is_valid(block) {
+            self.block_ref(block);
+            self.successors.push(block);
+        } else {
+            // Only in functions that fail the verifier.
+            self.out.push(u32::MAX);
+        }
         let args = call.args(pool);
         self.out.push(args.len() as u32);
         for arg in args {
@@ -383,65 +438,57 @@ impl Fingerprinter {
         }
     }
 
-    fn signature(&mut self, sig: &Signature) {
-        self.out.push(sig.call_conv as u32);
-        self.out.push(sig.params.len() as u32);
-        for p in &sig.params {
-            self.abi_param(p);
+    /// A signature reference: its number among distinct signatures. A
+    /// signature seen for the first time is written out in full before
+    /// it (see [`Declarations`]).
+    fn sig_ref(&mut self, func: &Function, sig: SigRef) -> u32 {
+        let known = self.sigs.seen[sig];
+        if known != 0 {
+            return known - 1;
         }
-        self.out.push(sig.returns.len() as u32);
-        for p in &sig.returns {
-            self.abi_param(p);
+        let content = self.declarations.start(DECLARED_SIGNATURE);
+        match func.dfg.signatures.get(sig) {
+            Some(s) => encode_signature(content, s),
+            None => content.push(u32::MAX),
         }
+        let n = self.declarations.intern(&mut self.out);
+        self.sigs.seen[sig] = n + 1;
+        n
     }
 
-    fn abi_param(&mut self, p: &AbiParam) {
-        let (purpose, size) = match p.purpose {
-            ArgumentPurpose::Normal => (0, 0),
-            ArgumentPurpose::StructArgument(size) => (1, size),
-            ArgumentPurpose::StructReturn => (2, 0),
-            ArgumentPurpose::VMContext => (3, 0),
-        };
-        self.out
-            .extend([type_word(p.value_type) | (p.extension as u32) << 16 | purpose << 20]);
-        if purpose == 1 {
-            self.out.push(size);
-        }
-    }
-
-    fn sig_ref(&mut self, func: &Function, sig: SigRef) {
-        let (n, new) = self.sigs.number(sig);
-        self.out.push(n);
-        if new {
-            match func.dfg.signatures.get(sig) {
-                Some(s) => self.signature(s),
-                None => self.out.push(u32::MAX),
-            }
-        }
-    }
-
-    fn func_ref(&mut self, func: &Function, func_ref: FuncRef) {
-        let (n, new) = self.func_refs.number(func_ref);
-        self.out.push(n);
-        if !new {
-            return;
+    /// A function reference: its number among distinct declarations (name,
+    /// signature, `colocated`, `patchable`), written out in full before it
+    /// the first time (see [`Declarations`]).
+    fn func_ref(&mut self, func: &Function, func_ref: FuncRef) -> u32 {
+        let known = self.func_refs.seen[func_ref];
+        if known != 0 {
+            return known - 1;
         }
         let Some(data) = func.dfg.ext_funcs.get(func_ref) else {
-            self.out.push(u32::MAX);
-            return;
+            self.func_refs.seen[func_ref] = u32::MAX;
+            return u32::MAX - 1;
         };
-        if let Some(slot) = self.external_name(func, &data.name) {
+        // The signature first: its definition, if new, precedes this one.
+        let sig = self.sig_ref(func, data.signature);
+        let name = self.external_name(func, &data.name);
+        if let Some(slot) = name.slot {
             self.func_ref_slots[func_ref] = slot;
         }
-        self.sig_ref(func, data.signature);
-        self.out
-            .push(u32::from(data.colocated) | u32::from(data.patchable) << 1);
+        let content = self.declarations.start(DECLARED_FUNCTION);
+        content.extend(name.words);
+        content.extend([
+            sig,
+            u32::from(data.colocated) | u32::from(data.patchable) << 1,
+        ]);
+        let n = self.declarations.intern(&mut self.out);
+        self.func_refs.seen[func_ref] = n + 1;
+        n
     }
 
     /// An external name. User and test-case names are written as their slot
     /// (first-use number among distinct names); the names themselves follow
     /// the template part of the key.
-    fn external_name(&mut self, func: &Function, name: &ExternalName) -> Option<u32> {
+    fn external_name(&mut self, func: &Function, name: &ExternalName) -> NameWords {
         let (tag, found) = match name {
             ExternalName::User(r) => match func.params.user_named_funcs().get(*r) {
                 Some(user) => (
@@ -452,8 +499,10 @@ impl Fingerprinter {
                         .ok_or_else(|| SymbolName::User(user.clone())),
                 ),
                 None => {
-                    self.out.push(u32::MAX);
-                    return None;
+                    return NameWords {
+                        words: [u32::MAX, u32::MAX],
+                        slot: None,
+                    };
                 }
             },
             ExternalName::TestCase(name) => (
@@ -464,12 +513,16 @@ impl Fingerprinter {
                     .ok_or_else(|| SymbolName::TestCase(name.raw().into())),
             ),
             ExternalName::LibCall(libcall) => {
-                self.out.extend([2, *libcall as u32]);
-                return None;
+                return NameWords {
+                    words: [2, *libcall as u32],
+                    slot: None,
+                };
             }
             ExternalName::KnownSymbol(sym) => {
-                self.out.extend([3, *sym as u32]);
-                return None;
+                return NameWords {
+                    words: [3, *sym as u32],
+                    slot: None,
+                };
             }
         };
         let slot = found.unwrap_or_else(|new| {
@@ -477,8 +530,10 @@ impl Fingerprinter {
             self.address_taken.push(false);
             self.names.len() - 1
         }) as u32;
-        self.out.extend([tag, slot]);
-        Some(slot)
+        NameWords {
+            words: [tag, slot],
+            slot: Some(slot),
+        }
     }
 
     fn global_value(&mut self, func: &Function, gv: GlobalValue) {
@@ -524,9 +579,11 @@ impl Fingerprinter {
                 tls,
             } => {
                 self.out.push(3);
-                if let Some(slot) = self.external_name(func, name) {
+                let name = self.external_name(func, name);
+                if let Some(slot) = name.slot {
                     self.address_taken[slot as usize] = true;
                 }
+                self.out.extend(name.words);
                 self.imm64(offset.bits());
                 self.out.push(u32::from(*colocated) | u32::from(*tls) << 1);
             }
@@ -536,31 +593,55 @@ impl Fingerprinter {
         }
     }
 
-    fn stack_slot(&mut self, func: &Function, slot: StackSlot) {
-        let (n, new) = self.stack_slots.number(slot);
-        self.out.push(n);
-        if !new {
-            return;
+    /// The frame (item 3 of the key): sized stack slots in index order,
+    /// then dynamic stack slots in index order, the order Cranelift lays
+    /// them out in
+    /// (`Callee::new` in `machinst/abi.rs`: each slot starts where the
+    /// previous one ended, rounded up to its alignment and at least the
+    /// word size). Unused slots are in it: they still move the slots
+    /// after them and enlarge the frame, which changes addresses and where
+    /// a stack-limit check or probe traps.
+    ///
+    /// A slot of size 0 and alignment 1 (the CLIF parser makes one for
+    /// each gap in `ssN` numbering) moves nothing: its start is rounded up
+    /// to the word size, as the next slot's start and the frame's end are
+    /// anyway. It is left out; if an instruction uses it, the use is
+    /// written as the number of slots before it (its address is where the
+    /// next slot would start).
+    fn frame_layout(&mut self, func: &Function) {
+        self.slot_codes.clear();
+        let count_at = self.out.len();
+        self.out.push(0);
+        let mut laid_out = 0u32;
+        for data in func.sized_stack_slots.values() {
+            if data.size == 0 && data.align_shift == 0 {
+                self.slot_codes.push(EMPTY_SLOT | laid_out);
+            } else {
+                self.slot_codes.push(laid_out);
+                self.out.extend(stack_slot_words(data));
+                laid_out += 1;
+            }
         }
-        match func.sized_stack_slots.get(slot) {
-            Some(data) => self.out.extend(stack_slot_words(data)),
-            None => self.out.push(u32::MAX),
+        self.out[count_at] = laid_out;
+        self.out.push(func.dynamic_stack_slots.len() as u32);
+        for data in func.dynamic_stack_slots.values() {
+            self.out.push(data.kind as u32);
+            self.dynamic_type(func, data.dyn_ty);
         }
     }
 
+    /// A use of a sized stack slot: its place in the frame layout.
+    fn stack_slot(&mut self, slot: StackSlot) {
+        let code = self.slot_codes.get(slot.index()).copied();
+        self.out.push(code.unwrap_or(u32::MAX));
+    }
+
+    /// A use of a dynamic stack slot: its index, which is its place in the
+    /// frame layout (every dynamic slot is in it).
     fn dynamic_slot(&mut self, func: &Function, slot: DynamicStackSlot) {
-        let (n, new) = self.dynamic_slots.number(slot);
-        self.out.push(n);
-        if !new {
-            return;
-        }
-        match func.dynamic_stack_slots.get(slot) {
-            Some(data) => {
-                self.out.push(data.kind as u32);
-                self.dynamic_type(func, data.dyn_ty);
-            }
-            None => self.out.push(u32::MAX),
-        }
+        let valid = func.dynamic_stack_slots.is_valid(slot);
+        self.out
+            .push(if valid { slot.index() as u32 } else { u32::MAX });
     }
 
     fn dynamic_type(&mut self, func: &Function, dt: DynamicType) {
@@ -624,10 +705,20 @@ impl Fingerprinter {
         encode_bytes(&mut self.out, bytes);
     }
 
-    fn constant_data(&mut self, data: Option<&ConstantData>) {
-        match data {
-            Some(data) => self.bytes(data.as_slice()),
-            None => self.out.push(u32::MAX),
+    /// A constant-pool or `dfg.immediates` handle numbered `n` (`new` on
+    /// its first use; `data` its bytes, if it exists): the number, and the
+    /// bytes the first time. By identity as well as by value: the mid-end
+    /// merges two pure instructions only if they name the same handle, and
+    /// the x86-64 backend emits one pool constant per handle (`vcode.rs`),
+    /// so two handles of equal bytes do not compile as one.
+    fn constant(&mut self, n: u32, new: bool, data: Option<&ConstantData>) {
+        let Some(data) = data else {
+            self.out.push(u32::MAX);
+            return;
+        };
+        self.out.push(n);
+        if new {
+            self.bytes(data.as_slice());
         }
     }
 
@@ -669,7 +760,7 @@ impl Fingerprinter {
         self.out.push(entries.len() as u32);
         for entry in entries {
             self.out.push(type_word(entry.ty));
-            self.stack_slot(func, entry.slot);
+            self.stack_slot(entry.slot);
             self.out.push(entry.offset);
         }
     }
@@ -724,7 +815,8 @@ impl Fingerprinter {
                 args,
                 func_ref,
             } => {
-                self.func_ref(func, func_ref);
+                let callee = self.func_ref(func, func_ref);
+                self.out.push(callee);
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
@@ -733,7 +825,8 @@ impl Fingerprinter {
                 args,
                 sig_ref,
             } => {
-                self.sig_ref(func, sig_ref);
+                let sig = self.sig_ref(func, sig_ref);
+                self.out.push(sig);
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
@@ -745,7 +838,11 @@ impl Fingerprinter {
                 dynamic_stack_slot, ..
             } => self.dynamic_slot(func, dynamic_stack_slot),
             InstructionData::ExceptionHandlerAddress { block, imm, .. } => {
-                self.block_ref(block);
+                if func.dfg.block_is_valid(block) {
+                    self.block_ref(block);
+                } else {
+                    self.out.push(u32::MAX);
+                }
                 self.imm64(imm.bits());
             }
             InstructionData::FloatCompare { args, cond, .. } => {
@@ -753,7 +850,12 @@ impl Fingerprinter {
                 self.out.push(cond as u32);
             }
             InstructionData::FuncAddr { func_ref, .. } => {
-                self.func_ref(func, func_ref);
+                // By content and by identity: `func_addr` is pure, and the
+                // mid-end merges two of them only if they name the same
+                // `FuncRef` (see the module docs).
+                let callee = self.func_ref(func, func_ref);
+                let (identity, _) = self.func_addrs.number(func_ref);
+                self.out.extend([callee, identity]);
                 if let Some(taken) = self
                     .address_taken
                     .get_mut(self.func_ref_slots[func_ref] as usize)
@@ -794,12 +896,17 @@ impl Fingerprinter {
             }
             InstructionData::Shuffle { args, imm, .. } => {
                 self.values_fixed(func, &args);
-                self.constant_data(dfg.immediates.get(imm));
+                let data = dfg.immediates.get(imm);
+                let (n, new) = match data {
+                    Some(_) => self.immediates.number(imm),
+                    None => (u32::MAX, false),
+                };
+                self.constant(n, new, data);
             }
             InstructionData::StackAddr {
                 stack_slot, offset, ..
             } => {
-                self.stack_slot(func, stack_slot);
+                self.stack_slot(stack_slot);
                 self.out.push(offset32(offset));
             }
             InstructionData::Store {
@@ -836,7 +943,8 @@ impl Fingerprinter {
                 exception,
             } => {
                 self.observes_frame = true;
-                self.func_ref(func, func_ref);
+                let callee = self.func_ref(func, func_ref);
+                self.out.push(callee);
                 self.value_list(func, args.as_slice(pool));
                 self.exception_table(func, exception);
                 self.stack_map(func, inst, opcode, head);
@@ -860,7 +968,13 @@ impl Fingerprinter {
                     .constant_handles
                     .binary_search(&constant_handle)
                     .is_ok();
-                self.constant_data(present.then(|| dfg.constants.get(constant_handle)));
+                let data = present.then(|| dfg.constants.get(constant_handle));
+                // A missing handle is not numbered (it could be any size).
+                let (n, new) = match data {
+                    Some(_) => self.constants.number(constant_handle),
+                    None => (u32::MAX, false),
+                };
+                self.constant(n, new, data);
             }
             InstructionData::UnaryGlobalValue { global_value, .. } => {
                 self.global_value(func, global_value);
@@ -877,7 +991,8 @@ impl Fingerprinter {
             self.out.push(u32::MAX);
             return;
         };
-        self.sig_ref(func, et.signature());
+        let sig = self.sig_ref(func, et.signature());
+        self.out.push(sig);
         self.block_call(func, et.normal_return());
         let items = et.items();
         for item in items {
@@ -898,6 +1013,39 @@ impl Fingerprinter {
         }
         self.out.push(3); // End of items.
     }
+}
+
+/// A signature: calling convention, then parameters and returns.
+pub(super) fn encode_signature(out: &mut Vec<u32>, sig: &Signature) {
+    out.push(sig.call_conv as u32);
+    out.push(sig.params.len() as u32);
+    for p in &sig.params {
+        encode_abi_param(out, p);
+    }
+    out.push(sig.returns.len() as u32);
+    for p in &sig.returns {
+        encode_abi_param(out, p);
+    }
+}
+
+fn encode_abi_param(out: &mut Vec<u32>, p: &AbiParam) {
+    let (purpose, size) = match p.purpose {
+        ArgumentPurpose::Normal => (0, 0),
+        ArgumentPurpose::StructArgument(size) => (1, size),
+        ArgumentPurpose::StructReturn => (2, 0),
+        ArgumentPurpose::VMContext => (3, 0),
+    };
+    out.push(type_word(p.value_type) | (p.extension as u32) << 16 | purpose << 20);
+    if purpose == 1 {
+        out.push(size);
+    }
+}
+
+/// What an external name writes into the key, and its name slot if it
+/// has one.
+struct NameWords {
+    words: [u32; 2],
+    slot: Option<u32>,
 }
 
 /// The names section of a key: the count, then each name (`User` by

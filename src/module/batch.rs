@@ -10,19 +10,38 @@
 //!    after round, until no new duplicate appears.
 //! 2. Duplicate links may chain; each duplicate is defined as a trampoline
 //!    (or alias) to the root of its chain, which is a compiled function.
-//! 3. A function that fails to compile, and every duplicate planned onto
-//!    it, is left undefined (and may be defined again); the others are
-//!    defined, and the first error is returned.
+//! 3. Every function defined without being compiled (a planned duplicate)
+//!    is verified first when the ISA's flags enable the verifier (see
+//!    `verify.rs`), and so is the first member of every class with
+//!    duplicates, before references to its duplicates are rewritten to it:
+//!    a caller is never redirected to a function that fails to verify. (One
+//!    that verifies but then fails to compile takes its duplicates with it,
+//!    since they have the same reachable code; callers redirected to it
+//!    call it under its own id once it is defined again.)
+//! 4. A failure does not stop the flush: a function that fails to verify,
+//!    fingerprint or compile is left undefined (it may be defined again),
+//!    and every other function is defined, duplicates of a failed function
+//!    on their own. A panic while planning only costs the merges: every
+//!    function is then defined on its own.
+//! 5. Every failure is reported: the flush returns the error of its one
+//!    failure as it is (the error plain Cranelift gives), or one error
+//!    listing every failed function with its error; and as long as a failed
+//!    function is neither defined again nor given up
+//!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
+//!    `finalize_definitions`) fails, listing it.
 
-use super::{DedupModule, State};
+use super::{DedupModule, State, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
 use crate::refine::CallGraph;
-use cranelift_codegen::Context;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
-use cranelift_module::{FuncId, Module, ModuleResult};
-use std::collections::HashSet;
+use cranelift_codegen::{CodegenError, Context};
+use cranelift_module::{FuncId, Module, ModuleError, ModuleResult};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Functions that failed in this flush, with their errors.
+type Failures = Vec<(FuncId, ModuleError)>;
 
 impl<M: Module> DedupModule<M> {
     /// Compiles the definitions recorded in batch mode: groups them by
@@ -30,66 +49,126 @@ impl<M: Module> DedupModule<M> {
     /// callers of merged functions merge too), compiles one function per
     /// group and defines the others as duplicates. Does nothing in eager mode.
     ///
-    /// On an error the failed function (and its planned duplicates) are left
-    /// undefined and may be defined again; the others are defined.
+    /// On an error the failed functions are left undefined and may be
+    /// defined again; the others are defined. The error is the one failed
+    /// function's own, or one listing every failed function; until each
+    /// failed function is defined again or given up
+    /// ([`DedupModule::take_failed_definitions`]), later flushes fail too.
     pub fn flush(&mut self) -> ModuleResult<()> {
         let mut pending = std::mem::take(&mut self.pending);
-        if pending.is_empty() {
-            return Ok(());
+        let mut failures = Failures::new();
+        if !pending.is_empty() {
+            self.define_pending(&mut pending, &mut failures);
+            // What failed is undefined again.
+            let undefined = pending
+                .iter()
+                .filter(|(id, _)| self.functions[*id] == State::Undefined)
+                .count();
+            self.stats.defined -= undefined as u64;
         }
+        self.report_failures(failures)
+    }
+
+    /// The batch definitions that failed and are still undefined, with
+    /// their errors' text, oldest first.
+    pub fn failed_definitions(&self) -> &[(FuncId, String)] {
+        &self.failed
+    }
+
+    /// Gives up the failed batch definitions: they stay undefined, and
+    /// flushing no longer reports them. Returns them, as
+    /// [`DedupModule::failed_definitions`] listed them.
+    pub fn take_failed_definitions(&mut self) -> Vec<(FuncId, String)> {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// Defines every function of `pending` (see 3 and 4 above), adding
+    /// each failure to `failures`.
+    fn define_pending(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
         // Without a trampoline form for this ISA every function is compiled.
         if self.machine_trampolines {
-            self.plan_refined(&mut pending);
-            self.plan_duplicates(&mut pending);
-        }
-        // Compile the first of each group, then define the duplicates that
-        // were planned (`define_now` may define more duplicates itself).
-        let planned: Vec<(FuncId, FuncId)> = pending
-            .iter()
-            .filter_map(|(id, _)| match self.functions[*id] {
-                State::Duplicate { canonical } => Some((*id, canonical)),
-                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
-            })
-            .collect();
-        let mut first_error = None;
-        let mut failed = HashSet::new();
-        for (id, func) in pending.iter_mut() {
-            if self.functions[*id] != State::Pending {
-                continue;
-            }
-            self.functions[*id] = State::Undefined;
-            let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
-            if let Err(e) = self.define_now(*id, &mut ctx, &mut ControlPlane::default()) {
-                failed.insert(*id);
-                first_error.get_or_insert(e);
-            }
-        }
-        for (id, canonical) in planned {
-            // Planning may chain duplicates (a group's first member can turn
-            // out to be a duplicate in a later round); follow to the root.
-            let root = self.root_of(canonical);
-            self.functions[id] = State::Undefined;
-            let defined = matches!(self.functions[root], State::Compiled(_) | State::Bytes);
-            if defined && !failed.contains(&root) {
-                match self.define_trampoline(id, root) {
-                    Ok(true) => {}
-                    Ok(false) => unreachable!("duplicates are planned only with trampolines"),
-                    Err(e) => {
-                        first_error.get_or_insert(e);
+            let planned = catch_unwind(AssertUnwindSafe(|| {
+                self.plan_refined(pending, failures);
+                self.plan_duplicates(pending, failures);
+            }));
+            if planned.is_err() {
+                for (id, _) in pending.iter() {
+                    if let State::Duplicate { .. } = self.functions[*id] {
+                        self.functions[*id] = State::Pending;
                     }
                 }
             }
         }
-        // What failed (or depended on what failed) is undefined again.
-        let undefined = pending
+        // Compile the first of each group, then define the duplicates that
+        // were planned (`define_now` may define more duplicates itself).
+        let planned: Vec<(usize, FuncId)> = pending
             .iter()
-            .filter(|(id, _)| self.functions[*id] == State::Undefined)
-            .count();
-        self.stats.defined -= undefined as u64;
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
+            .enumerate()
+            .filter_map(|(i, (id, _))| match self.functions[*id] {
+                State::Duplicate { canonical } => Some((i, canonical)),
+                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+            })
+            .collect();
+        for (id, func) in pending.iter_mut() {
+            if self.functions[*id] == State::Pending {
+                self.define_own(*id, func, failures);
+            }
         }
+        for (i, canonical) in planned {
+            let (id, func) = &mut pending[i];
+            // Planning may chain duplicates (a group's first member can turn
+            // out to be a duplicate in a later round); follow to the root.
+            let root = self.root_of(canonical);
+            self.functions[*id] = State::Undefined;
+            if matches!(self.functions[root], State::Compiled(_) | State::Bytes) {
+                match self.define_trampoline(*id, root) {
+                    Ok(true) => {}
+                    Ok(false) => unreachable!("duplicates are planned only with trampolines"),
+                    Err(e) => failures.push((*id, e)),
+                }
+            } else {
+                // Its class's compiled function failed: it is on its own.
+                self.define_own(*id, func, failures);
+            }
+        }
+    }
+
+    /// Defines `id` as `define_now` does in eager mode (`func` is taken).
+    fn define_own(&mut self, id: FuncId, func: &mut Function, failures: &mut Failures) {
+        self.functions[id] = State::Undefined;
+        let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ControlPlane::default()) {
+            failures.push((id, e));
+        }
+    }
+
+    /// Marks `id` as failed with `error` (left undefined).
+    fn fail(&mut self, id: FuncId, error: ModuleError, failures: &mut Failures) {
+        self.functions[id] = State::Undefined;
+        failures.push((id, error));
+    }
+
+    /// Records this flush's `failures` beside the earlier ones still
+    /// undefined, and returns the error to report (see 5 above).
+    fn report_failures(&mut self, failures: Failures) -> ModuleResult<()> {
+        let alone = failures.len() == 1 && self.failed.is_empty();
+        for (id, e) in &failures {
+            let text = format!("{}: {}", self.function_name(*id), describe(e));
+            self.failed.push((*id, text));
+        }
+        if alone {
+            return Err(failures.into_iter().next().expect("one failure").1);
+        }
+        if self.failed.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<&str> = self.failed.iter().map(|(_, text)| text.as_str()).collect();
+        Err(ModuleError::Backend(anyhow::anyhow!(
+            "{} batch definitions failed and are not defined (define them again, or give \
+             them up with take_failed_definitions): {}",
+            list.len(),
+            list.join("; ")
+        )))
     }
 
     /// Refines the pending functions over their call graph (see
@@ -97,14 +176,46 @@ impl<M: Module> DedupModule<M> {
     /// more members as a duplicate of the class's first member. Callees are
     /// compared by class, so recursive and mutually recursive twins merge;
     /// names used as data (addresses) are compared by value.
-    fn plan_refined(&mut self, pending: &mut [(FuncId, Function)]) {
+    ///
+    /// The members of classes with duplicates are verified first; when one
+    /// fails, the refinement, which may have counted on it, is made again
+    /// without it (each round removes a function, so this ends).
+    fn plan_refined(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
+        while !self.try_plan_refined(pending, failures) {
+            for (id, _) in pending.iter() {
+                if let State::Duplicate { .. } = self.functions[*id] {
+                    self.functions[*id] = State::Pending;
+                }
+            }
+        }
+    }
+
+    /// One refinement of [`DedupModule::plan_refined`]; returns `false` if a
+    /// member of a class with duplicates failed to verify.
+    fn try_plan_refined(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        failures: &mut Failures,
+    ) -> bool {
         // A node per exact class of the pending functions.
         let mut exact = DedupCache::new();
         let mut graph = CallGraph::with_capacity(pending.len());
         let mut node_of = Vec::with_capacity(pending.len());
         for (id, func) in pending.iter_mut() {
+            if self.functions[*id] != State::Pending {
+                node_of.push(None);
+                continue;
+            }
             self.canonicalize_references(func);
-            let fp = self.fingerprinter.fingerprint(func);
+            let isa = self.inner.isa();
+            let fp = match verify::fingerprint_checked(&mut self.fingerprinter, func, isa) {
+                Ok(fp) => fp.to_fingerprint(),
+                Err(e) => {
+                    self.fail(*id, e, failures);
+                    node_of.push(None);
+                    continue;
+                }
+            };
             let node = match exact.get(&fp) {
                 Some(class) => class.as_u32(),
                 None => {
@@ -119,56 +230,102 @@ impl<M: Module> DedupModule<M> {
             };
             let own = SymbolName::User(ir::UserExternalName::new(0, id.as_u32()));
             graph.add_function(&own, node);
-            node_of.push(node);
+            node_of.push(Some(node));
         }
         let refinement = graph.refine();
         self.stats.refine_rounds += u64::from(refinement.rounds);
-        let mut first: hashbrown::HashMap<u32, FuncId> = hashbrown::HashMap::new();
-        for ((id, _), &node) in pending.iter().zip(&node_of) {
+        // Per class: the index of its first member, and whether that was
+        // verified yet (only needed once it has a duplicate).
+        let mut first: hashbrown::HashMap<u32, (usize, bool)> = hashbrown::HashMap::new();
+        for (i, node) in node_of.into_iter().enumerate() {
+            let Some(node) = node else { continue };
             let class = refinement.class_of[node as usize];
-            match first.entry(class) {
-                hashbrown::hash_map::Entry::Occupied(e) => {
-                    self.functions[*id] = State::Duplicate {
-                        canonical: *e.get(),
-                    };
-                }
-                hashbrown::hash_map::Entry::Vacant(e) => {
-                    e.insert(*id);
-                }
+            let Some(&(j, first_verified)) = first.get(&class) else {
+                first.insert(class, (i, false));
+                continue;
+            };
+            if let Err(e) = self.verify_uncompiled(&pending[i].1) {
+                self.fail(pending[i].0, e, failures);
+                return false;
             }
+            if !first_verified {
+                if let Err(e) = self.verify_uncompiled(&pending[j].1) {
+                    self.fail(pending[j].0, e, failures);
+                    return false;
+                }
+                first.insert(class, (j, true));
+            }
+            self.functions[pending[i].0] = State::Duplicate {
+                canonical: pending[j].0,
+            };
         }
+        true
     }
 
     /// Marks each pending function whose fingerprint equals an earlier one's
-    /// (or a compiled class's) as its duplicate; repeats, since rewriting
-    /// references to new duplicates can make callers equal, until nothing
-    /// changes.
-    fn plan_duplicates(&mut self, pending: &mut [(FuncId, Function)]) {
+    /// (or a compiled class's) as its duplicate, both verified first;
+    /// repeats, since rewriting references to new duplicates can make
+    /// callers equal, until nothing changes.
+    fn plan_duplicates(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
         loop {
-            let mut first_of: hashbrown::HashMap<crate::Fingerprint, FuncId> =
+            // The index of each fingerprint's first function, and whether
+            // that was verified yet.
+            let mut first_of: hashbrown::HashMap<crate::Fingerprint, (usize, bool)> =
                 hashbrown::HashMap::new();
             let mut changed = false;
-            for (id, func) in pending.iter_mut() {
-                if self.functions[*id] != State::Pending {
+            for i in 0..pending.len() {
+                let id = pending[i].0;
+                if self.functions[id] != State::Pending {
                     continue;
                 }
-                self.canonicalize_references(func);
-                let fp = self.fingerprinter.fingerprint(func);
-                if let Some(class) = self.cache.get(&fp) {
-                    self.functions[*id] = State::Duplicate {
-                        canonical: self.classes[class].canonical,
-                    };
-                    changed = true;
-                } else if let Some(&first) = first_of.get(&fp) {
-                    self.functions[*id] = State::Duplicate { canonical: first };
-                    changed = true;
+                self.canonicalize_references(&mut pending[i].1);
+                let isa = self.inner.isa();
+                let fp = match verify::fingerprint_checked(
+                    &mut self.fingerprinter,
+                    &pending[i].1,
+                    isa,
+                ) {
+                    Ok(fp) => fp.to_fingerprint(),
+                    Err(e) => {
+                        self.fail(id, e, failures);
+                        continue;
+                    }
+                };
+                let canonical = if let Some(class) = self.cache.get(&fp) {
+                    self.classes[class].canonical
+                } else if let Some(&(j, first_verified)) = first_of.get(&fp) {
+                    if !first_verified {
+                        if let Err(e) = self.verify_uncompiled(&pending[j].1) {
+                            // The first fails: this one takes its place.
+                            self.fail(pending[j].0, e, failures);
+                            first_of.insert(fp, (i, false));
+                            continue;
+                        }
+                        first_of.insert(fp, (j, true));
+                    }
+                    pending[j].0
                 } else {
-                    first_of.insert(fp, *id);
+                    first_of.insert(fp, (i, false));
+                    continue;
+                };
+                if let Err(e) = self.verify_uncompiled(&pending[i].1) {
+                    self.fail(id, e, failures);
+                    continue;
                 }
+                self.functions[id] = State::Duplicate { canonical };
+                changed = true;
             }
             if !changed {
                 break;
             }
         }
+    }
+}
+
+/// The text of `e`, with the verifier's errors when it has them.
+fn describe(e: &ModuleError) -> String {
+    match e {
+        ModuleError::Compilation(CodegenError::Verifier(errors)) => format!("{e}: {errors}"),
+        _ => e.to_string(),
     }
 }

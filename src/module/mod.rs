@@ -41,7 +41,11 @@
 //!    code could only produce one of the two addresses.
 //! 7. A function that fails to verify or compile returns the error and leaves
 //!    no cache entry and no definition: a later correct function with the same
-//!    fingerprint compiles, and the id may be defined again.
+//!    fingerprint compiles, and the id may be defined again. A function that
+//!    is defined without being compiled (duplicate, reused code, adapter) is
+//!    verified first when the flags enable the verifier, and fingerprinting
+//!    never panics (see `verify.rs`); in batch mode a failure stops nothing
+//!    else and is reported until dealt with (see `batch.rs`).
 //! 8. Misuse is an error, not a panic: defining an undeclared id, an import,
 //!    an id twice, or with a signature other than the declared one; in the
 //!    JIT, finalizing while a referenced local function or data object is
@@ -81,6 +85,7 @@ mod object;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;
+mod verify;
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
@@ -223,6 +228,9 @@ pub struct DedupModule<M: Module> {
     /// Late merges of eager mode (see `join.rs`).
     joins: Joins,
     pending: Vec<(FuncId, Function)>,
+    /// Batch definitions that failed and are still undefined, with their
+    /// errors' text (see `batch.rs`).
+    failed: Vec<(FuncId, String)>,
     /// Local functions and data objects referenced by definitions so far.
     referenced_functions: HashSet<FuncId>,
     referenced_data: HashSet<DataId>,
@@ -255,6 +263,7 @@ impl<M: Module> DedupModule<M> {
             classes: PrimaryMap::new(),
             joins: Joins::default(),
             pending: Vec::new(),
+            failed: Vec::new(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
             defined_data: SecondaryMap::new(),
@@ -360,6 +369,14 @@ impl<M: Module> DedupModule<M> {
         Ok(())
     }
 
+    /// Forgets that a batch definition of `id` failed: it is being defined
+    /// again.
+    fn forget_failure(&mut self, id: FuncId) {
+        if !self.failed.is_empty() {
+            self.failed.retain(|(failed, _)| *failed != id);
+        }
+    }
+
     /// Rewrites `func`'s references to known duplicates into references to
     /// their canonical functions (all of them, or only calls when addresses
     /// must stay distinct).
@@ -450,11 +467,15 @@ impl<M: Module> DedupModule<M> {
         // Looked up with the key where the walk left it: a duplicate
         // copies nothing.
         let class = {
-            let walked = self.fingerprinter.fingerprint_borrowed(&ctx.func);
+            let walked =
+                verify::fingerprint_checked(&mut self.fingerprinter, &ctx.func, self.inner.isa())?;
             self.cache.lookup_borrowed(&walked)
         };
+        // Whatever is defined without compiling it is verified first, once.
+        let mut verified = false;
         if let Some(class) = class {
             let canonical = self.classes[class].canonical;
+            self.verify_once(&ctx.func, &mut verified)?;
             if self.define_trampoline(id, canonical)? {
                 return Ok(());
             }
@@ -474,7 +495,14 @@ impl<M: Module> DedupModule<M> {
             && (!self.fingerprinter.last_names().is_empty() || !self.machine_trampolines);
         let template = reusable.then(|| fp.template());
         if let Some(template) = &template
-            && self.define_reused(id, &fp, template, class_names.clone())?
+            && self.define_reused(
+                id,
+                &fp,
+                template,
+                class_names.clone(),
+                &ctx.func,
+                &mut verified,
+            )?
         {
             return Ok(());
         }
@@ -483,7 +511,14 @@ impl<M: Module> DedupModule<M> {
         let body_key = adapter::adaptable(&ctx.func, fp.instructions(), observes_frame)
             .then(|| fp.with_call_conv_erased());
         if let Some(body_key) = &body_key
-            && self.define_adapter(id, &fp, body_key, class_names.clone())?
+            && self.define_adapter(
+                id,
+                &fp,
+                body_key,
+                class_names.clone(),
+                &ctx.func,
+                &mut verified,
+            )?
         {
             return Ok(());
         }
@@ -558,6 +593,8 @@ impl<M: Module> DedupModule<M> {
         fp: &Fingerprint,
         template: &Fingerprint,
         names: Option<ClassNames>,
+        func: &Function,
+        verified: &mut bool,
     ) -> ModuleResult<bool> {
         let Some(class) = self.templates.get(template) else {
             return Ok(false);
@@ -566,6 +603,8 @@ impl<M: Module> DedupModule<M> {
         let Some(relocs) = code.instantiate(id, self.fingerprinter.last_names()) else {
             return Ok(false);
         };
+        self.verify_once(func, verified)?;
+        let code = &self.code_templates[class.index()];
         self.inner
             .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
         let code_bytes = code.bytes().len() as u64;
@@ -592,6 +631,8 @@ impl<M: Module> DedupModule<M> {
         fp: &Fingerprint,
         body_key: &Fingerprint,
         names: Option<ClassNames>,
+        func: &Function,
+        verified: &mut bool,
     ) -> ModuleResult<bool> {
         let Some(&target) = self.adaptable_bodies.get(body_key) else {
             return Ok(false);
@@ -600,6 +641,7 @@ impl<M: Module> DedupModule<M> {
             // Then the fingerprints are equal: a duplicate, not an adapter.
             return Ok(false);
         }
+        self.verify_once(func, verified)?;
         let (result, time, code_bytes) = self.compile_adapter(id, target);
         result?;
         self.stats.adapted += 1;
@@ -859,6 +901,7 @@ impl<M: Module> Module for DedupModule<M> {
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
         self.check_definable(id, Some(&ctx.func.signature))?;
+        self.forget_failure(id);
         self.canonicalize_references(&mut ctx.func);
         // Counted now; taken back if the definition fails (in batch mode,
         // when `flush` finds out).
@@ -884,6 +927,7 @@ impl<M: Module> Module for DedupModule<M> {
     ) -> ModuleResult<()> {
         // Raw bytes carry no signature to compare.
         self.check_definable(id, None)?;
+        self.forget_failure(id);
         self.inner
             .define_function_bytes(id, alignment, bytes, relocs)?;
         for reloc in relocs {

@@ -1,0 +1,349 @@
+//! Invalid functions through `DedupModule<JITModule>`: every one gets the
+//! error plain `JITModule` gives it, whether or not a cache hit, reused
+//! code or an adapter would have spared compiling it, and nothing panics.
+//! In batch mode, a failed flush defines every valid function, reports every
+//! failure, and keeps failing until the failed ids are defined again or
+//! given up.
+
+use common::build::{call1, define, emit_call};
+use cranelift_codegen::CodegenError;
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::ir::{
+    self, AbiParam, Block, Function, InstBuilder, Signature, UserFuncName, types::*,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::FunctionBuilder;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
+use jitfold::{DedupModule, DedupOptions, Mode};
+
+mod common;
+
+fn jit() -> JITModule {
+    JITModule::new(JITBuilder::with_flags(&[], default_libcall_names()).unwrap())
+}
+
+fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
+    DedupModule::new(jit(), options)
+}
+
+fn sig(m: &impl Module, conv: CallConv) -> Signature {
+    let mut s = m.make_signature();
+    s.call_conv = conv;
+    s.params.push(AbiParam::new(I64));
+    s.returns.push(AbiParam::new(I64));
+    s
+}
+
+fn declare(m: &mut impl Module, name: &str, conv: CallConv) -> FuncId {
+    let s = sig(m, conv);
+    m.declare_function(name, Linkage::Local, &s).unwrap()
+}
+
+/// Twenty arithmetic steps on `x` (enough for an adapter), returned.
+fn chain(b: &mut FunctionBuilder, x: ir::Value) -> ir::Value {
+    let mut v = x;
+    for k in 1..=10 {
+        v = b.ins().imul_imm_s(v, 2 * k + 1);
+        v = b.ins().iadd_imm_s(v, k);
+    }
+    v
+}
+
+/// Returns `v`, then adds a block no branch reaches whose `iadd` mixes
+/// `i64` and `i32` (the verifier rejects it; the fingerprint never sees it).
+fn return_with_dead_defect(b: &mut FunctionBuilder, v: ir::Value) {
+    b.ins().return_(&[v]);
+    let dead = b.create_block();
+    b.switch_to_block(dead);
+    let narrow = b.ins().iconst(I32, 1);
+    let bad = b.ins().iadd(v, narrow);
+    b.ins().return_(&[bad]);
+}
+
+fn is_verifier_error(result: &Result<(), ModuleError>) -> bool {
+    matches!(
+        result,
+        Err(ModuleError::Compilation(CodegenError::Verifier(_)))
+    )
+}
+
+/// Defines and, in batch mode, flushes: the definition's own outcome.
+fn define_flushed(
+    m: &mut DedupModule<JITModule>,
+    id: FuncId,
+    body: impl FnOnce(&mut FunctionBuilder, &mut DedupModule<JITModule>, &[ir::Value]),
+) -> Result<(), ModuleError> {
+    define(m, id, body)?;
+    m.flush()
+}
+
+/// `(i64) -> i64` whose entry block jumps to a block the function does not
+/// have (no such block was ever made).
+fn jump_to_missing_block(m: &impl Module) -> Function {
+    let signature = sig(m, m.isa().default_call_conv());
+    let mut func = Function::with_name_signature(UserFuncName::default(), signature);
+    let entry = func.dfg.make_block();
+    func.dfg.append_block_param(entry, I64);
+    func.layout.append_block(entry);
+    let mut pos = FuncCursor::new(&mut func).at_bottom(entry);
+    pos.ins().jump(Block::from_u32(1000), &[]);
+    func
+}
+
+#[test]
+fn a_jump_to_a_missing_block_is_the_verifier_error_not_a_panic() {
+    let mut plain = jit();
+    let conv = plain.isa().default_call_conv();
+    let id = declare(&mut plain, "f", conv);
+    let mut ctx = plain.make_context();
+    ctx.func = jump_to_missing_block(&plain);
+    assert!(is_verifier_error(&plain.define_function(id, &mut ctx)));
+
+    for options in DedupOptions::ALL {
+        let mut m = dedup(options);
+        let conv = m.isa().default_call_conv();
+        let (good, bad) = (declare(&mut m, "good", conv), declare(&mut m, "bad", conv));
+        define_flushed(&mut m, good, |b, _, p| {
+            b.ins().return_(&[p[0]]);
+        })
+        .unwrap();
+        let mut ctx = m.make_context();
+        ctx.func = jump_to_missing_block(&m);
+        let result = m.define_function(bad, &mut ctx).and_then(|()| m.flush());
+        assert!(is_verifier_error(&result), "{options:?}: {result:?}");
+        // The module goes on: the id can be defined again, and runs.
+        define_flushed(&mut m, bad, |b, _, p| {
+            let r = b.ins().iadd_imm_s(p[0], 1);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        m.finalize_definitions().unwrap();
+        assert_eq!(call1(m.get_finalized_function(bad).unwrap(), 4), 5);
+        assert_eq!(call1(m.get_finalized_function(good).unwrap(), 4), 4);
+    }
+}
+
+/// A valid function is defined first; then its twin, alike but for a
+/// defect in a block no branch reaches, must be rejected as plain Cranelift
+/// rejects it, although the cache, a code template or an adapter would
+/// let it through uncompiled.
+#[test]
+fn a_defect_in_an_unreachable_block_is_found_after_a_valid_twin() {
+    // Exact twins (trampoline or alias), template twins (reused code: other
+    // callees) and calling-convention twins (adapter).
+    #[derive(Debug, Clone, Copy)]
+    enum Twin {
+        Exact,
+        Template,
+        Adapter,
+    }
+    for twin in [Twin::Exact, Twin::Template, Twin::Adapter] {
+        let mut plain = jit();
+        let conv = plain.isa().default_call_conv();
+        let id = declare(&mut plain, "bad", conv);
+        let plain_result = define(&mut plain, id, |b, _, p| {
+            let v = chain(b, p[0]);
+            return_with_dead_defect(b, v);
+        });
+        assert!(is_verifier_error(&plain_result), "{plain_result:?}");
+
+        for options in DedupOptions::ALL {
+            let mut m = dedup(options);
+            let conv = m.isa().default_call_conv();
+            let bad_conv = match twin {
+                Twin::Adapter => CallConv::Tail,
+                Twin::Exact | Twin::Template => conv,
+            };
+            let h1 = declare(&mut m, "h1", conv);
+            let h2 = declare(&mut m, "h2", conv);
+            let good = declare(&mut m, "good", conv);
+            let bad = declare(&mut m, "bad", bad_conv);
+            for (h, k) in [(h1, 1), (h2, 2)] {
+                define_flushed(&mut m, h, |b, _, p| {
+                    let r = b.ins().iadd_imm_s(p[0], k);
+                    b.ins().return_(&[r]);
+                })
+                .unwrap();
+            }
+            define_flushed(&mut m, good, |b, m, p| {
+                let v = emit_call(b, m, h1, p[0]);
+                let v = chain(b, v);
+                b.ins().return_(&[v]);
+            })
+            .unwrap();
+            let bad_callee = match twin {
+                Twin::Template => h2,
+                Twin::Exact | Twin::Adapter => h1,
+            };
+            let result = define_flushed(&mut m, bad, |b, m, p| {
+                let v = emit_call(b, m, bad_callee, p[0]);
+                let v = chain(b, v);
+                return_with_dead_defect(b, v);
+            });
+            assert!(
+                is_verifier_error(&result),
+                "{twin:?} {options:?}: {result:?}"
+            );
+            // Batch mode keeps the failure until it is given up.
+            let failed: Vec<FuncId> = m
+                .take_failed_definitions()
+                .into_iter()
+                .map(|f| f.0)
+                .collect();
+            let expected_failed = match options.mode {
+                Mode::Batch => vec![bad],
+                Mode::Eager => vec![],
+            };
+            assert_eq!(failed, expected_failed);
+            m.finalize_definitions().unwrap();
+            let expected = call1(m.get_finalized_function(good).unwrap(), 0);
+            assert_ne!(expected, 0);
+        }
+    }
+}
+
+fn batch_options() -> impl Iterator<Item = DedupOptions> {
+    DedupOptions::ALL
+        .into_iter()
+        .filter(|o| o.mode == Mode::Batch)
+}
+
+fn add(k: i64) -> impl FnOnce(&mut FunctionBuilder, &mut DedupModule<JITModule>, &[ir::Value]) {
+    move |b, _, p| {
+        let r = b.ins().iadd_imm_s(p[0], k);
+        b.ins().return_(&[r]);
+    }
+}
+
+#[test]
+fn a_failed_flush_defines_the_valid_functions_and_reports_every_failure() {
+    for options in batch_options() {
+        let mut m = dedup(options);
+        let conv = m.isa().default_call_conv();
+        let [good, missing_block, mistyped, caller] =
+            ["good", "missing_block", "mistyped", "caller"].map(|n| declare(&mut m, n, conv));
+        define(&mut m, good, add(1)).unwrap();
+        let mut ctx = m.make_context();
+        ctx.func = jump_to_missing_block(&m);
+        m.define_function(missing_block, &mut ctx).unwrap();
+        define(&mut m, mistyped, |b, _, p| {
+            let narrow = b.ins().iconst(I32, 1);
+            let bad = b.ins().iadd(p[0], narrow);
+            b.ins().return_(&[bad]);
+        })
+        .unwrap();
+        define(&mut m, caller, |b, m, p| {
+            let r = emit_call(b, m, good, p[0]);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+
+        // Both failures are reported, each with its function's name.
+        let error = m.finalize_definitions().unwrap_err().to_string();
+        assert!(
+            error.contains("missing_block: ") && error.contains("mistyped: "),
+            "{error}"
+        );
+        let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+        assert_eq!(failed, [missing_block, mistyped], "{options:?}");
+        // The valid ones are defined.
+        assert_eq!(m.canonical(good), Some(good));
+        assert!(m.canonical(caller).is_some());
+        assert_eq!(m.canonical(missing_block), None);
+        // Finalizing again fails as long as one failed id stays undefined.
+        let again = m.finalize_definitions().unwrap_err().to_string();
+        assert!(
+            again.contains("missing_block: ") && again.contains("mistyped: "),
+            "{again}"
+        );
+        define(&mut m, missing_block, add(2)).unwrap();
+        let still = m.finalize_definitions().unwrap_err().to_string();
+        assert!(
+            !still.contains("missing_block: ") && still.contains("mistyped: "),
+            "{still}"
+        );
+        define(&mut m, mistyped, add(3)).unwrap();
+        m.finalize_definitions().unwrap();
+        assert!(m.failed_definitions().is_empty());
+        let run = |id| call1(m.get_finalized_function(id).unwrap(), 10);
+        assert_eq!(
+            [good, missing_block, mistyped, caller].map(run),
+            [11, 12, 13, 11]
+        );
+    }
+}
+
+/// In one flush, `f0` (defect in a block no branch reaches) and its valid
+/// twin `f1`, and callers `c0` of `f0` and `c1` of `f1`: `f1` and `c1` are
+/// defined, and `c1` calls `f1`, not `f0`, whatever `f0` is defined as
+/// later. Either twin may come first.
+#[test]
+fn a_failed_twin_takes_nothing_down_with_it() {
+    for options in batch_options() {
+        for bad_first in [true, false] {
+            let mut m = dedup(options);
+            let conv = m.isa().default_call_conv();
+            let [f0, f1, c0, c1] = ["f0", "f1", "c0", "c1"].map(|n| declare(&mut m, n, conv));
+            let twins = if bad_first { [f0, f1] } else { [f1, f0] };
+            for f in twins {
+                define(&mut m, f, |b, _, p| {
+                    let v = chain(b, p[0]);
+                    if f == f0 {
+                        return_with_dead_defect(b, v);
+                    } else {
+                        b.ins().return_(&[v]);
+                    }
+                })
+                .unwrap();
+            }
+            for (c, f) in [(c0, f0), (c1, f1)] {
+                define(&mut m, c, |b, m, p| {
+                    let r = emit_call(b, m, f, p[0]);
+                    let r = b.ins().iadd_imm_s(r, 5);
+                    b.ins().return_(&[r]);
+                })
+                .unwrap();
+            }
+            let error = m.flush();
+            assert!(is_verifier_error(&error), "{options:?}: {error:?}");
+            // `f0` is now something else entirely.
+            define(&mut m, f0, add(100)).unwrap();
+            m.finalize_definitions().unwrap();
+            let run = |id| call1(m.get_finalized_function(id).unwrap(), 1);
+            let f1_of_1 = run(f1);
+            assert_eq!(run(f0), 101);
+            assert_eq!(run(c0), 106, "{options:?}, bad first: {bad_first}");
+            assert_eq!(run(c1), f1_of_1 + 5, "{options:?}, bad first: {bad_first}");
+        }
+    }
+}
+
+/// A function the verifier accepts but Cranelift cannot compile (on
+/// x86-64, a `return_call` without `preserve_frame_pointers` panics at
+/// emission) and its twin in the same flush: the twin, planned as a
+/// duplicate of the first, is compiled on its own once the first fails, and
+/// its failure is reported too (it is not left undefined without a word).
+#[test]
+fn the_twin_of_a_function_that_fails_to_compile_reports_its_own_failure() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    for options in batch_options() {
+        let mut m = dedup(options);
+        let callee = declare(&mut m, "callee", CallConv::Tail);
+        let twins = ["f0", "f1"].map(|n| declare(&mut m, n, CallConv::Tail));
+        define(&mut m, callee, add(1)).unwrap();
+        for f in twins {
+            define(&mut m, f, |b, m, p| {
+                let v = chain(b, p[0]);
+                let callee = m.declare_func_in_func(callee, b.func);
+                b.ins().return_call(callee, &[v]);
+            })
+            .unwrap();
+        }
+        let error = m.flush().unwrap_err().to_string();
+        let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+        assert_eq!(failed, twins, "{options:?}: {error}");
+    }
+}
