@@ -9,11 +9,14 @@
 //! fails, and panics never on a generated program:
 //!
 //! 1. Every generated function passes the verifier.
-//! 2. Fingerprint laws: a twin has its original's fingerprint and template;
+//! 2. Fingerprint laws: a twin (also one that declares its callees in
+//!    another order) has its original's fingerprint and template;
 //!    a mutant whose changed constant is used in a reachable block has
 //!    another fingerprint, and one whose changed constant is not has the
 //!    same; likewise a flag mutant (condition code, memory flags, trap
-//!    code, calling convention, extension) whose change is reachable; every
+//!    code, calling convention, extension) whose change is reachable; a
+//!    frame mutant has another fingerprint exactly when its frame (slots in
+//!    index order, and which of them reachable code uses) differs; every
 //!    key is its template followed by its names
 //!    ([`Fingerprint::with_names`]).
 //! 3. Every function called on every input returns the same value, or traps
@@ -36,7 +39,7 @@
 
 use super::isolated::{self, Entry};
 use super::machine_code::Oracle;
-use super::program::{Form, Op, Program, emit};
+use super::program::{Callee, Form, Op, Program, emit};
 use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::data_value::DataValue;
 use cranelift_codegen::ir::{ArgumentExtension, Function, UserFuncName};
@@ -80,7 +83,11 @@ fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<Option<i64>>> 
     use cranelift_interpreter::environment::FunctionStore;
     use cranelift_interpreter::interpreter::{Interpreter, InterpreterState};
     use cranelift_interpreter::step::{ControlFlow, CraneliftTrap};
-    if program.any_op(|op| matches!(op, Op::Float(..))) {
+    // Stack addresses and stack limits are the native frame's, which the
+    // interpreter does not lay out like the hardware.
+    if program.any_op(|op| matches!(op, Op::Float(..) | Op::SlotDistance(..)))
+        || program.any_stack_limit()
+    {
         return None;
     }
     let mut store = FunctionStore::default();
@@ -112,8 +119,9 @@ fn interpret(program: &Program, funcs: &[Function]) -> Option<Vec<Option<i64>>> 
     Some(out)
 }
 
-/// Builds function `index` of `program`; `callee(j)` gives the reference to
-/// function `j` inside the function being built.
+/// Builds function `index` of `program`; `callee(j)` declares function `j`
+/// inside the function being built and gives its reference (a new one
+/// each time).
 fn build(
     program: &Program,
     index: usize,
@@ -125,11 +133,43 @@ fn build(
     // twin, which calls the functions after itself.
     let origin = match program.functions[index] {
         Form::Original(_) | Form::Relinked { .. } => index,
-        Form::Twin { of } | Form::Mutant { of, .. } | Form::FlagMutant { of, .. } => of,
+        Form::Twin { of }
+        | Form::Mutant { of, .. }
+        | Form::FrameMutant { of, .. }
+        | Form::DeclTwin { of, .. }
+        | Form::FlagMutant { of, .. } => of,
     };
-    let callees: Vec<_> = (origin + 1..program.functions.len())
-        .map(|j| callee(j, func))
-        .collect();
+    let (reversed, duplicates) = match program.functions[index] {
+        Form::DeclTwin { duplicates, .. } => (true, duplicates),
+        Form::Original(_)
+        | Form::Relinked { .. }
+        | Form::Twin { .. }
+        | Form::Mutant { .. }
+        | Form::FrameMutant { .. }
+        | Form::FlagMutant { .. } => (false, false),
+    };
+    let mut order: Vec<usize> = (origin + 1..program.functions.len()).collect();
+    if reversed {
+        order.reverse();
+    }
+    let mut declared = vec![None; program.functions.len()];
+    for j in order {
+        let call = callee(j, func);
+        let address = if duplicates { callee(j, func) } else { call };
+        // A second, identical signature for indirect calls.
+        let signature = if duplicates {
+            let sig = func.dfg.signatures[func.dfg.ext_funcs[address].signature].clone();
+            func.import_signature(sig)
+        } else {
+            func.dfg.ext_funcs[address].signature
+        };
+        declared[j] = Some(Callee {
+            call,
+            address,
+            signature,
+        });
+    }
+    let callees: Vec<Callee> = declared.into_iter().flatten().collect();
     // A recursive body calls the function being built, whatever it is.
     let own = body.recurse.map(|_| callee(index, func));
     let mut fctx = FunctionBuilderContext::new();
@@ -215,6 +255,21 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
                 let changed = program.body(*of).0.mutate(*flag);
                 (*of, !changed)
             }
+            // Cranelift lays the frame out in slot index order.
+            Form::FrameMutant { of, .. } => (
+                *of,
+                program.body(i).0.frame() == program.body(*of).0.frame(),
+            ),
+            Form::DeclTwin {
+                of,
+                duplicates: false,
+            } => (*of, true),
+            // Whether content-identical declarations are one entry of the
+            // key is the walk's choice: no law here; its merges are checked
+            // by machine code and execution.
+            Form::DeclTwin {
+                duplicates: true, ..
+            } => continue,
         };
         if expect_equal && fps[i].template() != fps[of].template() {
             return Err(format!(

@@ -15,7 +15,9 @@
 //!   invocation, in its entry block, with a second argument whose low two
 //!   bits are one less (so recursion is at most three calls deep).
 //! - It traps only in an [`Op::Trapping`] (a `trapz`, or a division whose
-//!   divisor may be zero or overflow), or in a function that calls one: all
+//!   divisor may be zero or overflow), in the stack check of a function
+//!   with a stack limit ([`Body::stack_limit`]), or in a function that
+//!   calls one: all
 //!   other divisions are guarded, shift amounts are masked, the stack
 //!   accesses stay inside their slots, and [`Op::GuardedTrap`] never fires.
 //! - A [`Form::Twin`] is emitted from the same [`Body`] as its original, with
@@ -33,6 +35,17 @@
 //!   how callers call). An extension mutant returns other bits for most
 //!   results (on [`NARROW_RETURNS`] hosts an extended result keeps only
 //!   its low 32 bits, zero- or sign-extended).
+//! - A [`Form::FrameMutant`] is its original with two stack slots swapped
+//!   in index order (same slots, same uses, another frame layout): it must
+//!   get another fingerprint exactly when [`Body::frame`] changes (a used
+//!   slot moves, or slots of other sizes trade places, unused ones
+//!   included), since Cranelift lays the frame out in index order, and
+//!   [`Op::SlotDistance`] and the stack check make that layout observable.
+//! - A [`Form::DeclTwin`] is a twin that declares its callees and their
+//!   signatures in reverse order, each twice when `duplicates` is set
+//!   (calls use the first declaration, indirect calls the second, with a
+//!   signature declared again): the same code, so merging it is right,
+//!   and its merges are checked by machine code.
 //! - A [`Form::Relinked`] is a twin whose calls go to the functions after
 //!   itself instead of those after its original: the same code calling
 //!   other functions, which exercises code reuse (same template, other
@@ -78,6 +91,10 @@ pub enum Op {
     /// A trap that never fires: `trapnz` on "the fuel counter is negative"
     /// (it is positive in every code block), with the body's trap code.
     GuardedTrap,
+    /// `d ^= stack_addr(slot s) - stack_addr(slot t)`, slots by their
+    /// logical number (modulo [`Body::slot_count`]): where the frame layout
+    /// puts them, observed.
+    SlotDistance(u8, u8, u8),
     /// A trap that fires on some inputs: 0: `trapz b` with the body's trap
     /// code; 1: `d = a / b` unsigned, 2: signed, with nothing guarded (a
     /// zero divisor traps, and so does `MIN / -1`).
@@ -133,6 +150,20 @@ pub struct Body {
     pub recurse: Option<u8>,
     /// Blocks: operations and terminator (block 0 is the entry).
     pub blocks: Vec<(Vec<Op>, Term)>,
+    /// Sized stack slots besides the two 8-byte data slots (logical slots 0
+    /// and 1, which [`Op::Slots`] uses): `(size, align_shift)` of logical
+    /// slots 2, 3, ..., sizes 1..=32, shifts 0..=4. Slots no reachable op
+    /// uses are still in the frame.
+    pub slots: Vec<(u8, u8)>,
+    /// The order the slots are declared in (their index order): a
+    /// permutation of the logical slots `0..slot_count()`.
+    pub slot_order: Vec<u8>,
+    /// Whether the function has a stack limit: its first parameter is its
+    /// `vmctx`, which is the limit. The check traps when the stack pointer
+    /// is below the limit plus the frame size (unsigned, wrapping), so a
+    /// limit of `-k` traps exactly when the frame is smaller than `k`
+    /// bytes: the frame size is observable.
+    pub stack_limit: bool,
 }
 
 /// What a generated function is.
@@ -161,6 +192,23 @@ pub enum Form {
         /// The change (never 0).
         delta: i64,
     },
+    /// Function `of`'s body with the slots at index positions `swap.0` and
+    /// `swap.1` (modulo their number) declared in each other's place.
+    FrameMutant {
+        /// The original.
+        of: usize,
+        /// The two index positions.
+        swap: (u8, u8),
+    },
+    /// Function `of`'s body, emitted another way, with its callees and
+    /// their signatures declared in reverse order (twice each with
+    /// `duplicates`).
+    DeclTwin {
+        /// The original.
+        of: usize,
+        /// Whether each callee and signature is declared twice.
+        duplicates: bool,
+    },
     /// Function `of`'s body with one flag changed.
     FlagMutant {
         /// The original.
@@ -188,13 +236,24 @@ impl Body {
         let constants = (0..u.int_in_range(1..=4)?)
             .map(|_| i64::arbitrary(u))
             .collect::<Result<Vec<_>>>()?;
+        let slots = (0..u.int_in_range(0..=4)?)
+            .map(|_| Ok((u.int_in_range(1..=32)?, u.int_in_range(0..=4)?)))
+            .collect::<Result<Vec<(u8, u8)>>>()?;
+        // A permutation of the logical slots, by random swaps.
+        let mut slot_order: Vec<u8> = (0..2 + slots.len() as u8).collect();
+        for k in (1..slot_order.len()).rev() {
+            slot_order.swap(k, u.int_in_range(0..=k)?);
+        }
+        // A third of the bodies observe their frame layout (the
+        // interpreter, which lays frames out otherwise, skips them).
+        let observes_frame = u.ratio(1, 3)?;
         let nblocks = u.int_in_range(1..=5u8)?;
         let mut blocks = Vec::new();
         for b in 0..nblocks {
             let mut ops = Vec::new();
             for _ in 0..u.int_in_range(0..=6)? {
                 let (d, a, c) = (var(u)?, var(u)?, var(u)?);
-                ops.push(match u.int_in_range(0..=11)? {
+                ops.push(match u.int_in_range(0..=12)? {
                     0 => Op::Int(u.int_in_range(0..=5)?, d, a, c),
                     1 => Op::Const(d, u.int_in_range(0..=constants.len() as u8 - 1)?),
                     2 => Op::Select(u.int_in_range(0..=9)?, d, a, c),
@@ -213,6 +272,9 @@ impl Body {
                     9 => Op::Vector(u.int_in_range(0..=7)?, d, a, c),
                     10 => Op::GuardedTrap,
                     11 => Op::Trapping(u.int_in_range(0..=2)?, d, a, c),
+                    12 if observes_frame => {
+                        Op::SlotDistance(u8::arbitrary(u)?, u8::arbitrary(u)?, d)
+                    }
                     _ => Op::Int(0, d, a, c),
                 });
             }
@@ -253,6 +315,9 @@ impl Body {
             },
             recurse: if u.ratio(1, 4)? { Some(var(u)?) } else { None },
             blocks,
+            slots,
+            slot_order,
+            stack_limit: u.ratio(1, 8)?,
         })
     }
 }
@@ -263,7 +328,7 @@ impl<'a> Arbitrary<'a> for Program {
         let mut functions = Vec::with_capacity(n);
         for i in 0..n {
             let later = n - i - 1;
-            let form = match u.int_in_range(0..=5u8)? {
+            let form = match u.int_in_range(0..=7u8)? {
                 0 if later > 0 => Form::Twin {
                     of: i + u.int_in_range(1..=later)?,
                 },
@@ -274,6 +339,14 @@ impl<'a> Arbitrary<'a> for Program {
                     of: i + u.int_in_range(1..=later)?,
                     which: usize::arbitrary(u)?,
                     delta: i64::arbitrary(u)?.max(1),
+                },
+                6 if later > 0 => Form::FrameMutant {
+                    of: i + u.int_in_range(1..=later)?,
+                    swap: (u8::arbitrary(u)?, u8::arbitrary(u)?),
+                },
+                7 if later > 0 => Form::DeclTwin {
+                    of: i + u.int_in_range(1..=later)?,
+                    duplicates: bool::arbitrary(u)?,
                 },
                 5 if later > 0 => Form::FlagMutant {
                     of: i + u.int_in_range(1..=later)?,
@@ -299,6 +372,8 @@ impl<'a> Arbitrary<'a> for Program {
                     Form::Twin { of }
                     | Form::Relinked { of }
                     | Form::Mutant { of, .. }
+                    | Form::FrameMutant { of, .. }
+                    | Form::DeclTwin { of, .. }
                     | Form::FlagMutant { of, .. } => *of = root,
                     Form::Original(_) => unreachable!(),
                 }
@@ -306,6 +381,9 @@ impl<'a> Arbitrary<'a> for Program {
         }
         let edge = [0, 1, -1, i64::MIN, i64::MAX, 0x8000_0000];
         let mut inputs = vec![(edge[0], edge[1]), (edge[3], edge[2])];
+        // A stack limit of -k: a function with a stack limit traps exactly
+        // when its frame is smaller than k bytes.
+        inputs.push((-i64::from(u.int_in_range(1..=320u16)?), edge[1]));
         for _ in 0..u.int_in_range(1..=4)? {
             let pick = |u: &mut Unstructured| -> Result<i64> {
                 Ok(if bool::arbitrary(u)? {
@@ -344,6 +422,49 @@ impl Body {
     }
 }
 
+impl Body {
+    /// Number of logical stack slots: the two data slots and the others.
+    pub fn slot_count(&self) -> usize {
+        2 + self.slots.len()
+    }
+
+    /// `(size, align_shift)` of logical slot `l`.
+    pub fn slot(&self, l: usize) -> (u32, u8) {
+        match l {
+            0 | 1 => (8, 3),
+            _ => {
+                let (size, shift) = self.slots[l - 2];
+                (u32::from(size), shift)
+            }
+        }
+    }
+
+    /// The frame as Cranelift lays it out: each slot in index order, with
+    /// its size, alignment and (when a reachable instruction uses it) its
+    /// logical number. Two bodies that differ only in their frames compile
+    /// alike exactly when these are equal.
+    pub fn frame(&self) -> Vec<(u32, u8, Option<u8>)> {
+        let n = self.slot_count();
+        let mut used = vec![false; n];
+        // The entry block stores to both data slots.
+        used[0] = true;
+        used[1] = true;
+        for op in self.reachable_ops() {
+            if let Op::SlotDistance(s, t, _) = op {
+                used[*s as usize % n] = true;
+                used[*t as usize % n] = true;
+            }
+        }
+        self.slot_order
+            .iter()
+            .map(|&l| {
+                let (size, shift) = self.slot(l as usize);
+                (size, shift, used[l as usize].then_some(l))
+            })
+            .collect()
+    }
+}
+
 impl Form {
     /// The function this one is derived from, if any.
     pub fn of(&self) -> Option<usize> {
@@ -352,6 +473,8 @@ impl Form {
             Form::Twin { of }
             | Form::Relinked { of }
             | Form::Mutant { of, .. }
+            | Form::FrameMutant { of, .. }
+            | Form::DeclTwin { of, .. }
             | Form::FlagMutant { of, .. } => Some(of),
         }
     }
@@ -435,7 +558,15 @@ impl Body {
         };
         let narrow = !self.extension.is_multiple_of(3) && NARROW_RETURNS;
         let mut sig = ir::Signature::new(conv);
-        sig.params.extend([extended(I64), extended(I64)]);
+        let first = if self.stack_limit {
+            ir::AbiParam {
+                purpose: ir::ArgumentPurpose::VMContext,
+                ..extended(I64)
+            }
+        } else {
+            extended(I64)
+        };
+        sig.params.extend([first, extended(I64)]);
         sig.returns
             .push(extended(if narrow { ir::types::I32 } else { I64 }));
         sig
@@ -477,6 +608,11 @@ pub fn mem_flags(kind: u8) -> ir::MemFlagsData {
 }
 
 impl Program {
+    /// Whether any function has a stack limit.
+    pub fn any_stack_limit(&self) -> bool {
+        (0..self.functions.len()).any(|i| self.body(i).0.stack_limit)
+    }
+
     /// Whether an op of any function (reachable or not) satisfies `pred`.
     pub fn any_op(&self, pred: impl Fn(&Op) -> bool) -> bool {
         (0..self.functions.len()).any(|i| {
@@ -489,7 +625,16 @@ impl Program {
     pub fn body(&self, index: usize) -> (Body, bool) {
         match &self.functions[index] {
             Form::Original(body) => (body.clone(), false),
-            Form::Twin { of } | Form::Relinked { of } => (self.body(*of).0, true),
+            Form::Twin { of } | Form::Relinked { of } | Form::DeclTwin { of, .. } => {
+                (self.body(*of).0, true)
+            }
+            Form::FrameMutant { of, swap } => {
+                let mut body = self.body(*of).0;
+                let n = body.slot_order.len();
+                body.slot_order
+                    .swap(swap.0 as usize % n, swap.1 as usize % n);
+                (body, false)
+            }
             Form::Mutant { of, which, delta } => {
                 let mut body = self.body(*of).0;
                 let k = which % body.constants.len();
@@ -505,13 +650,26 @@ impl Program {
     }
 }
 
+/// How a body refers to one callee: the declaration its calls use, and
+/// the declaration and signature its indirect calls use (the same ones,
+/// or content-identical duplicates).
+#[derive(Clone, Copy, Debug)]
+pub struct Callee {
+    /// Called by `call`.
+    pub call: ir::FuncRef,
+    /// Taken by `func_addr` for `call_indirect`.
+    pub address: ir::FuncRef,
+    /// The signature `call_indirect` names.
+    pub signature: ir::SigRef,
+}
+
 /// Emits `body` into the (empty) function of `b`; `callees[k]` is the
 /// function `k + 1` places later, `own` the function itself (needed when
 /// the body recurses). `twisted` emits it another way.
 pub fn emit(
     b: &mut FunctionBuilder,
     body: &Body,
-    callees: &[ir::FuncRef],
+    callees: &[Callee],
     own: Option<ir::FuncRef>,
     twisted: bool,
 ) {
@@ -534,10 +692,21 @@ pub fn emit(
     );
     let entry = b.create_block();
     let out_of_fuel = b.create_block();
-    let slots = [
-        b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3)),
-        b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3)),
-    ];
+    // Declared in index order; `slots[l]` is logical slot `l`.
+    let mut declared = vec![None; body.slot_count()];
+    for &l in &body.slot_order {
+        let (size, shift) = body.slot(l as usize);
+        let data = StackSlotData::new(StackSlotKind::ExplicitSlot, size, shift);
+        declared[l as usize] = Some(b.create_sized_stack_slot(data));
+    }
+    let slots: Vec<ir::StackSlot> = declared
+        .into_iter()
+        .map(|s| s.expect("slot_order is a permutation"))
+        .collect();
+    if body.stack_limit {
+        let vmctx = b.create_global_value(ir::GlobalValueData::VMContext);
+        b.func.stack_limit = Some(vmctx);
+    }
     let vars: Vec<Variable> = (0..VARS).map(|_| b.declare_var(I64)).collect();
     let fuel = b.declare_var(I64);
 
@@ -551,7 +720,7 @@ pub fn emit(
     b.def_var(fuel, f);
     let zero = b.ins().iconst(I64, 0);
     let flags = mem_flags(body.mem_flags);
-    for slot in slots {
+    for &slot in &slots[..2] {
         let addr = b.ins().stack_addr(I64, slot, 0);
         b.ins().store(flags, zero, addr, 0);
     }
@@ -656,8 +825,8 @@ fn emit_op(
     op: &Op,
     body: &Body,
     vars: &[Variable],
-    (slots, fuel): (&[ir::StackSlot; 2], Variable),
-    callees: &[ir::FuncRef],
+    (slots, fuel): (&[ir::StackSlot], Variable),
+    callees: &[Callee],
 ) {
     let constants = &body.constants;
     let get = |b: &mut FunctionBuilder, v: u8| b.use_var(vars[v as usize]);
@@ -734,16 +903,15 @@ fn emit_op(
         }
         Op::Call(offset, d, x, y) => {
             let (x, y) = (get(b, x), get(b, y));
-            let callee = callees[(offset as usize - 1) % callees.len()];
+            let callee = callees[(offset as usize - 1) % callees.len()].call;
             let call = b.ins().call(callee, &[x, y]);
             (d, widened_result(b, call))
         }
         Op::CallIndirect(offset, d, x, y) => {
             let (x, y) = (get(b, x), get(b, y));
             let callee = callees[(offset as usize - 1) % callees.len()];
-            let sig = b.func.dfg.ext_funcs[callee].signature;
-            let address = b.ins().func_addr(I64, callee);
-            let call = b.ins().call_indirect(sig, address, &[x, y]);
+            let address = b.ins().func_addr(I64, callee.address);
+            let call = b.ins().call_indirect(callee.signature, address, &[x, y]);
             (d, widened_result(b, call))
         }
         Op::Vector(k, d, x, y) => {
@@ -760,6 +928,14 @@ fn emit_op(
                 _ => b.ins().bxor(xy, yx),
             };
             (d, b.ins().extractlane(r, k / 4 % 2))
+        }
+        Op::SlotDistance(s, t, d) => {
+            let n = slots.len();
+            let from = b.ins().stack_addr(I64, slots[s as usize % n], 0);
+            let to = b.ins().stack_addr(I64, slots[t as usize % n], 0);
+            let distance = b.ins().isub(from, to);
+            let old = get(b, d);
+            (d, b.ins().bxor(old, distance))
         }
         Op::GuardedTrap => {
             let f = b.use_var(fuel);
