@@ -17,6 +17,7 @@
 //!   to its file is replaced by the module id given for it, or it is an
 //!   [`UnboundName`] error; nothing is left pointing at a test-case name.
 
+use cranelift_codegen::entity::packed_option::ReservedValue;
 use cranelift_codegen::ir::{
     ExternalName, Function, GlobalValueData, UserExternalName, UserFuncName,
 };
@@ -61,24 +62,85 @@ impl fmt::Display for CorpusError {
 
 impl std::error::Error for CorpusError {}
 
+/// The files [`find_clif_files`] found.
+#[derive(Debug, Default)]
+pub struct ClifFiles {
+    /// Regular files to read, sorted by path as spelled, each file once.
+    pub files: Vec<PathBuf>,
+    /// Paths named `*.clif` (or given by the user) that are not regular
+    /// files (FIFOs, sockets, devices, directories behind a symlink), which
+    /// are not read, with why.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
 /// Lists the `.clif` files under `paths` (files as given, directories
-/// recursively), sorted and without repeats.
-pub fn clif_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CorpusError> {
-    let mut files = Vec::new();
+/// recursively), sorted and without repeats: two spellings of one file
+/// (`a/x.clif` and `a/../a/x.clif`, or a symlink and its target) are one
+/// file, listed under the spelling that sorts first. Paths that are not
+/// regular files are listed in [`ClifFiles::skipped`] and never opened, so
+/// that a FIFO cannot block the reader.
+pub fn find_clif_files(paths: &[PathBuf]) -> Result<ClifFiles, CorpusError> {
+    let mut found = Vec::new();
     for path in paths {
         let meta = std::fs::metadata(path).map_err(|_| CorpusError::Missing(path.clone()))?;
         if meta.is_dir() {
-            walk_dir(path, &mut files)?;
+            walk_dir(path, &mut found)?;
         } else {
-            files.push(path.clone());
+            found.push(path.clone());
         }
     }
-    files.sort();
-    files.dedup();
-    if files.is_empty() {
+    found.sort();
+    found.dedup();
+    let mut out = ClifFiles::default();
+    let mut seen = std::collections::HashSet::new();
+    for path in found {
+        match std::fs::metadata(&path) {
+            Ok(meta) if !meta.is_file() => {
+                out.skipped.push((path, not_regular(&meta.file_type())));
+                continue;
+            }
+            // A dangling symlink: kept, so that reading it reports the error.
+            Ok(_) | Err(_) => {}
+        }
+        let identity = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if seen.insert(identity) {
+            out.files.push(path);
+        }
+    }
+    if out.files.is_empty() && out.skipped.is_empty() {
         return Err(CorpusError::NoClifFiles(paths.to_vec()));
     }
-    Ok(files)
+    Ok(out)
+}
+
+/// Why a file of this type is not read.
+fn not_regular(kind: &std::fs::FileType) -> String {
+    let mut what = if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            what = "a FIFO";
+        } else if kind.is_socket() {
+            what = "a socket";
+        } else if kind.is_char_device() || kind.is_block_device() {
+            what = "a device";
+        }
+    }
+    format!("{what}, not a regular file: skipped")
+}
+
+/// The regular files of [`find_clif_files`], without the skipped ones.
+pub fn clif_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CorpusError> {
+    let found = find_clif_files(paths)?;
+    if found.files.is_empty() {
+        return Err(CorpusError::NoClifFiles(paths.to_vec()));
+    }
+    Ok(found.files)
 }
 
 fn walk_dir(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), CorpusError> {
@@ -112,6 +174,11 @@ pub enum FileOutcome {
     Parsed {
         /// The ISAs named by the file's `target` lines (empty if none).
         isas: Vec<OwnedTargetIsa>,
+        /// The file's `set` and `target` lines as Cranelift read them (every
+        /// shared flag, and each target's triple and ISA flags): files
+        /// with equal keys compile the same way, files with different keys
+        /// may not.
+        isa_key: String,
         /// The functions of the file.
         functions: Vec<ParsedFunction>,
     },
@@ -131,17 +198,69 @@ pub fn load_file(path: &Path, default_isa: Option<&dyn TargetIsa>) -> FileOutcom
         Ok(t) => t,
         Err(e) => return FileOutcome::ReadError(e.to_string()),
     };
-    match catch_unwind(AssertUnwindSafe(|| parse_text(&text, default_isa))) {
+    match quiet_catch(|| parse_text(&text, default_isa)) {
         Ok(outcome) => outcome,
-        Err(panic) => FileOutcome::ParseError(format!(
-            "cranelift panicked on this file: {}",
-            crate::compile::panic_message(&panic)
-        )),
+        Err(message) => {
+            FileOutcome::ParseError(format!("cranelift panicked on this file: {message}"))
+        }
     }
+}
+
+/// Runs `f`, turning a panic into its message, with the panic hook silenced
+/// meanwhile (and restored after), so that a caught panic prints nothing.
+pub fn quiet_catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    crate::compile::with_quiet_panics(|| {
+        catch_unwind(AssertUnwindSafe(f)).map_err(|p| crate::compile::panic_message(&p))
+    })
+}
+
+/// The largest entity number (`v`, `block`, `ss`, `gv`, `fn`, `sig`, ...)
+/// a file may use. cranelift-reader allocates every entity up to the
+/// largest number it reads (it fills gaps with placeholders), so a number
+/// near `u32::MAX` would make it allocate tens of gigabytes and abort the
+/// process; this bound is far above the numbers real CLIF uses (the largest
+/// in the shared corpora is `v146416`).
+pub const MAX_ENTITY_NUMBER: u32 = 1 << 22;
+
+/// Entity prefixes whose numbers cranelift-reader allocates up to.
+const ALLOCATED_ENTITIES: [&str; 10] = [
+    "v", "block", "ss", "dss", "dt", "gv", "mt", "sig", "fn", "const",
+];
+
+/// Checks that `text` uses no entity number above [`MAX_ENTITY_NUMBER`]
+/// outside comments; the error names the first such entity and its line.
+pub fn check_entity_numbers(text: &str) -> Result<(), String> {
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split(';').next().unwrap_or(line);
+        let words = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        for word in words {
+            let digits = word.trim_start_matches(|c: char| !c.is_ascii_digit());
+            let prefix = &word[..word.len() - digits.len()];
+            if digits.is_empty()
+                || !digits.bytes().all(|b| b.is_ascii_digit())
+                || !ALLOCATED_ENTITIES.contains(&prefix)
+            {
+                continue;
+            }
+            if digits
+                .parse::<u32>()
+                .map_or(true, |d| d > MAX_ENTITY_NUMBER)
+            {
+                return Err(format!(
+                    "line {}: entity number {word} is above {MAX_ENTITY_NUMBER}, the most this tool reads",
+                    n + 1
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses and verifies CLIF text (the body of [`load_file`]).
 pub fn parse_text(text: &str, default_isa: Option<&dyn TargetIsa>) -> FileOutcome {
+    if let Err(message) = check_entity_numbers(text) {
+        return FileOutcome::ParseError(message);
+    }
     let file = match parse_test(text, ParseOptions::default()) {
         Ok(file) => file,
         Err(e) if e.is_warning && e.message.starts_with("unsupported target") => {
@@ -154,6 +273,7 @@ pub fn parse_text(text: &str, default_isa: Option<&dyn TargetIsa>) -> FileOutcom
             ));
         }
     };
+    let isa_key = isa_key(&file.isa_spec);
     let (isas, flags) = match file.isa_spec {
         IsaSpec::Some(isas) => (isas, None),
         IsaSpec::None(flags) => (Vec::new(), Some(flags)),
@@ -177,7 +297,28 @@ pub fn parse_text(text: &str, default_isa: Option<&dyn TargetIsa>) -> FileOutcom
             }
         })
         .collect();
-    FileOutcome::Parsed { isas, functions }
+    FileOutcome::Parsed {
+        isas,
+        isa_key,
+        functions,
+    }
+}
+
+/// The text of [`FileOutcome::Parsed::isa_key`].
+fn isa_key(spec: &IsaSpec) -> String {
+    match spec {
+        IsaSpec::None(flags) => format!("no target\n{flags}"),
+        IsaSpec::Some(isas) => {
+            let mut key = String::new();
+            for isa in isas {
+                key.push_str(&format!("target {}\n{}", isa.triple(), isa.flags()));
+                for v in isa.isa_flags() {
+                    key.push_str(&format!("{v}\n"));
+                }
+            }
+            key
+        }
+    }
 }
 
 /// Every verifier-clean function under `paths`, in file order, skipping files
@@ -222,12 +363,59 @@ impl fmt::Display for UnboundName {
 
 impl std::error::Error for UnboundName {}
 
+/// Makes the test-case names (`%name`) of `func`, its own and those it
+/// calls or takes the address of, names of file number `file` alone: `%g`
+/// becomes the test-case name `<file>/g`, which no CLIF text can spell
+/// (`/` is not a name character). Test-case names are local to their file,
+/// as Cranelift's runner treats them, so that two files that each define
+/// `%g` do not make callers of `%g` look alike. User names (`uN:M`), which
+/// JITs give module-wide meaning, and the parser's gap placeholders are
+/// left as they are.
+pub fn qualify_test_case_names(func: &mut Function, file: usize) {
+    let qualified = |name: &[u8]| {
+        let mut bytes = format!("{file}/").into_bytes();
+        bytes.extend_from_slice(name);
+        bytes
+    };
+    let rename = |name: &mut ExternalName| {
+        if let ExternalName::TestCase(t) = name
+            && !t.raw().is_empty()
+        {
+            *name = ExternalName::testcase(qualified(t.raw()));
+        }
+    };
+    for data in func.dfg.ext_funcs.values_mut() {
+        rename(&mut data.name);
+    }
+    for data in func.global_values.values_mut() {
+        match data {
+            GlobalValueData::Symbol { name, .. } => rename(name),
+            GlobalValueData::VMContext
+            | GlobalValueData::Load { .. }
+            | GlobalValueData::IAddImm { .. }
+            | GlobalValueData::DynScaleTargetConst { .. } => {}
+        }
+    }
+    if let UserFuncName::Testcase(t) = &func.name {
+        func.name = UserFuncName::testcase(qualified(t.raw()));
+    }
+}
+
+/// Whether `name` is the name cranelift-reader gives the placeholders it
+/// fills numbering gaps with (`fn0` and `gv0` when a file declares only
+/// `fn1` and `gv1`): the empty test-case name `%`. No instruction uses a
+/// placeholder (the parser rejects references to undeclared entities).
+fn is_gap_placeholder(name: &ExternalName) -> bool {
+    matches!(name, ExternalName::TestCase(t) if t.raw().is_empty())
+}
+
 /// Points `func` and the functions it names at module ids, so that it can
 /// be defined as `id` in a `cranelift_module::Module` (which names functions
 /// `u0:<id>`): `func` itself becomes `u0:<id>`, and every callee and symbol
 /// that names a function of `file` (by test-case name `%foo` or user name
 /// `uN:M`, as the file's own functions are named) names that function's id.
-/// Libcalls and known symbols are left as they are.
+/// Libcalls, known symbols and the parser's gap placeholders (which no
+/// instruction uses) are left as they are.
 pub fn bind_names(
     func: &mut Function,
     id: FuncId,
@@ -249,6 +437,9 @@ pub fn bind_names(
     };
     let mut callees = Vec::new();
     for (r, data) in func.dfg.ext_funcs.iter() {
+        if is_gap_placeholder(&data.name) && data.signature.is_reserved_value() {
+            continue;
+        }
         if let Some(target) = lookup(func, &data.name)? {
             callees.push((r, target));
         }
@@ -256,6 +447,7 @@ pub fn bind_names(
     let mut symbols = Vec::new();
     for (gv, data) in func.global_values.iter() {
         if let GlobalValueData::Symbol { name, .. } = data
+            && !is_gap_placeholder(name)
             && let Some(target) = lookup(func, name)?
         {
             symbols.push((gv, target));

@@ -4,7 +4,15 @@
 //! # What this module guarantees
 //!
 //! - Every file is accounted for in exactly one of: parsed, `parse_errors`,
-//!   `skipped_unsupported`, `read_errors`.
+//!   `skipped_unsupported`, `read_errors`; and every path named `*.clif`
+//!   that is not a regular file in `skipped_files`, never opened.
+//! - Groups keep to what one module would do. Functions of files whose
+//!   `set` and `target` lines differ (see
+//!   [`FileOutcome::Parsed`]'s `isa_key`) are never in one class, one
+//!   template class or one call graph, since a module compiles all its
+//!   functions under one ISA. Test-case names (`%g`) are local to their
+//!   file ([`qualify_test_case_names`]): callers of two files' own `%g`
+//!   are not duplicates, and a file's `%g` is never taken for another's.
 //! - Every function of a parsed file is either grouped (counted in
 //!   `functions`) or in `invalid_functions` (the verifier rejected it).
 //! - `exact_merged == functions - classes`, and the groups listed are exactly
@@ -33,7 +41,9 @@
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::compile::{MachineCode, compile, with_quiet_panics};
-use crate::corpus::{CorpusError, FileOutcome, clif_files, load_file};
+use crate::corpus::{
+    CorpusError, FileOutcome, find_clif_files, load_file, qualify_test_case_names,
+};
 use crate::fingerprint::{Fingerprinter, SymbolName};
 use crate::refine::CallGraph;
 use cranelift_codegen::entity::SecondaryMap;
@@ -212,6 +222,9 @@ pub struct Report {
     pub skipped_unsupported: Vec<FileProblem>,
     /// Files that could not be read.
     pub read_errors: Vec<FileProblem>,
+    /// Paths named `*.clif` that are not regular files (FIFOs, sockets,
+    /// devices), skipped without being opened.
+    pub skipped_files: Vec<FileProblem>,
     /// Functions the verifier rejected (left out of grouping).
     pub invalid_functions: Vec<InvalidFunction>,
     /// Distinct fingerprints.
@@ -283,13 +296,21 @@ fn build_inner(
     progress: &mut dyn Progress,
 ) -> Result<Report, CorpusError> {
     let default_isa = options.default_isa;
-    let files = clif_files(paths)?;
+    let found = find_clif_files(paths)?;
+    let files = found.files;
     progress.start(files.len());
     let mut report = Report {
         files: files.len(),
+        skipped_files: found
+            .skipped
+            .into_iter()
+            .map(|(file, message)| FileProblem { file, message })
+            .collect(),
         ..Report::default()
     };
-    let mut grouping = Grouping::new(options, files.len());
+    // One partition per ISA configuration, in order of first sight.
+    let mut partitions: Vec<Partition> = Vec::new();
+    let mut by_isa: HashMap<String, usize> = HashMap::new();
     let mut compiling = options.compile_isa.map(|isa| Compiling {
         isa,
         summary: CompileSummary {
@@ -297,12 +318,12 @@ fn build_inner(
             ..CompileSummary::default()
         },
         verify: options.verify.then(VerifySummary::default),
-        representatives: SecondaryMap::new(),
-        template_code: SecondaryMap::new(),
     });
-    for file in files {
+    for (index, file) in files.into_iter().enumerate() {
         match load_file(&file, default_isa) {
-            FileOutcome::Parsed { functions, .. } => {
+            FileOutcome::Parsed {
+                functions, isa_key, ..
+            } => {
                 let mut valid = Vec::with_capacity(functions.len());
                 for f in functions {
                     let name = FunctionName {
@@ -310,14 +331,27 @@ fn build_inner(
                         name: f.func.name.to_string(),
                     };
                     match f.verifier_error {
-                        None => valid.push((f.func, name)),
+                        None => {
+                            let mut func = f.func;
+                            qualify_test_case_names(&mut func, index);
+                            valid.push((func, name));
+                        }
                         Some(message) => report.invalid_functions.push(InvalidFunction {
                             function: name,
                             message,
                         }),
                     }
                 }
-                grouping.add_file(&mut report, valid, compiling.as_mut());
+                let p = *by_isa.entry(isa_key).or_insert_with(|| {
+                    partitions.push(Partition {
+                        grouping: Grouping::new(options, 16),
+                        code: ClassCode::default(),
+                    });
+                    partitions.len() - 1
+                });
+                let partition = &mut partitions[p];
+                let compiling = compiling.as_mut().map(|c| (c, &mut partition.code));
+                partition.grouping.add_file(&mut report, valid, compiling);
             }
             FileOutcome::ParseError(message) => {
                 report.parse_errors.push(FileProblem { file, message })
@@ -331,13 +365,35 @@ fn build_inner(
         }
         progress.advance();
     }
-    grouping.finish(&mut report);
+    let mut reuse_time = Duration::ZERO;
+    if options.merge_calls {
+        report.refine = Some(RefineSummary::default());
+    }
+    for mut partition in partitions {
+        partition.grouping.finish(&mut report);
+        reuse_time += partition.grouping.reuse_time;
+    }
+    report.exact_merged = report.functions - report.classes;
+    report.largest_group = report
+        .groups
+        .iter()
+        .map(|g| g.members.len())
+        .max()
+        .unwrap_or(usize::from(report.functions > 0));
+    sort_groups(&mut report.groups);
     if let Some(mut c) = compiling {
-        c.summary.dedup_time += report.fingerprint_time + grouping.reuse_time;
+        c.summary.dedup_time += report.fingerprint_time + reuse_time;
         report.compile = Some(c.summary);
         report.verify = c.verify;
     }
     Ok(report)
+}
+
+/// The functions of one ISA configuration: what is grouped, and with
+/// `--compile`, the code of each class's first member.
+struct Partition {
+    grouping: Grouping,
+    code: ClassCode,
 }
 
 /// Fingerprints, exact classes, templates and the call graph, file by file.
@@ -386,7 +442,7 @@ impl Grouping {
         &mut self,
         report: &mut Report,
         valid: Vec<(Function, FunctionName)>,
-        compiling: Option<&mut Compiling>,
+        compiling: Option<(&mut Compiling, &mut ClassCode)>,
     ) {
         let keep_names = self.reuse || self.graph.is_some();
         // 1. Fingerprints, with the names when they are needed.
@@ -452,29 +508,30 @@ impl Grouping {
             if let Some((Lookup::Duplicate(_), _)) = reuse {
                 self.reused += 1;
             }
-            if let Some(c) = compiling.as_deref_mut() {
-                c.compile(&func, &name, lookup, reuse);
+            if let Some((c, code)) = compiling.as_mut() {
+                c.compile(code, &func, &name, lookup, reuse);
             }
             self.members[lookup.class()].push(name);
         }
     }
 
+    /// Adds this partition's classes, reuse, refinement and groups to
+    /// `report` (whose `refine` is `Some` with `--merge calls`).
     fn finish(&mut self, report: &mut Report) {
-        report.classes = self.cache.classes();
-        report.exact_merged = report.functions - report.classes;
-        report.reused = self.reuse.then_some(self.reused);
-        if let Some(graph) = &self.graph {
+        let classes = self.cache.classes();
+        report.classes += classes;
+        if self.reuse {
+            *report.reused.get_or_insert(0) += self.reused;
+        }
+        if let (Some(graph), Some(summary)) = (&self.graph, &mut report.refine) {
             let start = Instant::now();
             let refinement = graph.refine();
-            report.refine = Some(RefineSummary {
-                refined_merged: report.classes - refinement.classes,
-                rounds: refinement.rounds,
-                time: self.graph_time + start.elapsed(),
-            });
+            summary.refined_merged += classes - refinement.classes;
+            summary.rounds = summary.rounds.max(refinement.rounds);
+            summary.time += self.graph_time + start.elapsed();
         }
         let members = core::mem::take(&mut self.members);
-        report.largest_group = members.values().map(Vec::len).max().unwrap_or(0);
-        report.groups = group_list(&self.cache, members);
+        report.groups.extend(group_list(&self.cache, members));
     }
 }
 
@@ -487,6 +544,11 @@ struct Compiling<'a> {
     isa: &'a dyn TargetIsa,
     summary: CompileSummary,
     verify: Option<VerifySummary>,
+}
+
+/// The code of one partition's classes, for `--compile` and `--verify`.
+#[derive(Default)]
+struct ClassCode {
     /// For `--verify`: each class's first member and its code.
     representatives: SecondaryMap<ClassId, Option<(FunctionName, MachineCode)>>,
     /// With `--reuse`: each template class's first function, its names and
@@ -497,6 +559,7 @@ struct Compiling<'a> {
 impl Compiling<'_> {
     fn compile(
         &mut self,
+        code: &mut ClassCode,
         func: &Function,
         name: &FunctionName,
         lookup: Lookup,
@@ -523,20 +586,20 @@ impl Compiling<'_> {
                     None => self.summary.dedup_time += compiled.time,
                     Some((Lookup::New(template), names)) => {
                         self.summary.dedup_time += compiled.time;
-                        self.template_code[template] =
+                        code.template_code[template] =
                             Some((name.clone(), names, compiled.code.clone()));
                     }
                     Some((Lookup::Duplicate(template), names)) => {
-                        self.reuse(template, name, &names, &compiled);
+                        self.reuse(code, template, name, &names, &compiled);
                     }
                 }
                 if self.verify.is_some() {
-                    self.representatives[class] = Some((name.clone(), compiled.code));
+                    code.representatives[class] = Some((name.clone(), compiled.code));
                 }
             }
             Lookup::Duplicate(class) => {
                 let (Some(verify), Some((rep_name, rep_code))) =
-                    (&mut self.verify, &self.representatives[class])
+                    (&mut self.verify, &code.representatives[class])
                 else {
                     return;
                 };
@@ -556,12 +619,13 @@ impl Compiling<'_> {
     /// compile, this function counts as compiled.
     fn reuse(
         &mut self,
+        code: &ClassCode,
         template: ClassId,
         name: &FunctionName,
         names: &[SymbolName],
         own: &crate::compile::Compiled,
     ) {
-        let Some((rep_name, rep_names, rep_code)) = &self.template_code[template] else {
+        let Some((rep_name, rep_names, rep_code)) = &code.template_code[template] else {
             self.summary.dedup_time += own.time;
             return;
         };
@@ -597,11 +661,12 @@ fn difference(a: &MachineCode, b: &MachineCode) -> Option<&'static str> {
     }
 }
 
+/// The classes of `cache` with two or more members.
 fn group_list(
     cache: &DedupCache,
     mut members: SecondaryMap<ClassId, Vec<FunctionName>>,
 ) -> Vec<Group> {
-    let mut groups: Vec<Group> = cache
+    cache
         .iter()
         .filter_map(|(fp, class)| {
             let names = core::mem::take(&mut members[class]);
@@ -611,7 +676,11 @@ fn group_list(
                 members: names,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Largest group first, then by the first member's file and name.
+fn sort_groups(groups: &mut [Group]) {
     groups.sort_by(|a, b| {
         (b.members.len(), &a.members[0].file, &a.members[0].name).cmp(&(
             a.members.len(),
@@ -619,7 +688,6 @@ fn group_list(
             &b.members[0].name,
         ))
     });
-    groups
 }
 
 #[cfg(test)]

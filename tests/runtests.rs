@@ -128,3 +128,144 @@ fn missing_paths_are_errors() {
     assert!(err.to_string().contains("no such file"), "{err}");
     assert!(Suite::load(&[]).is_err());
 }
+
+/// The bad-input files (`tests/data/runtests_bad`), loaded once per test.
+fn bad_suite() -> Suite {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/runtests_bad");
+    Suite::load(&[dir]).expect("the bad-input data loads")
+}
+
+#[test]
+fn declarations_numbered_with_gaps_compile_and_run() {
+    let suite = bad_suite();
+    let plain = suite.run_plain();
+    assert!(
+        plain
+            .compile_errors
+            .iter()
+            .all(|(u, _)| !suite.units[*u].file.ends_with("gaps.clif")),
+        "{:?}",
+        plain.compile_errors
+    );
+    assert_eq!(
+        outcome(&suite, &plain, "gaps.clif", "; run: %gaps(40) == 42"),
+        &LineOutcome::Passed
+    );
+    for options in DedupOptions::ALL {
+        let merged = suite.run_jitfold(options, &plain);
+        assert_eq!(
+            outcome(&suite, &merged, "gaps.clif", "; run: %gaps(40) == 42"),
+            &LineOutcome::Passed,
+            "{}",
+            merged.mode.name()
+        );
+    }
+}
+
+#[test]
+fn a_run_line_the_reader_panics_on_is_a_line_that_does_not_parse() {
+    let suite = bad_suite();
+    let plain = suite.run_plain();
+    let line =
+        "; run: %id(0x000102030405060708090a0b0c0d0e0f) == 0x000102030405060708090a0b0c0d0e0f";
+    assert_eq!(
+        outcome(&suite, &plain, "vector.clif", line),
+        &LineOutcome::Skipped(SkipReason::RunLineDoesNotParse)
+    );
+    // The other line of the file still runs.
+    assert_eq!(
+        outcome(&suite, &plain, "vector.clif", "; run: %id([1 2]) == [1 2]"),
+        &LineOutcome::Passed
+    );
+}
+
+#[test]
+fn traps_and_faults_fail_their_line_only_in_every_mode() {
+    let suite = bad_suite();
+    let plain = suite.run_plain();
+    let failed = |result: &ModeResult, text: &str| match outcome(&suite, result, "calls.clif", text)
+    {
+        LineOutcome::Failed(message) => message.clone(),
+        other => panic!("{text}: {other:?}"),
+    };
+    assert_eq!(failed(&plain, "; run: %div(6, 0) == 0"), "the call trapped");
+    for text in ["; run: %deref(0) == 0", "; run: %deref(8) == 0"] {
+        let fault = failed(&plain, text);
+        assert!(fault.contains(&format!("signal {SIGSEGV}")), "{fault}");
+    }
+    // The calls after a trap or a fault still run.
+    for text in [
+        "; run: %div(8, 2) == 4",
+        "; run: %div(9, 3) == 3",
+        "; run: %neg(5) == -5",
+    ] {
+        assert_eq!(
+            outcome(&suite, &plain, "calls.clif", text),
+            &LineOutcome::Passed,
+            "{text}"
+        );
+    }
+    for options in DedupOptions::ALL {
+        let merged = suite.run_jitfold(options, &plain);
+        assert_eq!(merged.outcomes, plain.outcomes, "{}", merged.mode.name());
+    }
+}
+
+/// SIGSEGV on the hosts jitfold runs tests on (Linux).
+const SIGSEGV: i32 = 11;
+
+#[test]
+fn a_run_line_calls_the_function_it_names() {
+    let suite = bad_suite();
+    let plain = suite.run_plain();
+    // Under %sub, `%div(9, 3)` runs %div (3), not %sub (6).
+    assert_eq!(
+        outcome(&suite, &plain, "calls.clif", "; run: %div(9, 3) == 3"),
+        &LineOutcome::Passed
+    );
+    assert_eq!(
+        outcome(&suite, &plain, "calls.clif", "; run: %sub(9, 3) == 6"),
+        &LineOutcome::Passed
+    );
+    assert_eq!(
+        outcome(&suite, &plain, "calls.clif", "; run: %missing(9, 3) == 6"),
+        &LineOutcome::Skipped(SkipReason::RunLineCallsOther)
+    );
+    // Under %neg, `%deref(8)` names a function of the same signature: it
+    // runs %deref, which faults (%neg would return -8).
+    assert!(matches!(
+        outcome(&suite, &plain, "calls.clif", "; run: %deref(8) == 0"),
+        LineOutcome::Failed(m) if m.contains("signal")
+    ));
+}
+
+#[test]
+fn huge_entity_numbers_are_a_parse_error_not_an_abort() {
+    let suite = bad_suite();
+    let entity = suite
+        .unparsed
+        .iter()
+        .find(|f| f.path.ends_with("entity.clif"))
+        .expect("entity.clif is unparsed");
+    assert!(
+        entity.message.contains("entity number block4294967290"),
+        "{}",
+        entity.message
+    );
+    assert_eq!(entity.run_lines, 1);
+}
+
+#[test]
+fn a_call_that_never_ends_fails_its_line_after_the_time_limit() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/runtests_loop");
+    let suite = Suite::load(&[dir]).expect("loads");
+    let plain = suite.run_plain();
+    match outcome(&suite, &plain, "loop.clif", "; run: %spin(1) == 1") {
+        LineOutcome::Failed(m) => assert!(m.contains("no end within"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        outcome(&suite, &plain, "loop.clif", "; run: %one() == 1"),
+        &LineOutcome::Passed
+    );
+}

@@ -16,7 +16,7 @@
 //! - Every run line of every unit gets exactly one [`LineOutcome`], in
 //!   suite order, so modes can be compared line by line ([`regressions`]).
 
-use super::suite::{SkipReason, Suite, Unit};
+use super::suite::{LineError, SkipReason, Suite, Unit};
 use super::{host, invoke};
 use crate::compile::panic_message;
 use crate::corpus::{UnboundName, bind_names};
@@ -316,9 +316,9 @@ fn fail_lines(unit: &Unit, error: &str) -> Vec<LineOutcome> {
 }
 
 /// Why a line is skipped on its own (whatever the mode), if it is.
-fn line_skip(command: &Result<RunCommand, String>) -> Option<SkipReason> {
+fn line_skip(command: &Result<RunCommand, LineError>) -> Option<SkipReason> {
     match command {
-        Err(_) => Some(SkipReason::RunLineDoesNotParse),
+        Err(e) => Some(e.reason.clone()),
         Ok(RunCommand::Print(_)) => Some(SkipReason::PrintOnly),
         Ok(RunCommand::Run(..)) => None,
     }
@@ -453,37 +453,52 @@ impl Program {
         Ok(())
     }
 
-    /// Runs the lines of `unit` (index `u`), which must have been added.
+    /// Runs the lines of `unit` (index `u`), which must have been added;
+    /// the calls run in child processes ([`invoke::call_isolated`]), so a
+    /// call that traps, faults or does not end fails its line only.
     fn run(&self, module: &impl Executable, u: usize, unit: &Unit) -> Vec<LineOutcome> {
         let ids = &self.functions[&u];
-        unit.lines
-            .iter()
-            .map(|line| {
-                if let Some(reason) = line_skip(&line.command) {
-                    return LineOutcome::Skipped(reason);
+        let mut outcomes = Vec::with_capacity(unit.lines.len());
+        // (line index, command) of the lines to call, and their calls.
+        let mut to_run = Vec::new();
+        let mut calls = Vec::new();
+        for (l, line) in unit.lines.iter().enumerate() {
+            outcomes.push(LineOutcome::Skipped(SkipReason::PrintOnly));
+            if let Some(reason) = line_skip(&line.command) {
+                outcomes[l] = LineOutcome::Skipped(reason);
+                continue;
+            }
+            let Ok(command @ RunCommand::Run(invocation, ..)) = &line.command else {
+                unreachable!("line_skip skips unparsed and print lines")
+            };
+            let signature = &unit.functions[line.function].signature;
+            let entries = module
+                .entry(ids[line.function])
+                .and_then(|f| Ok((f, module.entry(self.trampolines[signature])?)));
+            match entries {
+                Ok((function, trampoline)) => {
+                    to_run.push((l, command));
+                    calls.push(invoke::Call {
+                        trampoline,
+                        function,
+                        signature,
+                        args: &invocation.args,
+                    });
                 }
-                let Ok(command) = &line.command else {
-                    unreachable!("line_skip skips unparsed lines")
-                };
-                let signature = &unit.functions[line.function].signature;
-                let entries = module
-                    .entry(ids[line.function])
-                    .and_then(|f| Ok((f, module.entry(self.trampolines[signature])?)));
-                let (function, trampoline) = match entries {
-                    Ok(entries) => entries,
-                    Err(e) => return LineOutcome::Failed(format!("no entry point: {e}")),
-                };
-                // SAFETY: `trampoline` was made by `trampoline_for(signature)`
-                // and `function` has `signature`; both are finalized in
-                // `module`, which outlives the call.
-                let run = command
-                    .run(|_, args| unsafe { invoke::call(trampoline, function, signature, args) });
-                match run {
-                    Ok(()) => LineOutcome::Passed,
-                    Err(message) => LineOutcome::Failed(message),
-                }
-            })
-            .collect()
+                Err(e) => outcomes[l] = LineOutcome::Failed(format!("no entry point: {e}")),
+            }
+        }
+        // SAFETY: each trampoline was made by `trampoline_for(signature)` and
+        // each function has `signature`; both are finalized in `module`,
+        // which outlives the calls.
+        let results = unsafe { invoke::call_isolated(&calls) };
+        for ((l, command), result) in to_run.into_iter().zip(results) {
+            outcomes[l] = match command.run(|_, _| result) {
+                Ok(()) => LineOutcome::Passed,
+                Err(message) => LineOutcome::Failed(message),
+            };
+        }
+        outcomes
     }
 }
 

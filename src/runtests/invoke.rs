@@ -1,22 +1,35 @@
-//! Calling a compiled function with [`DataValue`] arguments: one trampoline
+//! Calling compiled functions with [`DataValue`] arguments: one trampoline
 //! per signature, which loads the arguments from a buffer of 16-byte slots,
-//! calls the function, and stores its results back into the same slots.
+//! calls the function, and stores its results back into the same slots;
+//! the calls run in child processes, so that a trap, a memory fault or an
+//! endless loop is the outcome of one call, not the end of the runner.
 //!
 //! # What this module guarantees
 //!
 //! - [`trampoline_for`] builds a function of the ISA's default calling
-//!   convention, `(callee: pointer, slots: pointer)`, that passes slot *i* as
-//!   argument *i* with the argument's own type, and writes result *i* into
-//!   slot *i*; it works for any calling convention of the callee, since it
-//!   calls through `call_indirect` with the callee's own signature.
-//! - [`call`] writes each argument in native byte order into its slot and
-//!   reads each result back typed by the signature. Its only `unsafe` is
-//!   the call itself; the caller vouches that the two pointers are a
-//!   finalized trampoline for `signature` and a finalized function of that
-//!   signature.
+//!   convention, `(callee: pointer, slots: pointer) -> i64`, that passes
+//!   slot *i* as argument *i* with the argument's own type, writes result
+//!   *i* into slot *i*, and returns 0; in the slot after the last argument
+//!   or result slot (the *state* slot) it writes 1 before the call and 2
+//!   after it. It works for any
+//!   calling convention of the callee, since it calls through
+//!   `call_indirect` with the callee's own signature.
+//! - [`call_isolated`] makes every call in child processes with
+//!   [`crate::fuzzing::isolated::run`] (the fuzzing harness's mechanism),
+//!   with the slots in memory shared with the children. Each call gets its
+//!   own outcome: its results, read back typed by the signature, when its
+//!   state slot says it returned; else an error that says whether it
+//!   trapped or what ended its child (a fault, or no end within
+//!   [`TIMEOUT_S`](crate::fuzzing::isolated::TIMEOUT_S) seconds). After a
+//!   call that ended its child, the later calls run in a new child.
+//! - Arguments that do not match the signature in number or size are an
+//!   error of that call, which is then not made.
 
+use crate::fuzzing::isolated::{self, Entry};
 use cranelift_codegen::data_value::DataValue;
-use cranelift_codegen::ir::{self, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName};
+use cranelift_codegen::ir::{
+    self, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName, types,
+};
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
@@ -30,6 +43,7 @@ pub fn trampoline_for(signature: &Signature, isa: &dyn TargetIsa) -> ir::Functio
     let mut own = Signature::new(isa.default_call_conv());
     own.params.push(AbiParam::new(pointer));
     own.params.push(AbiParam::new(pointer));
+    own.returns.push(AbiParam::new(types::I64));
     let mut func = ir::Function::with_name_signature(UserFuncName::default(), own);
     let mut builder_context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut builder_context);
@@ -41,6 +55,10 @@ pub fn trampoline_for(signature: &Signature, isa: &dyn TargetIsa) -> ir::Functio
         let params = b.block_params(entry);
         (params[0], params[1])
     };
+    let state = slot_offset(state_slot(signature));
+    let started = b.ins().iconst(types::I64, STARTED);
+    b.ins()
+        .store(MemFlagsData::trusted(), started, slots, state);
     let args: Vec<ir::Value> = signature
         .params
         .iter()
@@ -57,7 +75,11 @@ pub fn trampoline_for(signature: &Signature, isa: &dyn TargetIsa) -> ir::Functio
         b.ins()
             .store(MemFlagsData::trusted(), result, slots, slot_offset(i));
     }
-    b.ins().return_(&[]);
+    let returned = b.ins().iconst(types::I64, RETURNED);
+    b.ins()
+        .store(MemFlagsData::trusted(), returned, slots, state);
+    let zero = b.ins().iconst(types::I64, 0);
+    b.ins().return_(&[zero]);
     b.finalize(isa.frontend_config());
     func
 }
@@ -66,22 +88,117 @@ fn slot_offset(i: usize) -> i32 {
     i32::try_from(i * SLOT_BYTES).expect("a signature has far fewer than 2^27 parameters")
 }
 
-/// Calls `function` (of `signature`) through `trampoline` with `args`, and
-/// returns its results. `args` must match the signature's parameters in
-/// number and type (as `cranelift_reader::parse_run_command` makes them);
-/// a mismatch is an error, not a call.
+/// The slot in which the trampoline for `signature` records the call's
+/// state: 0 before, [`STARTED`] once called, [`RETURNED`] once returned.
+fn state_slot(signature: &Signature) -> usize {
+    signature.params.len().max(signature.returns.len())
+}
+
+/// State slot value: the call was made.
+const STARTED: i64 = 1;
+/// State slot value: the call returned.
+const RETURNED: i64 = 2;
+
+/// The state slot as read back (the trampoline wrote it as an `i64` at the
+/// start of the slot).
+fn state_of(slot: u128) -> i64 {
+    let bytes = slot.to_ne_bytes();
+    i64::from_ne_bytes(bytes[..8].try_into().expect("8 bytes"))
+}
+
+/// One call for [`call_isolated`].
+pub struct Call<'a> {
+    /// The finalized code of [`trampoline_for`]`(signature)`.
+    pub trampoline: *const u8,
+    /// The finalized code of a function with `signature`.
+    pub function: *const u8,
+    /// The function's signature.
+    pub signature: &'a Signature,
+    /// The arguments, as `cranelift_reader::parse_run_command` makes them.
+    pub args: &'a [DataValue],
+}
+
+/// Makes every call in child processes (see the module docs) and returns
+/// each call's results or why it has none.
 ///
 /// # Safety
 ///
-/// `trampoline` must be the finalized code of [`trampoline_for`]`(signature)`
-/// and `function` the finalized code of a function with `signature`, both
-/// for the host, and both kept alive (not freed) during the call.
-pub unsafe fn call(
-    trampoline: *const u8,
-    function: *const u8,
-    signature: &Signature,
-    args: &[DataValue],
-) -> Result<Vec<DataValue>, String> {
+/// Every [`Call`]'s `trampoline` and `function` must be what its fields
+/// say, for the host, and stay alive (not freed) during the call.
+pub unsafe fn call_isolated(calls: &[Call<'_>]) -> Vec<Result<Vec<DataValue>, String>> {
+    let mut out: Vec<Result<Vec<DataValue>, String>> = Vec::with_capacity(calls.len());
+    let offsets: Vec<usize> = calls
+        .iter()
+        .scan(0, |next, c| {
+            let first = *next;
+            *next += state_slot(c.signature) + 1;
+            Some(first)
+        })
+        .collect();
+    let total = offsets
+        .last()
+        .map_or(0, |&o| o + state_slot(calls[calls.len() - 1].signature) + 1);
+    let mut slots = match SharedSlots::new(total) {
+        Ok(slots) => slots,
+        Err(e) => return calls.iter().map(|_| Err(e.clone())).collect(),
+    };
+    // The calls to make: (index in `calls`, entry, callee, slots address).
+    let mut pending = Vec::with_capacity(calls.len());
+    for (i, c) in calls.iter().enumerate() {
+        let own = &mut slots.as_mut()[offsets[i]..][..state_slot(c.signature) + 1];
+        match write_args(c.signature, c.args, own) {
+            Ok(()) => {
+                // SAFETY: the trampoline's signature, `(pointer, pointer) ->
+                // i64` in the host's default calling convention, is `Entry`'s
+                // (`write_args` checked that pointers are 64 bits).
+                let entry: Entry = unsafe { std::mem::transmute(c.trampoline) };
+                let slots_address = own.as_mut_ptr() as i64;
+                pending.push((i, entry, c.function as i64, slots_address));
+                out.push(Err(String::new()));
+            }
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    let mut next = 0;
+    while next < pending.len() {
+        let batch: Vec<(Entry, i64, i64)> = pending[next..]
+            .iter()
+            .map(|&(_, entry, callee, slots)| (entry, callee, slots))
+            .collect();
+        let ended = isolated::run(&batch).err();
+        let slots = slots.as_mut();
+        let state = |i: usize| state_of(slots[offsets[i] + state_slot(calls[i].signature)]);
+        // Calls run in order. If a child ended otherwise than by a trap,
+        // the last call that started and did not return ended it; the
+        // calls after it run again. (If none started, the first did.)
+        let ran = match &ended {
+            None => pending.len() - next,
+            Some(_) => pending[next..]
+                .iter()
+                .rposition(|&(i, ..)| state(i) == STARTED)
+                .map_or(1, |last| last + 1),
+        };
+        for (k, &(i, ..)) in pending[next..next + ran].iter().enumerate() {
+            out[i] = match (state(i), &ended) {
+                (RETURNED, _) => {
+                    let own = &slots[offsets[i]..][..state_slot(calls[i].signature)];
+                    Ok(read_results(calls[i].signature, own))
+                }
+                (_, Some(e)) if k + 1 == ran => Err(e.clone()),
+                _ => Err("the call trapped".to_string()),
+            };
+        }
+        next += ran;
+    }
+    out
+}
+
+/// Checks `args` against `signature` and writes them into `slots` in native
+/// byte order, clearing the state slot.
+fn write_args(signature: &Signature, args: &[DataValue], slots: &mut [u128]) -> Result<(), String> {
+    if size_of::<*const u8>() != size_of::<i64>() {
+        return Err("calls need a 64-bit host".to_string());
+    }
     if args.len() != signature.params.len() {
         return Err(format!(
             "{} arguments given, the signature has {} parameters",
@@ -89,9 +206,7 @@ pub unsafe fn call(
             signature.params.len()
         ));
     }
-    let slots = signature.params.len().max(signature.returns.len()).max(1);
-    // `u128` keeps every slot 16-byte aligned, as vector loads may want.
-    let mut buffer = vec![0u128; slots];
+    slots.fill(0);
     for (i, (arg, param)) in args.iter().zip(&signature.params).enumerate() {
         if arg.ty().bytes() != param.value_type.bytes() {
             return Err(format!(
@@ -102,21 +217,64 @@ pub unsafe fn call(
         }
         let mut bytes = [0u8; SLOT_BYTES];
         arg.write_to_slice_ne(&mut bytes);
-        buffer[i] = u128::from_ne_bytes(bytes);
+        slots[i] = u128::from_ne_bytes(bytes);
     }
-    // SAFETY: the caller guarantees that `trampoline` is the code of
-    // `trampoline_for(signature)`, which has the host's default calling
-    // convention (`extern "C"` on the hosts Cranelift JITs for) and reads and
-    // writes only the first `max(params, returns)` slots of `buffer`, and
-    // that `function` has `signature`.
-    unsafe {
-        let entry: extern "C" fn(*const u8, *mut u128) = std::mem::transmute(trampoline);
-        entry(function, buffer.as_mut_ptr());
-    }
-    Ok(signature
+    Ok(())
+}
+
+/// The results the trampoline wrote into `slots`, typed by `signature`.
+fn read_results(signature: &Signature, slots: &[u128]) -> Vec<DataValue> {
+    signature
         .returns
         .iter()
-        .zip(&buffer)
+        .zip(slots)
         .map(|(r, slot)| DataValue::read_from_slice_ne(&slot.to_ne_bytes(), r.value_type))
-        .collect())
+        .collect()
+}
+
+/// Slots in memory shared with child processes (an anonymous shared
+/// mapping), so that what a child's calls write is seen by the parent.
+struct SharedSlots {
+    ptr: *mut u128,
+    len: usize,
+}
+
+impl SharedSlots {
+    fn new(len: usize) -> Result<Self, String> {
+        let bytes = len.max(1) * SLOT_BYTES;
+        // SAFETY: an anonymous mapping of `bytes` bytes, asking for no
+        // particular address; the result is checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    fn as_mut(&mut self) -> &mut [u128] {
+        // SAFETY: the mapping holds `len` zero-initialized, page-aligned
+        // (so 16-byte aligned) `u128`s and lives as long as `self`; child
+        // processes write to it only while the parent waits for them.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for SharedSlots {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and the size are those of the mapping made in `new`,
+        // and no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len.max(1) * SLOT_BYTES) };
+    }
 }

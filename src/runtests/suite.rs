@@ -19,13 +19,12 @@
 //!   [`RunLine`] of that function, in file order; one that does not parse
 //!   keeps the parser's message.
 
-use crate::corpus::{CorpusError, clif_files};
-use cranelift_codegen::ir::Function;
+use crate::corpus::{CorpusError, check_entity_numbers, find_clif_files, quiet_catch};
+use cranelift_codegen::ir::{Function, UserFuncName};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_reader::{IsaSpec, ParseOptions, RunCommand, parse_run_command, parse_test};
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
 /// Why run lines were not run. Ordered for stable reports.
@@ -43,6 +42,10 @@ pub enum SkipReason {
     NotJittable(String),
     /// The run line does not parse with cranelift-reader 0.135.8.
     RunLineDoesNotParse,
+    /// The run line calls a function the file does not define, or one
+    /// whose signature is not that of the function the line follows (the
+    /// parser reads the line's arguments by that function's signature).
+    RunLineCallsOther,
     /// A `; print:` line: it states no expected result to check.
     PrintOnly,
     /// A function of the file calls a function (named) that Cranelift's own
@@ -67,6 +70,10 @@ impl fmt::Display for SkipReason {
             SkipReason::RunLineDoesNotParse => {
                 write!(f, "run line does not parse with cranelift-reader 0.135.8")
             }
+            SkipReason::RunLineCallsOther => write!(
+                f,
+                "run line calls an undefined function or one of another signature"
+            ),
             SkipReason::PrintOnly => write!(f, "print line (no expected result)"),
             SkipReason::NeedsRunnerFunction(name) => {
                 write!(f, "calls {name}, a host function of Cranelift's runner")
@@ -90,12 +97,22 @@ pub struct UnparsedFile {
 
 /// One run or print comment of a function.
 pub struct RunLine {
-    /// Index of the function in [`Unit::functions`].
+    /// Index in [`Unit::functions`] of the function the command calls (the
+    /// function the comment follows, unless the command names another).
     pub function: usize,
     /// The comment as written.
     pub text: String,
-    /// The parsed command, or the parser's message.
-    pub command: Result<RunCommand, String>,
+    /// The parsed command, or why it cannot be run.
+    pub command: Result<RunCommand, LineError>,
+}
+
+/// Why a run line cannot be run.
+#[derive(Clone, Debug)]
+pub struct LineError {
+    /// Why, as counted.
+    pub reason: SkipReason,
+    /// What the parser or the check said.
+    pub message: String,
 }
 
 /// One file under one of its targets.
@@ -133,6 +150,9 @@ pub struct Suite {
     pub other_arch_files: usize,
     /// `test run` files that did not parse.
     pub unparsed: Vec<UnparsedFile>,
+    /// Paths named `*.clif` that are not regular files, not read (see
+    /// [`crate::corpus::ClifFiles::skipped`]).
+    pub skipped_files: Vec<(PathBuf, String)>,
     /// Each runnable (file, target), in path order then target order.
     pub units: Vec<Unit>,
     /// The distinct ISAs of the units.
@@ -163,7 +183,8 @@ impl Suite {
     /// Reads every `test run` file under `paths` (files, or directories
     /// searched recursively).
     pub fn load(paths: &[PathBuf]) -> Result<Suite, SuiteError> {
-        let files = clif_files(paths).map_err(SuiteError::Corpus)?;
+        let found = find_clif_files(paths).map_err(SuiteError::Corpus)?;
+        let files = found.files;
         let host = cranelift_native::builder_with_options(true)
             .map_err(|e| SuiteError::Host(e.to_string()))?
             .finish(settings::Flags::new(settings::builder()))
@@ -173,6 +194,7 @@ impl Suite {
             run_files: 0,
             other_arch_files: 0,
             unparsed: Vec::new(),
+            skipped_files: found.skipped,
             units: Vec::new(),
             configs: Vec::new(),
         };
@@ -206,15 +228,12 @@ impl Suite {
             return Ok(());
         }
         self.run_files += 1;
-        let parsed = catch_unwind(AssertUnwindSafe(|| {
-            parse_test(&text, ParseOptions::default())
-                .map_err(|e| format!("line {}: {}", e.location.line_number, e.message))
-        }))
-        .unwrap_or_else(|panic| {
-            Err(format!(
-                "cranelift-reader panicked: {}",
-                crate::compile::panic_message(&panic)
-            ))
+        let parsed = check_entity_numbers(&text).and_then(|()| {
+            quiet_catch(|| {
+                parse_test(&text, ParseOptions::default())
+                    .map_err(|e| format!("line {}: {}", e.location.line_number, e.message))
+            })
+            .unwrap_or_else(|panic| Err(format!("cranelift-reader panicked: {panic}")))
         });
         let file = match parsed {
             Ok(file) => file,
@@ -253,19 +272,12 @@ impl Suite {
                 .functions
                 .iter()
                 .enumerate()
-                .flat_map(|(i, (func, details))| {
-                    details.comments.iter().filter_map(move |c| {
-                        let command = match parse_run_command(c.text, &func.signature) {
-                            Ok(None) => return None,
-                            Ok(Some(command)) => Ok(command),
-                            Err(e) => Err(e.message),
-                        };
-                        Some(RunLine {
-                            function: i,
-                            text: c.text.trim().to_string(),
-                            command,
-                        })
-                    })
+                .flat_map(|(i, (_, details))| {
+                    let functions = &functions;
+                    details
+                        .comments
+                        .iter()
+                        .filter_map(move |c| run_line(functions, i, c.text))
                 })
                 .collect();
             self.units.push(Unit {
@@ -303,6 +315,59 @@ impl Suite {
         self.configs.push(Config { key, isa });
         Ok(self.configs.len() - 1)
     }
+}
+
+/// The run line of comment `text` of function `i` of `functions`, if the
+/// comment is a run or print command. A parser panic (cranelift-reader
+/// panics on some malformed vector constants) is a parse error of the line.
+fn run_line(functions: &[Function], i: usize, text: &str) -> Option<RunLine> {
+    let func = &functions[i];
+    let parsed = quiet_catch(|| parse_run_command(text, &func.signature).map_err(|e| e.message))
+        .unwrap_or_else(|panic| Err(format!("cranelift-reader panicked: {panic}")));
+    let (function, command) = match parsed {
+        Ok(None) => return None,
+        Err(message) => (
+            i,
+            Err(LineError {
+                reason: SkipReason::RunLineDoesNotParse,
+                message,
+            }),
+        ),
+        Ok(Some(command)) => match callee(functions, i, &command) {
+            Ok(function) => (function, Ok(command)),
+            Err(message) => (
+                i,
+                Err(LineError {
+                    reason: SkipReason::RunLineCallsOther,
+                    message,
+                }),
+            ),
+        },
+    };
+    Some(RunLine {
+        function,
+        text: text.trim().to_string(),
+        command,
+    })
+}
+
+/// The index of the function `command` (a comment of function `i`) calls:
+/// the one it names, which must have the signature of function `i`.
+fn callee(functions: &[Function], i: usize, command: &RunCommand) -> Result<usize, String> {
+    let invocation = match command {
+        RunCommand::Print(invocation) | RunCommand::Run(invocation, ..) => invocation,
+    };
+    let name = UserFuncName::testcase(&invocation.func);
+    let Some(j) = functions.iter().position(|f| f.name == name) else {
+        return Err(format!("the file defines no function {name}"));
+    };
+    if functions[j].signature != functions[i].signature {
+        return Err(format!(
+            "{name} has signature {}, but the line follows {} and its arguments are read as {}",
+            functions[j].signature, functions[i].name, functions[i].signature
+        ));
+    }
+    Ok(j)
 }
 
 /// Why a unit with these flags cannot run on `host`, if it cannot.

@@ -7,7 +7,7 @@ use jitfold::cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::report::{self, Progress, Report};
 use serde_json::{Value, json};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -66,7 +66,8 @@ struct ReportArgs {
     #[arg(long)]
     compile: bool,
     /// Compile every member of every duplicate group and compare its machine
-    /// code and relocations with the group's first member; adds `verify`.
+    /// code and relocations with the group's first member; adds `verify`,
+    /// and exits with status 1 if any differs.
     #[arg(long)]
     verify: bool,
     /// Also group functions by template (same code up to the callees and
@@ -174,10 +175,31 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         }
     };
     bar.finish();
+    for p in &report.skipped_files {
+        eprintln!("jitfold report: note: {}: {}", p.file.display(), p.message);
+    }
     if args.json {
         println!("{}", report_json(&report, args.groups));
     } else {
         print_summary(&report, args.groups);
+    }
+    if let Some(v) = &report.verify {
+        let mismatches = v.mismatches.len() + v.reuse_mismatches.len();
+        if mismatches > 0 {
+            for (m, rep, what) in v.mismatches.iter().chain(&v.reuse_mismatches) {
+                eprintln!(
+                    "jitfold report: MISMATCH {} {} differs from {} {} in {what}",
+                    m.file.display(),
+                    m.name,
+                    rep.file.display(),
+                    rep.name
+                );
+            }
+            eprintln!(
+                "jitfold report: --verify: {mismatches} function(s) compile to other code than the function they were merged with"
+            );
+            return ExitCode::from(1);
+        }
     }
     let failed = !report.parse_errors.is_empty() || !report.read_errors.is_empty();
     if args.strict && failed {
@@ -230,9 +252,15 @@ impl Bar {
     }
 }
 
+/// A path as a JSON string: lossily (a file name that is not valid UTF-8
+/// shows U+FFFD where its bytes are not), never failing.
+fn path(p: &Path) -> Value {
+    Value::String(p.to_string_lossy().into_owned())
+}
+
 fn problems(list: &[report::FileProblem]) -> Value {
     list.iter()
-        .map(|p| json!({ "file": p.file, "message": p.message }))
+        .map(|p| json!({ "file": path(&p.file), "message": p.message }))
         .collect()
 }
 
@@ -245,11 +273,13 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
         "parse_error_list": problems(&r.parse_errors),
         "read_errors": r.read_errors.len(),
         "read_error_list": problems(&r.read_errors),
+        "skipped_files": r.skipped_files.len(),
+        "skipped_file_list": problems(&r.skipped_files),
         "skipped_unsupported": r.skipped_unsupported.len(),
         "skipped_unsupported_list": problems(&r.skipped_unsupported),
         "invalid_functions": r.invalid_functions.len(),
         "invalid_function_list": r.invalid_functions.iter()
-            .map(|f| json!({ "file": f.function.file, "function": f.function.name, "message": f.message }))
+            .map(|f| json!({ "file": path(&f.function.file), "function": f.function.name, "message": f.message }))
             .collect::<Vec<_>>(),
         "classes": r.classes,
         "exact_merged": r.exact_merged,
@@ -274,7 +304,7 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
                 .map(|(reason, n)| json!({ "reason": reason, "functions": n }))
                 .collect::<Vec<_>>(),
             "compile_error_list": c.errors.iter()
-                .map(|f| json!({ "file": f.function.file, "function": f.function.name, "message": f.message }))
+                .map(|f| json!({ "file": path(&f.function.file), "function": f.function.name, "message": f.message }))
                 .collect::<Vec<_>>(),
             "baseline_s": c.baseline_time.as_secs_f64(),
             "dedup_s": c.dedup_time.as_secs_f64(),
@@ -303,7 +333,7 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
                     "stable_hash": format!("{:016x}", g.stable_hash),
                     "instructions": g.instructions,
                     "members": g.members.iter()
-                        .map(|m| json!({ "file": m.file, "function": m.name }))
+                        .map(|m| json!({ "file": path(&m.file), "function": m.name }))
                         .collect::<Vec<_>>(),
                 })
             })
@@ -316,8 +346,8 @@ fn mismatch_list(list: &[(report::FunctionName, report::FunctionName, String)]) 
     list.iter()
         .map(|(m, rep, what)| {
             json!({
-                "file": m.file, "function": m.name,
-                "representative_file": rep.file, "representative": rep.name,
+                "file": path(&m.file), "function": m.name,
+                "representative_file": path(&rep.file), "representative": rep.name,
                 "differs_in": what,
             })
         })
@@ -357,6 +387,7 @@ fn print_summary(r: &Report, with_groups: bool) {
     );
     println!("invalid functions     {}", r.invalid_functions.len());
     println!("skipped (target ISA)  {}", r.skipped_unsupported.len());
+    println!("skipped (not regular) {}", r.skipped_files.len());
     println!("parse errors          {}", r.parse_errors.len());
     for p in r.parse_errors.iter().chain(&r.read_errors) {
         println!("  {}: {}", p.file.display(), p.message);

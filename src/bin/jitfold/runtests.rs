@@ -29,6 +29,9 @@ pub fn main(args: &RuntestsArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for (file, why) in &suite.skipped_files {
+        eprintln!("jitfold runtests: note: {}: {why}", file.display());
+    }
     // Cranelift panics on some files (they are caught, and reported as
     // compile errors); keep their backtraces off the terminal.
     let (baseline, modes) = jitfold::compile::with_quiet_panics(|| {
@@ -122,7 +125,7 @@ fn mode_json(suite: &Suite, mode: &ModeResult, regressions: Option<&[Regression]
         "failed": mode.failed(),
         "skipped": skipped,
         "compile_errors": mode.compile_errors.iter().map(|(u, e)| json!({
-            "file": suite.units[*u].file.display().to_string(),
+            "file": suite.units[*u].file.to_string_lossy(),
             "target": suite.units[*u].target,
             "message": e,
         })).collect::<Vec<_>>(),
@@ -155,9 +158,13 @@ fn to_json(
         "run_files": suite.run_files,
         "other_arch_files": suite.other_arch_files,
         "unparsed_files": suite.unparsed.iter().map(|f| json!({
-            "file": f.path.display().to_string(),
+            "file": f.path.to_string_lossy(),
             "message": f.message,
             "run_lines": f.run_lines,
+        })).collect::<Vec<_>>(),
+        "skipped_files": suite.skipped_files.iter().map(|(f, why)| json!({
+            "file": f.to_string_lossy(),
+            "message": why,
         })).collect::<Vec<_>>(),
         "units": suite.units.len(),
         "configs": suite.configs.len(),
