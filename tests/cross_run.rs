@@ -83,7 +83,13 @@ fn generated(count: usize) -> Vec<Program> {
             let body = program.body(i).0;
             body.call_conv != 0 || body.extension != 0
         });
-        if other_signatures || program.any_op(|op| matches!(op, Op::Float(..) | Op::Trapping(..))) {
+        // Frame layouts and stack limits differ between ISAs too.
+        let frame =
+            program.any_stack_limit() || program.any_op(|op| matches!(op, Op::SlotDistance(..)));
+        if other_signatures
+            || frame
+            || program.any_op(|op| matches!(op, Op::Float(..) | Op::Trapping(..)))
+        {
             continue;
         }
         let inputs: Vec<Vec<i64>> = program.inputs.iter().map(|&(a, b)| vec![a, b]).collect();
