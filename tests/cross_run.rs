@@ -67,8 +67,7 @@ fn hand_written() -> Program {
 }
 
 /// Programs of the fuzz generator without float operations (whose NaN bits
-/// differ between ISAs), without traps or stack limits (which would end the
-/// harness), and
+/// differ between ISAs), without traps (which would end the harness), and
 /// with the default signature (which C calls alike on every ISA).
 fn generated(count: usize) -> Vec<Program> {
     let mut out = Vec::new();
@@ -84,11 +83,13 @@ fn generated(count: usize) -> Vec<Program> {
             let body = program.body(i).0;
             body.call_conv != 0 || body.extension != 0
         });
-        // A stack limit traps by design on some inputs, and where depends
-        // on each ISA's frame size.
-        let traps = program.any_stack_limit()
-            || program.any_op(|op| matches!(op, Op::Float(..) | Op::Trapping(..)));
-        if other_signatures || traps {
+        // Frame layouts and stack limits differ between ISAs too.
+        let frame =
+            program.any_stack_limit() || program.any_op(|op| matches!(op, Op::SlotDistance(..)));
+        if other_signatures
+            || frame
+            || program.any_op(|op| matches!(op, Op::Float(..) | Op::Trapping(..)))
+        {
             continue;
         }
         let inputs: Vec<Vec<i64>> = program.inputs.iter().map(|&(a, b)| vec![a, b]).collect();
