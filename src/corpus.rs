@@ -4,18 +4,27 @@
 //! # What this module guarantees
 //!
 //! - Every `.clif` file under the given paths is visited exactly once, in
-//!   sorted path order, so results are deterministic.
+//!   sorted path order, so results are deterministic: two spellings of one
+//!   file (a symlink, `..`) are one file ([`find_clif_files`]). A path that
+//!   is not a regular file (a FIFO, socket or device) is listed as skipped
+//!   and never opened, so it cannot block the reader.
 //! - Every file ends in exactly one [`FileOutcome`]: parsed, a parse error
 //!   (with the parser's message and line), an ISA Cranelift cannot build, or a
 //!   read error. Nothing is dropped silently, and no input panics the caller:
 //!   a panic inside Cranelift's parser or verifier is caught and reported as a
-//!   [`FileOutcome::ParseError`] of that file.
+//!   [`FileOutcome::ParseError`] of that file, and prints nothing
+//!   ([`quiet_catch`]). An entity number above [`MAX_ENTITY_NUMBER`] is a
+//!   parse error found before the parser runs (it would allocate every
+//!   entity up to it).
 //! - A missing path, or paths that contain no `.clif` file, are a
 //!   [`CorpusError`], not an empty result.
 //! - [`bind_names`] makes a parsed function definable in a
 //!   `cranelift_module::Module`: every function name it uses that belongs
 //!   to its file is replaced by the module id given for it, or it is an
-//!   [`UnboundName`] error; nothing is left pointing at a test-case name.
+//!   [`UnboundName`] error; nothing is left pointing at a test-case name
+//!   except the parser's unused gap placeholders.
+//! - [`qualify_test_case_names`] makes a function's test-case names its
+//!   file's own, so that functions of several files can share one table.
 
 use cranelift_codegen::entity::packed_option::ReservedValue;
 use cranelift_codegen::ir::{

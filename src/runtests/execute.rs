@@ -15,6 +15,9 @@
 //!   *failed*, never skipped: it is a jitfold bug.
 //! - Every run line of every unit gets exactly one [`LineOutcome`], in
 //!   suite order, so modes can be compared line by line ([`regressions`]).
+//! - Calls run in child processes ([`invoke::call_isolated`]): a call that
+//!   traps, faults or does not end within the fuzzing harness's time limit
+//!   fails its own line, and the runner goes on with the next.
 
 use super::suite::{LineError, SkipReason, Suite, Unit};
 use super::{host, invoke};

@@ -16,8 +16,17 @@
 //! - Units with equal flags and ISA flags share one configuration
 //!   ([`Unit::config`]), so a runner can compile them into one module.
 //! - Each comment of a function that is a run or print command becomes one
-//!   [`RunLine`] of that function, in file order; one that does not parse
-//!   keeps the parser's message.
+//!   [`RunLine`], in file order; one that does not parse (or that the
+//!   parser panics on) keeps the parser's message. A line calls the
+//!   function it names (`; run: %g(1) == 2` under `%f` calls `%g`), which
+//!   must be defined in the file and have the signature of the function
+//!   the line follows (the parser reads its arguments by that one); else
+//!   it is skipped ([`SkipReason::RunLineCallsOther`]).
+//! - Paths named `*.clif` that are not regular files are listed in
+//!   [`Suite::skipped_files`], never opened; a file reached by two paths is
+//!   read once; a file with an entity number above
+//!   [`crate::corpus::MAX_ENTITY_NUMBER`] is unparsed, not read by the
+//!   parser.
 
 use crate::corpus::{CorpusError, check_entity_numbers, find_clif_files, quiet_catch};
 use cranelift_codegen::ir::{Function, UserFuncName};
