@@ -237,11 +237,15 @@ const ALLOCATED_ENTITIES: [&str; 10] = [
 ];
 
 /// Checks that `text` uses no entity number above [`MAX_ENTITY_NUMBER`]
-/// outside comments; the error names the first such entity and its line.
+/// outside comments and function names; the error names the first such
+/// entity and its line.
 pub fn check_entity_numbers(text: &str) -> Result<(), String> {
     for (n, line) in text.lines().enumerate() {
         let code = line.split(';').next().unwrap_or(line);
-        let words = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        // Words, without the `%names` of functions (`%block7` is a name).
+        let words = code
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '%'))
+            .filter(|w| !w.starts_with('%'));
         for word in words {
             let digits = word.trim_start_matches(|c: char| !c.is_ascii_digit());
             let prefix = &word[..word.len() - digits.len()];
@@ -478,4 +482,30 @@ pub fn bind_names(
     }
     func.name = UserFuncName::user(0, id.as_u32());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_ENTITY_NUMBER, check_entity_numbers};
+
+    #[test]
+    fn entity_numbers_are_bounded_outside_comments() {
+        let at = |word: String| check_entity_numbers(&format!("block0:\n  jump {word}\n"));
+        assert!(at(format!("block{MAX_ENTITY_NUMBER}")).is_ok());
+        let error = at(format!("block{}", MAX_ENTITY_NUMBER + 1)).unwrap_err();
+        assert!(error.starts_with("line 2: entity number block"), "{error}");
+        for word in ["v99999999999", "gv4294967295", "fn4294967290", "ss5000000"] {
+            assert!(at(word.to_string()).is_err(), "{word}");
+        }
+        // Not entities: hex constants, other words, comments, user names.
+        for text in [
+            "v0 = iconst.i64 0x4294967290\n",
+            "v0 = iconst.i64 4294967290\n",
+            "fn0 = u0:4294967290 sig0\n",
+            "; run: %f(v4294967290) == 1\n",
+            "function %block4294967290() {\n",
+        ] {
+            assert!(check_entity_numbers(text).is_ok(), "{text}");
+        }
+    }
 }
