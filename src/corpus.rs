@@ -4,18 +4,27 @@
 //! # What this module guarantees
 //!
 //! - Every `.clif` file under the given paths is visited exactly once, in
-//!   sorted path order, so results are deterministic.
+//!   sorted path order, so results are deterministic: two spellings of one
+//!   file (a symlink, `..`) are one file ([`find_clif_files`]). A path that
+//!   is not a regular file (a FIFO, socket or device) is listed as skipped
+//!   and never opened, so it cannot block the reader.
 //! - Every file ends in exactly one [`FileOutcome`]: parsed, a parse error
 //!   (with the parser's message and line), an ISA Cranelift cannot build, or a
 //!   read error. Nothing is dropped silently, and no input panics the caller:
 //!   a panic inside Cranelift's parser or verifier is caught and reported as a
-//!   [`FileOutcome::ParseError`] of that file.
+//!   [`FileOutcome::ParseError`] of that file, and prints nothing
+//!   ([`quiet_catch`]). An entity number above [`MAX_ENTITY_NUMBER`] is a
+//!   parse error found before the parser runs (it would allocate every
+//!   entity up to it).
 //! - A missing path, or paths that contain no `.clif` file, are a
 //!   [`CorpusError`], not an empty result.
 //! - [`bind_names`] makes a parsed function definable in a
 //!   `cranelift_module::Module`: every function name it uses that belongs
 //!   to its file is replaced by the module id given for it, or it is an
-//!   [`UnboundName`] error; nothing is left pointing at a test-case name.
+//!   [`UnboundName`] error; nothing is left pointing at a test-case name
+//!   except the parser's unused gap placeholders.
+//! - [`qualify_test_case_names`] makes a function's test-case names its
+//!   file's own, so that functions of several files can share one table.
 
 use cranelift_codegen::entity::packed_option::ReservedValue;
 use cranelift_codegen::ir::{
@@ -228,11 +237,15 @@ const ALLOCATED_ENTITIES: [&str; 10] = [
 ];
 
 /// Checks that `text` uses no entity number above [`MAX_ENTITY_NUMBER`]
-/// outside comments; the error names the first such entity and its line.
+/// outside comments and function names; the error names the first such
+/// entity and its line.
 pub fn check_entity_numbers(text: &str) -> Result<(), String> {
     for (n, line) in text.lines().enumerate() {
         let code = line.split(';').next().unwrap_or(line);
-        let words = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        // Words, without the `%names` of functions (`%block7` is a name).
+        let words = code
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '%'))
+            .filter(|w| !w.starts_with('%'));
         for word in words {
             let digits = word.trim_start_matches(|c: char| !c.is_ascii_digit());
             let prefix = &word[..word.len() - digits.len()];
@@ -469,4 +482,30 @@ pub fn bind_names(
     }
     func.name = UserFuncName::user(0, id.as_u32());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_ENTITY_NUMBER, check_entity_numbers};
+
+    #[test]
+    fn entity_numbers_are_bounded_outside_comments() {
+        let at = |word: String| check_entity_numbers(&format!("block0:\n  jump {word}\n"));
+        assert!(at(format!("block{MAX_ENTITY_NUMBER}")).is_ok());
+        let error = at(format!("block{}", MAX_ENTITY_NUMBER + 1)).unwrap_err();
+        assert!(error.starts_with("line 2: entity number block"), "{error}");
+        for word in ["v99999999999", "gv4294967295", "fn4294967290", "ss5000000"] {
+            assert!(at(word.to_string()).is_err(), "{word}");
+        }
+        // Not entities: hex constants, other words, comments, user names.
+        for text in [
+            "v0 = iconst.i64 0x4294967290\n",
+            "v0 = iconst.i64 4294967290\n",
+            "fn0 = u0:4294967290 sig0\n",
+            "; run: %f(v4294967290) == 1\n",
+            "function %block4294967290() {\n",
+        ] {
+            assert!(check_entity_numbers(text).is_ok(), "{text}");
+        }
+    }
 }

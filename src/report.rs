@@ -366,6 +366,7 @@ fn build_inner(
         progress.advance();
     }
     let mut reuse_time = Duration::ZERO;
+    report.reused = options.reuse.then_some(0);
     if options.merge_calls {
         report.refine = Some(RefineSummary::default());
     }
@@ -516,12 +517,13 @@ impl Grouping {
     }
 
     /// Adds this partition's classes, reuse, refinement and groups to
-    /// `report` (whose `refine` is `Some` with `--merge calls`).
+    /// `report` (whose `reused` is `Some` with `--reuse` and `refine` with
+    /// `--merge calls`).
     fn finish(&mut self, report: &mut Report) {
         let classes = self.cache.classes();
         report.classes += classes;
-        if self.reuse {
-            *report.reused.get_or_insert(0) += self.reused;
+        if let Some(reused) = &mut report.reused {
+            *reused += self.reused;
         }
         if let (Some(graph), Some(summary)) = (&self.graph, &mut report.refine) {
             let start = Instant::now();

@@ -323,3 +323,158 @@ fn compile_for_aarch64_names_what_cannot_be_compiled_and_why() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `name() -> i32` returning `value`.
+fn constant_function(name: &str, value: i32) -> String {
+    format!(
+        "function %{name}() -> i32 {{\nblock0:\n    v0 = iconst.i32 {value}\n    return v0\n}}\n"
+    )
+}
+
+#[test]
+fn report_never_groups_functions_of_other_flags_or_targets() {
+    let dir = temp_dir("isa-flags");
+    let body = constant_function("f", 7);
+    std::fs::write(dir.join("a.clif"), &body).unwrap();
+    std::fs::write(dir.join("b.clif"), format!("set opt_level=speed\n{body}")).unwrap();
+    std::fs::write(dir.join("c.clif"), &body).unwrap();
+    std::fs::write(dir.join("d.clif"), format!("target x86_64\n{body}")).unwrap();
+    std::fs::write(dir.join("e.clif"), format!("target x86_64 has_avx\n{body}")).unwrap();
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--groups",
+        "--reuse",
+        "--merge",
+        "calls",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(out["functions"], 5);
+    // Only a.clif and c.clif (no `set`, no `target`) are one class.
+    assert_eq!(out["classes"], 4, "{out}");
+    assert_eq!(out["exact_merged"], 1);
+    assert_eq!(out["reused"], 0);
+    assert_eq!(out["refined_merged"], 0);
+    let members = &out["groups"][0]["members"];
+    assert!(members[0]["file"].as_str().unwrap().ends_with("a.clif"));
+    assert!(members[1]["file"].as_str().unwrap().ends_with("c.clif"));
+}
+
+#[test]
+fn report_keeps_test_case_names_local_to_their_file() {
+    let dir = temp_dir("local-names");
+    let caller = "function %f() -> i32 {\n    fn0 = %g() -> i32\nblock0:\n    v0 = call fn0()\n    return v0\n}\n";
+    // Each file's %f calls its own %g; one.clif's and three.clif's %g agree.
+    for (file, value) in [("one.clif", 1), ("two.clif", 2), ("three.clif", 1)] {
+        std::fs::write(
+            dir.join(file),
+            format!("{}{caller}", constant_function("g", value)),
+        )
+        .unwrap();
+    }
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--groups",
+        "--merge",
+        "calls",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(out["functions"], 6);
+    // Exact: only the two %g returning 1. The %f are not equal by name.
+    assert_eq!(out["exact_merged"], 1, "{out}");
+    assert_eq!(out["groups"][0]["members"][0]["function"], "%g");
+    // By call graph: one.clif's and three.clif's %f call equal functions.
+    assert_eq!(out["refined_merged"], 1, "{out}");
+}
+
+/// A FIFO named `name` in `dir`, and a thread that, each time a reader
+/// opens it, writes `text` (it waits for ever if none does).
+fn fifo_with_writer(dir: &Path, name: &str, text: &'static str) -> std::path::PathBuf {
+    let fifo = dir.join(name);
+    let status = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success());
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        while let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&path) {
+            use std::io::Write;
+            let _ = f.write_all(text.as_bytes());
+        }
+    });
+    fifo
+}
+
+#[test]
+fn fifos_are_skipped_with_a_note_never_opened() {
+    // If a command opened the FIFO, the writer would feed it a run file
+    // with a passing line, and the counts below would change.
+    const TEXT: &str = "test run\nfunction %f() -> i32 {\nblock0:\n    v0 = iconst.i32 1\n    return v0\n}\n; run: %f() == 1\n";
+    let dir = temp_dir("fifo");
+    std::fs::write(dir.join("real.clif"), constant_function("f", 3)).unwrap();
+    fifo_with_writer(&dir, "pipe.clif", TEXT);
+    let out = jitfold(&["report", "--json", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let report = json_of(&out);
+    assert_eq!(report["files"], 1, "{report}");
+    assert_eq!(report["skipped_files"], 1);
+    assert!(
+        report["skipped_file_list"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("FIFO")
+    );
+    assert!(stderr.contains("pipe.clif: a FIFO"), "{stderr}");
+
+    let out = jitfold(&["runtests", "--json", dir.to_str().unwrap()]);
+    let runs = json_of(&out);
+    assert_eq!(runs["files"], 1, "{runs}");
+    assert_eq!(runs["run_files"], 0);
+    assert_eq!(runs["skipped_files"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn one_file_reached_by_several_paths_is_counted_once() {
+    let dir = temp_dir("spellings");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/x.clif"), constant_function("f", 1)).unwrap();
+    std::os::unix::fs::symlink(dir.join("sub/x.clif"), dir.join("link.clif")).unwrap();
+    let spelled = dir.join("sub/../sub/x.clif");
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        dir.to_str().unwrap(),
+        dir.join("sub").to_str().unwrap(),
+        spelled.to_str().unwrap(),
+    ]));
+    assert_eq!(out["files"], 1, "{out}");
+    assert_eq!(out["functions"], 1);
+    assert_eq!(out["exact_merged"], 0);
+}
+
+#[test]
+fn file_names_that_are_not_utf8_are_written_lossily() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = temp_dir("not-utf8");
+    let name = std::ffi::OsStr::from_bytes(b"bad\xff.clif");
+    std::fs::write(dir.join(name), "function %f( {\n").unwrap();
+    let out = json_of(&jitfold(&["report", "--json", dir.to_str().unwrap()]));
+    assert_eq!(out["parse_errors"], 1);
+    let file = out["parse_error_list"][0]["file"].as_str().unwrap();
+    assert!(file.ends_with("bad\u{FFFD}.clif"), "{file}");
+}
+
+#[test]
+fn panics_caught_while_reading_print_nothing() {
+    let vector = common::data_dir().join("runtests_bad/vector.clif");
+    let out = jitfold(&["runtests", "--json", vector.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let runs = json_of(&out);
+    assert_eq!(
+        runs["modes"][0]["skipped"]["run line does not parse with cranelift-reader 0.135.8"], 1,
+        "{runs}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -15,6 +15,9 @@
 //!   *failed*, never skipped: it is a jitfold bug.
 //! - Every run line of every unit gets exactly one [`LineOutcome`], in
 //!   suite order, so modes can be compared line by line ([`regressions`]).
+//! - Calls run in child processes ([`invoke::call_isolated`]): a call that
+//!   traps, faults or does not end within the fuzzing harness's time limit
+//!   fails its own line, and the runner goes on with the next.
 
 use super::suite::{LineError, SkipReason, Suite, Unit};
 use super::{host, invoke};
@@ -181,7 +184,8 @@ impl Suite {
                 Ok(()) => {
                     result.compiled[u] = true;
                     result.functions += unit.functions.len();
-                    result.outcomes[u] = program.run(&module, u, unit);
+                    let mut outcomes = program.run(&module, &[(u, unit)]);
+                    result.outcomes[u] = outcomes.remove(0);
                 }
                 Err(e) => {
                     let reason = match &e {
@@ -265,7 +269,10 @@ impl Suite {
                         }
                     }
                 }
-                result.outcomes[u] = program.run(&module, u, unit);
+            }
+            let units: Vec<(usize, &Unit)> = members.iter().map(|&u| (u, &self.units[u])).collect();
+            for (&u, outcomes) in members.iter().zip(program.run(&module, &units)) {
+                result.outcomes[u] = outcomes;
             }
         }
         result.stats = Some(stats);
@@ -453,47 +460,55 @@ impl Program {
         Ok(())
     }
 
-    /// Runs the lines of `unit` (index `u`), which must have been added;
-    /// the calls run in child processes ([`invoke::call_isolated`]), so a
-    /// call that traps, faults or does not end fails its line only.
-    fn run(&self, module: &impl Executable, u: usize, unit: &Unit) -> Vec<LineOutcome> {
-        let ids = &self.functions[&u];
-        let mut outcomes = Vec::with_capacity(unit.lines.len());
-        // (line index, command) of the lines to call, and their calls.
+    /// Runs the lines of `units` (each with its index), which must have
+    /// been added, and returns their outcomes in that order. The calls of
+    /// all of them run in child processes ([`invoke::call_isolated`], one
+    /// child until a call ends one), so a call that traps, faults or does
+    /// not end fails its own line only.
+    fn run(&self, module: &impl Executable, units: &[(usize, &Unit)]) -> Vec<Vec<LineOutcome>> {
+        let mut outcomes: Vec<Vec<LineOutcome>> = Vec::with_capacity(units.len());
+        // (unit position, line index, command) of the lines to call, and
+        // their calls.
         let mut to_run = Vec::new();
         let mut calls = Vec::new();
-        for (l, line) in unit.lines.iter().enumerate() {
-            outcomes.push(LineOutcome::Skipped(SkipReason::PrintOnly));
-            if let Some(reason) = line_skip(&line.command) {
-                outcomes[l] = LineOutcome::Skipped(reason);
-                continue;
-            }
-            let Ok(command @ RunCommand::Run(invocation, ..)) = &line.command else {
-                unreachable!("line_skip skips unparsed and print lines")
-            };
-            let signature = &unit.functions[line.function].signature;
-            let entries = module
-                .entry(ids[line.function])
-                .and_then(|f| Ok((f, module.entry(self.trampolines[signature])?)));
-            match entries {
-                Ok((function, trampoline)) => {
-                    to_run.push((l, command));
-                    calls.push(invoke::Call {
-                        trampoline,
-                        function,
-                        signature,
-                        args: &invocation.args,
-                    });
+        for (k, &(u, unit)) in units.iter().enumerate() {
+            let ids = &self.functions[&u];
+            let mut own = Vec::with_capacity(unit.lines.len());
+            for line in &unit.lines {
+                if let Some(reason) = line_skip(&line.command) {
+                    own.push(LineOutcome::Skipped(reason));
+                    continue;
                 }
-                Err(e) => outcomes[l] = LineOutcome::Failed(format!("no entry point: {e}")),
+                let Ok(command @ RunCommand::Run(invocation, ..)) = &line.command else {
+                    unreachable!("line_skip skips unparsed and print lines")
+                };
+                let signature = &unit.functions[line.function].signature;
+                let entries = module
+                    .entry(ids[line.function])
+                    .and_then(|f| Ok((f, module.entry(self.trampolines[signature])?)));
+                match entries {
+                    Ok((function, trampoline)) => {
+                        to_run.push((k, own.len(), command));
+                        calls.push(invoke::Call {
+                            trampoline,
+                            function,
+                            signature,
+                            args: &invocation.args,
+                        });
+                        // Replaced by the call's outcome below.
+                        own.push(LineOutcome::Failed("not run".to_string()));
+                    }
+                    Err(e) => own.push(LineOutcome::Failed(format!("no entry point: {e}"))),
+                }
             }
+            outcomes.push(own);
         }
         // SAFETY: each trampoline was made by `trampoline_for(signature)` and
         // each function has `signature`; both are finalized in `module`,
         // which outlives the calls.
         let results = unsafe { invoke::call_isolated(&calls) };
-        for ((l, command), result) in to_run.into_iter().zip(results) {
-            outcomes[l] = match command.run(|_, _| result) {
+        for ((k, l, command), result) in to_run.into_iter().zip(results) {
+            outcomes[k][l] = match command.run(|_, _| result) {
                 Ok(()) => LineOutcome::Passed,
                 Err(message) => LineOutcome::Failed(message),
             };

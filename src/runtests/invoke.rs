@@ -20,8 +20,11 @@
 //!   own outcome: its results, read back typed by the signature, when its
 //!   state slot says it returned; else an error that says whether it
 //!   trapped or what ended its child (a fault, or no end within
-//!   [`TIMEOUT_S`](crate::fuzzing::isolated::TIMEOUT_S) seconds). After a
-//!   call that ended its child, the later calls run in a new child.
+//!   [`TIMEOUT_S`](crate::fuzzing::isolated::TIMEOUT_S) seconds, counted
+//!   from the start of its child). A call is blamed for ending a child only
+//!   when it was the child's first call (else it runs again, first in a new
+//!   child), so the time limit is never blamed on a call for the time of
+//!   the calls before it; after it, the later calls run in a new child.
 //! - Arguments that do not match the signature in number or size are an
 //!   error of that call, which is then not made.
 
@@ -168,23 +171,46 @@ pub unsafe fn call_isolated(calls: &[Call<'_>]) -> Vec<Result<Vec<DataValue>, St
         let ended = isolated::run(&batch).err();
         let slots = slots.as_mut();
         let state = |i: usize| state_of(slots[offsets[i] + state_slot(calls[i].signature)]);
-        // Calls run in order. If a child ended otherwise than by a trap,
-        // the last call that started and did not return ended it; the
-        // calls after it run again. (If none started, the first did.)
-        let ran = match &ended {
-            None => pending.len() - next,
-            Some(_) => pending[next..]
-                .iter()
-                .rposition(|&(i, ..)| state(i) == STARTED)
-                .map_or(1, |last| last + 1),
+        // Calls run in order; a trap ends a child and the next call starts
+        // another. If a child ended otherwise, the last call that started
+        // and did not return (the culprit) ended it; if no call started, the
+        // first. The culprit is blamed only if it was the first call of its
+        // child, so that the time limit, which is per child, is never
+        // blamed on a call for the time of the calls before it; else it runs
+        // again, first in a new child, with the calls after it.
+        let (ran, blamed) = match &ended {
+            None => (pending.len() - next, None),
+            Some(e) => {
+                let batch = &pending[next..];
+                let culprit = batch
+                    .iter()
+                    .rposition(|&(i, ..)| state(i) == STARTED)
+                    .unwrap_or(0);
+                let child_start = batch[..culprit]
+                    .iter()
+                    .rposition(|&(i, ..)| state(i) == STARTED)
+                    .map_or(0, |trapped| trapped + 1);
+                if culprit == child_start {
+                    (culprit + 1, Some((culprit, e)))
+                } else {
+                    (culprit, None)
+                }
+            }
         };
         for (k, &(i, ..)) in pending[next..next + ran].iter().enumerate() {
-            out[i] = match (state(i), &ended) {
+            out[i] = match (state(i), blamed) {
                 (RETURNED, _) => {
                     let own = &slots[offsets[i]..][..state_slot(calls[i].signature)];
                     Ok(read_results(calls[i].signature, own))
                 }
-                (_, Some(e)) if k + 1 == ran => Err(e.clone()),
+                (_, Some((culprit, e))) if k == culprit => Err(format!(
+                    "the call ended its child process: {}",
+                    // The harness says which call of its batch it was; the
+                    // batch is this runner's business, so only the cause is
+                    // kept, and outcomes do not depend on batching.
+                    e.rsplit_once("ended its child process: ")
+                        .map_or(e.as_str(), |(_, cause)| cause)
+                )),
                 _ => Err("the call trapped".to_string()),
             };
         }

@@ -9,7 +9,9 @@
 //! through a [`DedupModule`](crate::DedupModule), so that duplicates across
 //! files merge ([`execute`]); [`regressions`] lists every line the baseline
 //! passes and jitfold does not. Calls go through one trampoline per
-//! signature ([`invoke`]).
+//! signature, in child processes ([`invoke`]; Unix only, through the
+//! fuzzing harness's [`crate::fuzzing::isolated`], which is why this
+//! feature enables `fuzzing`).
 //!
 //! # What this module guarantees
 //!

@@ -183,23 +183,9 @@ fn run_report(args: &ReportArgs) -> ExitCode {
     } else {
         print_summary(&report, args.groups);
     }
-    if let Some(v) = &report.verify {
-        let mismatches = v.mismatches.len() + v.reuse_mismatches.len();
-        if mismatches > 0 {
-            for (m, rep, what) in v.mismatches.iter().chain(&v.reuse_mismatches) {
-                eprintln!(
-                    "jitfold report: MISMATCH {} {} differs from {} {} in {what}",
-                    m.file.display(),
-                    m.name,
-                    rep.file.display(),
-                    rep.name
-                );
-            }
-            eprintln!(
-                "jitfold report: --verify: {mismatches} function(s) compile to other code than the function they were merged with"
-            );
-            return ExitCode::from(1);
-        }
+    if let Some(message) = verify_failure(&report) {
+        eprint!("{message}");
+        return ExitCode::from(1);
     }
     let failed = !report.parse_errors.is_empty() || !report.read_errors.is_empty();
     if args.strict && failed {
@@ -211,6 +197,30 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// What to say on stderr when `--verify` found functions merged with a
+/// function whose code differs (each pair, then a count), if it did.
+fn verify_failure(report: &Report) -> Option<String> {
+    let v = report.verify.as_ref()?;
+    let mismatches = v.mismatches.len() + v.reuse_mismatches.len();
+    if mismatches == 0 {
+        return None;
+    }
+    let mut text = String::new();
+    for (m, rep, what) in v.mismatches.iter().chain(&v.reuse_mismatches) {
+        text.push_str(&format!(
+            "jitfold report: MISMATCH {} {} differs from {} {} in {what}\n",
+            m.file.display(),
+            m.name,
+            rep.file.display(),
+            rep.name
+        ));
+    }
+    text.push_str(&format!(
+        "jitfold report: --verify: {mismatches} function(s) compile to other code than the function they were merged with\n"
+    ));
+    Some(text)
 }
 
 fn default_isa(name: Option<&str>) -> Result<OwnedTargetIsa, jitfold::isa::IsaError> {
@@ -457,5 +467,50 @@ fn percent(part: usize, whole: usize) -> f64 {
         0.0
     } else {
         100.0 * part as f64 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jitfold::report::{FunctionName, VerifySummary};
+
+    fn name(file: &str, name: &str) -> FunctionName {
+        FunctionName {
+            file: PathBuf::from(file),
+            name: name.to_string(),
+        }
+    }
+
+    #[test]
+    fn verify_fails_on_any_mismatch_and_names_both_functions() {
+        let mut report = Report::default();
+        assert_eq!(verify_failure(&report), None, "no --verify");
+        report.verify = Some(VerifySummary {
+            pairs: 3,
+            reuse_pairs: 2,
+            ..VerifySummary::default()
+        });
+        assert_eq!(verify_failure(&report), None, "no mismatch");
+        let pair = (
+            name("a.clif", "%f"),
+            name("b.clif", "%g"),
+            "machine code".to_string(),
+        );
+        for reuse in [false, true] {
+            let mut v = VerifySummary::default();
+            if reuse {
+                v.reuse_mismatches.push(pair.clone());
+            } else {
+                v.mismatches.push(pair.clone());
+            }
+            report.verify = Some(v);
+            let text = verify_failure(&report).expect("a mismatch fails");
+            assert!(
+                text.contains("a.clif %f differs from b.clif %g in machine code"),
+                "{text}"
+            );
+            assert!(text.contains("1 function(s)"), "{text}");
+        }
     }
 }

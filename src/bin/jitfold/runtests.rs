@@ -222,6 +222,9 @@ fn print_tables(
             m.compile_time.as_secs_f64()
         );
     }
+    for (file, why) in &suite.skipped_files {
+        println!("not read: {}: {why}", file.display());
+    }
     println!("\nskipped lines (plain), by reason:");
     for (reason, n) in skipped(suite, baseline) {
         println!("  {n:>6}  {reason}");
