@@ -40,7 +40,7 @@
 //!   fingerprinting.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
-use crate::compile::{MachineCode, compile, with_quiet_panics};
+use crate::compile::{self, MachineCode, Renaming, compile, with_quiet_panics};
 use crate::corpus::{
     CorpusError, FileOutcome, find_clif_files, load_file, qualify_test_case_names,
 };
@@ -552,10 +552,20 @@ struct Compiling<'a> {
 #[derive(Default)]
 struct ClassCode {
     /// For `--verify`: each class's first member and its code.
-    representatives: SecondaryMap<ClassId, Option<(FunctionName, MachineCode)>>,
+    representatives: SecondaryMap<ClassId, Option<Kept>>,
     /// With `--reuse`: each template class's first function, its names and
     /// its code.
-    template_code: SecondaryMap<ClassId, Option<(FunctionName, Vec<SymbolName>, MachineCode)>>,
+    template_code: SecondaryMap<ClassId, Option<(Kept, Vec<SymbolName>)>>,
+}
+
+/// A function kept to compare others with: its name, its code, and (with
+/// `--verify`) the function itself, which the comparison lays out again
+/// where the code differs ([`compile::compare_compiled_code`]).
+#[derive(Clone)]
+struct Kept {
+    name: FunctionName,
+    code: MachineCode,
+    func: Option<Function>,
 }
 
 impl Compiling<'_> {
@@ -588,28 +598,28 @@ impl Compiling<'_> {
                     None => self.summary.dedup_time += compiled.time,
                     Some((Lookup::New(template), names)) => {
                         self.summary.dedup_time += compiled.time;
-                        code.template_code[template] =
-                            Some((name.clone(), names, compiled.code.clone()));
+                        let kept = self.kept(name, func, &compiled.code);
+                        code.template_code[template] = Some((kept, names));
                     }
                     Some((Lookup::Duplicate(template), names)) => {
-                        self.reuse(code, template, name, &names, &compiled);
+                        self.reuse(code, template, name, func, &names, &compiled);
                     }
                 }
                 if self.verify.is_some() {
-                    code.representatives[class] = Some((name.clone(), compiled.code));
+                    code.representatives[class] = Some(self.kept(name, func, &compiled.code));
                 }
             }
             Lookup::Duplicate(class) => {
-                let (Some(verify), Some((rep_name, rep_code))) =
-                    (&mut self.verify, &code.representatives[class])
+                let (Some(verify), Some(rep)) = (&mut self.verify, &code.representatives[class])
                 else {
                     return;
                 };
                 verify.pairs += 1;
-                if let Some(what) = difference(rep_code, &compiled.code) {
+                let own = (func, &compiled.code);
+                if let Some(what) = differs(self.isa, rep, own, &Renaming::identity()) {
                     verify
                         .mismatches
-                        .push((name.clone(), rep_name.clone(), what.to_string()));
+                        .push((name.clone(), rep.name.clone(), what));
                 }
             }
         }
@@ -624,42 +634,72 @@ impl Compiling<'_> {
         code: &ClassCode,
         template: ClassId,
         name: &FunctionName,
+        func: &Function,
         names: &[SymbolName],
         own: &crate::compile::Compiled,
     ) {
-        let Some((rep_name, rep_names, rep_code)) = &code.template_code[template] else {
+        let Some((rep, rep_names)) = &code.template_code[template] else {
             self.summary.dedup_time += own.time;
             return;
         };
         let start = Instant::now();
-        let copy = rep_code.retarget(rep_names, names);
+        let copy = rep.code.retarget(rep_names, names);
         self.summary.dedup_time += start.elapsed();
         let Some(verify) = &mut self.verify else {
             return;
         };
         verify.reuse_pairs += 1;
         let what = match &copy {
-            None => Some("names the template's code cannot be retargeted to"),
-            Some(copy) => difference(copy, &own.code),
+            None => Some("names the template's code cannot be retargeted to".to_string()),
+            // The copy is the template's code, names slot for slot.
+            Some(_) => differs(
+                self.isa,
+                rep,
+                (func, &own.code),
+                &Renaming::slots(rep_names, names),
+            ),
         };
         if let Some(what) = what {
             verify
                 .reuse_mismatches
-                .push((name.clone(), rep_name.clone(), what.to_string()));
+                .push((name.clone(), rep.name.clone(), what));
+        }
+    }
+
+    /// `func` (named `name`, compiled to `code`) as kept for comparisons.
+    fn kept(&self, name: &FunctionName, func: &Function, code: &MachineCode) -> Kept {
+        Kept {
+            name: name.clone(),
+            code: code.clone(),
+            func: self.verify.is_some().then(|| func.clone()),
         }
     }
 }
 
 /// What differs between two compilations, if anything.
-fn difference(a: &MachineCode, b: &MachineCode) -> Option<&'static str> {
-    if a.bytes != b.bytes {
-        Some("machine code")
-    } else if a.relocs != b.relocs {
-        Some("relocations")
-    } else if a.alignment != b.alignment {
-        Some("alignment")
-    } else {
-        None
+/// What differs between the code of `kept` and `own` (a function and its
+/// code), relocation targets brought together by `renaming`, after both
+/// are laid out in one block order ([`compile::compare_compiled_code`]);
+/// `None` when nothing does.
+fn differs(
+    isa: &dyn TargetIsa,
+    kept: &Kept,
+    own: (&Function, &MachineCode),
+    renaming: &Renaming,
+) -> Option<String> {
+    let Some(kept_func) = &kept.func else {
+        // Kept without `--verify`: compared as compiled.
+        let renamed = |code: &MachineCode, rename| code.renamed(rename);
+        return compile::difference(
+            &renamed(&kept.code, &renaming.first),
+            &renamed(own.1, &renaming.second),
+        )
+        .map(|d| d.to_string());
+    };
+    match compile::compare_compiled_code(isa, (kept_func, &kept.code), own, renaming) {
+        Ok(None) => None,
+        Ok(Some(mismatch)) => Some(mismatch.difference.to_string()),
+        Err(e) => Some(e),
     }
 }
 

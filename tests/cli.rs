@@ -478,3 +478,35 @@ fn panics_caught_while_reading_print_nothing() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// `--verify` lays twins out in one block order before it calls their code
+/// different (one function of the comparison, `compile::compare_compiled_code`):
+/// a function whose code depends on its block layout, and its twin in
+/// another layout, are one class with no mismatch.
+#[test]
+fn verify_sees_through_block_layout() {
+    let func = common::layout_dependent();
+    let other = common::reversed(&func);
+    let dir = temp_dir("layout");
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
+    let compile = |f: &cranelift_codegen::ir::Function| {
+        jitfold::compile::compile(f, &*isa).unwrap().code.bytes
+    };
+    assert_ne!(compile(&func), compile(&other), "needs another function");
+    for (file, f) in [("a.clif", &func), ("b.clif", &other)] {
+        let text = format!(
+            "test compile\nset opt_level=speed\nset preserve_frame_pointers=true\ntarget x86_64\n{}",
+            f.display()
+        );
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--verify",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(out["exact_merged"], 1);
+    assert_eq!(out["verify"]["pairs"], 1);
+    assert_eq!(out["verify"]["mismatches"], 0, "{out}");
+}
