@@ -15,7 +15,7 @@ mod common;
 
 fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
     let builder = JITBuilder::with_flags(&[], default_libcall_names()).unwrap();
-    DedupModule::new(JITModule::new(builder), options)
+    DedupModule::wrap(JITModule::new(builder), options)
 }
 
 fn sig(m: &impl Module, conv: CallConv) -> Signature {
@@ -118,7 +118,7 @@ fn check_mode_lets_real_duplicates_reuse_and_adapters_through() {
         if options.mode == Mode::Batch {
             assert_eq!(m.canonical(r1), Some(r0), "{options:?}");
         }
-        let run = |id| call1(m.get_finalized_function(id).unwrap(), 3);
+        let run = |id| call1(m.get_finalized_function(id), 3);
         assert_eq!(run(f), run(twin));
         assert_ne!(run(f), run(other_callee));
         assert_eq!([run(r0), run(r1)], [6, 6]);

@@ -190,7 +190,7 @@ fn compile_object(
             (m.finish().emit().unwrap(), Vec::new(), None)
         }
         Some(options) => {
-            let mut m = DedupModule::new(inner, options);
+            let mut m = DedupModule::wrap(inner, options);
             let ids = define(&mut m, program, prefix);
             m.flush().unwrap();
             let index: HashMap<FuncId, usize> =
@@ -204,7 +204,7 @@ fn compile_object(
                 })
                 .collect();
             let stats = m.stats().clone();
-            (m.finish().unwrap().emit().unwrap(), duplicates, Some(stats))
+            (m.finish().emit().unwrap(), duplicates, Some(stats))
         }
     };
     let path = dir.join(format!("{prefix}.o"));

@@ -83,6 +83,7 @@
 pub mod adapter;
 mod batch;
 mod check;
+mod error;
 mod jit;
 mod join;
 mod object;
@@ -110,6 +111,7 @@ use std::time::{Duration, Instant};
 
 #[doc(hidden)]
 pub use check::Poison;
+pub use error::DedupError;
 pub use options::{DedupOptions, Mode};
 pub use stats::Stats;
 
@@ -175,12 +177,19 @@ pub struct DedupModule<M: Module> {
     /// Ids defined in the inner module since the last finalization.
     unfinalized: Vec<FuncId>,
     finalized: SecondaryMap<FuncId, bool>,
+    /// Data objects defined since the last finalization, and those
+    /// finalized.
+    unfinalized_data: Vec<DataId>,
+    finalized_data: SecondaryMap<DataId, bool>,
     stats: Stats,
 }
 
 impl<M: Module> DedupModule<M> {
     /// Wraps `inner`. Declarations already made in `inner` are kept.
-    pub fn new(inner: M, options: DedupOptions) -> Self {
+    /// (`DedupModule::<JITModule>::new` and `DedupModule::<ObjectModule>::new`
+    /// make the inner module from its builder, as `JITModule::new` and
+    /// `ObjectModule::new` do, with the default options.)
+    pub fn wrap(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
         let declared_data = inner.declarations().get_data_objects().count();
         let machine_trampolines =
@@ -207,6 +216,8 @@ impl<M: Module> DedupModule<M> {
             defined_data: SecondaryMap::new(),
             unfinalized: Vec::new(),
             finalized: SecondaryMap::new(),
+            unfinalized_data: Vec::new(),
+            finalized_data: SecondaryMap::new(),
             stats: Stats::default(),
         }
     }
@@ -250,6 +261,16 @@ impl<M: Module> DedupModule<M> {
             State::Compiled(_) | State::Bytes => Some(id),
             State::Duplicate { canonical } => Some(canonical),
             State::Undefined | State::Pending => None,
+        }
+    }
+
+    /// The function whose entry point is `id`'s address: the one that
+    /// `get_finalized_function`, `get_address` and references compiled
+    /// into code or data resolve to.
+    fn address_of(&self, id: FuncId) -> FuncId {
+        match self.state(id) {
+            State::Duplicate { .. } if !self.options.distinct_addresses => self.root_of(id),
+            _ => id,
         }
     }
 
@@ -906,6 +927,7 @@ impl<M: Module> Module for DedupModule<M> {
         }
         self.inner.define_data(data_id, data)?;
         self.defined_data[data_id] = true;
+        self.unfinalized_data.push(data_id);
         for target in data.function_decls.values().chain(data.data_decls.values()) {
             self.note_reference(target);
         }

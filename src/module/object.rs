@@ -1,13 +1,20 @@
-//! The object-file call of a [`DedupModule`] around an `ObjectModule`:
-//! finishing into a relocatable object (ELF for Linux targets) for any ISA,
-//! the host's or not.
+//! The object-file calls of a [`DedupModule`] around an `ObjectModule`:
+//! the same inherent methods as `ObjectModule` (`new`, `finish`), with the
+//! same signatures, finishing into a relocatable object (ELF for Linux
+//! targets) for any ISA, the host's or not.
 //!
 //! # What this module guarantees
 //!
-//! - [`DedupModule::finish`] compiles pending batch definitions, refuses to
-//!   finish while a referenced local function or data object is undefined
-//!   (a linker would fail later, further from the cause), then finishes the
-//!   inner module.
+//! - `DedupModule<ObjectModule>` has every public inherent method of
+//!   `ObjectModule` 0.135.8 with the same signature ([`DedupModule::new`],
+//!   [`DedupModule::finish`]), so code written against `ObjectModule`
+//!   compiles when only the type changes.
+//! - [`DedupModule::try_finish`] compiles pending batch definitions, refuses
+//!   to finish while a referenced local function or data object is
+//!   undefined (a linker would fail later, further from the cause), then
+//!   finishes the inner module. [`DedupModule::finish`] panics where it
+//!   returns an error (`ObjectModule::finish` panics, in debug builds, on
+//!   a function or data object that must be defined but is not).
 //! - Without [`DedupOptions::distinct_addresses`](super::DedupOptions), the
 //!   symbol of every duplicate is an *alias*: it is moved onto its canonical
 //!   function's code (same section, offset and size), as identical-code
@@ -20,15 +27,34 @@
 //!   trampoline: one direct branch to the canonical function (x86-64
 //!   `jmp rel32`, aarch64 `b`), the cheapest correct form.
 
-use super::{DedupModule, State};
+use super::{DedupModule, DedupOptions, State};
 use cranelift_codegen::entity::EntityRef;
 use cranelift_module::{FuncId, ModuleResult};
-use cranelift_object::{ObjectModule, ObjectProduct};
+use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
 
 impl DedupModule<ObjectModule> {
-    /// Compiles what is pending and finishes the object (see the module
-    /// docs for what duplicates become).
-    pub fn finish(mut self) -> ModuleResult<ObjectProduct> {
+    /// Like `ObjectModule::new`: a new object module, wrapped with the
+    /// default [`DedupOptions`]. (To wrap a module with other options, use
+    /// [`DedupModule::wrap`].)
+    pub fn new(builder: ObjectBuilder) -> Self {
+        Self::wrap(ObjectModule::new(builder), DedupOptions::default())
+    }
+
+    /// Compiles what is pending and finishes the object, as
+    /// `ObjectModule::finish` (see the module docs for what duplicates
+    /// become).
+    ///
+    /// # Panics
+    ///
+    /// When [`DedupModule::try_finish`] returns an error: a pending batch
+    /// definition fails, or a referenced local function or data object is
+    /// not defined.
+    pub fn finish(self) -> ObjectProduct {
+        self.try_finish().unwrap_or_else(|e| panic!("finish: {e}"))
+    }
+
+    /// [`DedupModule::finish`], with an error instead of a panic.
+    pub fn try_finish(mut self) -> ModuleResult<ObjectProduct> {
         self.flush()?;
         self.check_references_defined()?;
         let aliases: Vec<(FuncId, FuncId)> = if self.options.distinct_addresses {
