@@ -200,7 +200,7 @@ fn compile_object(
                 .enumerate()
                 .filter_map(|(i, &id)| {
                     let canonical = m.canonical(id)?;
-                    (canonical != id).then(|| (i, index[&canonical], !options.distinct_addresses))
+                    (canonical != id).then(|| (i, index[&canonical], m.address_of(id) != Some(id)))
                 })
                 .collect();
             let stats = m.stats().clone();

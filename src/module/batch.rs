@@ -146,6 +146,9 @@ impl<M: Module> DedupModule<M> {
     /// Defines `id` as `define_now` does in eager mode (`func` is taken).
     fn define_own(&mut self, id: FuncId, func: &mut Function, failures: &mut Failures) {
         self.functions[id] = State::Undefined;
+        // Planning may have found duplicates since `func` was last
+        // rewritten (a failed class's members are defined here too).
+        self.canonicalize_references(func);
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
         if let Err(e) = self.define_now(id, &mut ctx, &mut ControlPlane::default()) {
             failures.push((id, e));

@@ -20,7 +20,7 @@
 //!   while relocating (a referenced local function or data object is not
 //!   defined).
 //! - The address of a function id is the same whichever way it is
-//!   obtained: see [`DedupModule::address_of`](super::DedupModule).
+//!   obtained: see [`DedupModule::address_of`].
 
 use super::{DedupError, DedupModule, DedupOptions, State};
 use cranelift_codegen::entity::EntityRef;
@@ -97,7 +97,7 @@ impl DedupModule<JITModule> {
             }
             .into());
         }
-        Ok(self.inner.get_finalized_function(self.address_of(id)))
+        Ok(self.inner.get_finalized_function(self.address_id(id)))
     }
 
     /// The address and size of the finalized data object `data_id`.
@@ -159,7 +159,7 @@ impl DedupModule<JITModule> {
                     }
                     .into());
                 }
-                let target = self.address_of(id);
+                let target = self.address_id(id);
                 if target != id {
                     let target = ModuleRelocTarget::user(0, target.as_u32());
                     return self.inner_address(&target);

@@ -95,11 +95,6 @@ impl Joins {
         }
         Some(target)
     }
-
-    /// True when no call alias exists (the common case: nothing to do).
-    pub(super) fn has_call_aliases(&self) -> bool {
-        !self.call_alias.is_empty()
-    }
 }
 
 impl<M: Module> DedupModule<M> {

@@ -30,15 +30,26 @@
 //!    self-recursive and mutually recursive twins (any cycle length) become
 //!    duplicates of one another, and functions that differ anywhere in a
 //!    cycle do not.
-//! 6. Function identity: with [`DedupOptions::distinct_addresses`] every id
-//!    keeps its own address (its trampoline), and references used as data
-//!    (`func_addr`, symbol global values) are never rewritten. Without it,
-//!    duplicates are aliases: the JIT hands out the canonical entry point for
-//!    them, as identical-code folding in a linker does. In both, a name a
-//!    function uses as data is compared by value when refining, never by
-//!    class: a function that returns or compares its own address does not
-//!    merge with a twin that does the same with its own, since the shared
-//!    code could only produce one of the two addresses.
+//! 6. One address per function id, whichever way it is obtained:
+//!    `get_finalized_function`, `get_address`, `func_addr` and
+//!    `symbol_value` in code, function relocations in data objects (and in
+//!    the object file, the id's symbol) all give the same address. With
+//!    [`DedupOptions::distinct_addresses`] (the default) that is an address
+//!    of the id's own (a duplicate's trampoline), distinct from every other
+//!    id's, as in plain Cranelift: runtimes that compare function pointers
+//!    see no difference (like lld's `--icf=safe`, which keeps
+//!    address-significant functions apart). Without it (the opt-in), a
+//!    duplicate *shares* its canonical function's entry point everywhere,
+//!    unless its own address was already compiled into code or data when
+//!    it was defined (as `func_addr`, a symbol global value, a data
+//!    relocation, or a relocation of raw bytes): then it keeps its own
+//!    address everywhere, so nothing handed out changes. References made
+//!    after a sharing duplicate is defined are rewritten to the canonical
+//!    function. In both, a name a function uses as data is compared by
+//!    value when refining, never by class: a function that returns or
+//!    compares its own address does not merge with a twin that does the
+//!    same with its own, since the shared code could only produce one of
+//!    the two addresses.
 //! 7. A function that fails to verify or compile returns the error and leaves
 //!    no cache entry and no definition: a later correct function with the same
 //!    fingerprint compiles, and the id may be defined again. A function that
@@ -126,7 +137,8 @@ enum State {
     /// of its class.
     Compiled(ClassId),
     /// A duplicate of `canonical` (defined as a trampoline to it, or planned
-    /// to be, in batch mode).
+    /// to be, in batch mode). Whether its address is `canonical`'s is
+    /// [`DedupModule::shares_address`].
     Duplicate { canonical: FuncId },
     /// Defined by the user from raw bytes.
     Bytes,
@@ -170,6 +182,9 @@ pub struct DedupModule<M: Module> {
     failed: Vec<(FuncId, String)>,
     /// The reference code of each class, in check mode (see `check.rs`).
     reference: check::ReferenceCode,
+    /// Functions whose own address was compiled into code or data (see 6
+    /// in the module docs): as duplicates they keep it.
+    address_taken: SecondaryMap<FuncId, bool>,
     /// Local functions and data objects referenced by definitions so far.
     referenced_functions: HashSet<FuncId>,
     referenced_data: HashSet<DataId>,
@@ -211,6 +226,7 @@ impl<M: Module> DedupModule<M> {
             pending: Vec::new(),
             failed: Vec::new(),
             reference: check::ReferenceCode::default(),
+            address_taken: SecondaryMap::new(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
             defined_data: SecondaryMap::new(),
@@ -264,14 +280,70 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
+    /// The function whose entry point is `id`'s address (see 6 in the
+    /// [module docs](self)): `id` itself, unless it is a duplicate that
+    /// shares its canonical function's address. `None` if `id` is not
+    /// defined (or still pending).
+    pub fn address_of(&self, id: FuncId) -> Option<FuncId> {
+        self.canonical(id).map(|_| self.address_id(id))
+    }
+
     /// The function whose entry point is `id`'s address: the one that
     /// `get_finalized_function`, `get_address` and references compiled
     /// into code or data resolve to.
-    fn address_of(&self, id: FuncId) -> FuncId {
+    fn address_id(&self, id: FuncId) -> FuncId {
         match self.state(id) {
-            State::Duplicate { .. } if !self.options.distinct_addresses => self.root_of(id),
+            State::Duplicate { .. } if self.shares_address(id) => self.root_of(id),
             _ => id,
         }
+    }
+
+    /// Whether `id`, a duplicate (defined or planned), shares its canonical
+    /// function's address: only without distinct addresses, and only if its
+    /// own address was not compiled into anything. Once a duplicate is
+    /// defined this never changes, since references to a sharing duplicate
+    /// are rewritten before anything is compiled or defined with them.
+    fn shares_address(&self, id: FuncId) -> bool {
+        !self.options.distinct_addresses && !self.address_taken[id]
+    }
+
+    /// Notes that the function `target` names (if a local function) has
+    /// its own address compiled into something.
+    fn note_address_taken(&mut self, target: &ModuleRelocTarget) {
+        if let ModuleRelocTarget::User {
+            namespace: 0,
+            index,
+        } = *target
+        {
+            self.address_taken[FuncId::from_u32(index)] = true;
+        }
+    }
+
+    /// Notes the functions whose addresses the function fingerprinted last
+    /// uses as data.
+    fn note_addresses_taken_by_last(&mut self) {
+        let walk = &self.fingerprinter;
+        for (name, &taken) in walk.last_names().iter().zip(walk.last_address_taken()) {
+            if let (true, crate::fingerprint::SymbolName::User(u)) = (taken, name)
+                && u.namespace == 0
+            {
+                self.address_taken[FuncId::from_u32(u.index)] = true;
+            }
+        }
+    }
+
+    /// The canonical function's name when `target` names a duplicate that
+    /// shares its address, else `None`.
+    fn shared_target(&self, target: &ModuleRelocTarget) -> Option<ModuleRelocTarget> {
+        if let ModuleRelocTarget::User {
+            namespace: 0,
+            index,
+        } = *target
+        {
+            let id = self.address_id(FuncId::from_u32(index));
+            return (id.as_u32() != index).then(|| ModuleRelocTarget::user(0, id.as_u32()));
+        }
+        None
     }
 
     /// Follows duplicate links from `id` to a function that is not a
@@ -337,33 +409,35 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// Rewrites `func`'s references to known duplicates into references to
-    /// their canonical functions (all of them, or only calls when addresses
-    /// must stay distinct).
+    /// their canonical functions: calls always, names used as data only
+    /// where the duplicate shares its canonical function's address.
     fn canonicalize_references(&self, func: &mut Function) {
-        let used_as_data = if self.options.distinct_addresses || self.joins.has_call_aliases() {
-            names_used_as_data(func)
-        } else {
-            HashSet::new()
+        let target_of = |id: FuncId, as_data: bool| {
+            let id = match self.state(id) {
+                State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
+                _ => id,
+            };
+            // Functions found equal after both were compiled: calls only,
+            // never addresses (their entry points differ).
+            match self.joins.call_target(id) {
+                Some(target) if !as_data => target,
+                _ => id,
+            }
         };
-        let protected =
-            |r: &UserExternalNameRef| self.options.distinct_addresses && used_as_data.contains(r);
-        let rewrites: Vec<(UserExternalNameRef, FuncId)> = func
-            .params
-            .user_named_funcs()
+        let named = func.params.user_named_funcs();
+        let any = named.iter().any(|(_, name)| {
+            let id = FuncId::from_u32(name.index);
+            name.namespace == 0 && target_of(id, false) != id
+        });
+        if !any {
+            return;
+        }
+        let used_as_data = names_used_as_data(func);
+        let rewrites: Vec<(UserExternalNameRef, FuncId)> = named
             .iter()
             .filter(|(_, name)| name.namespace == 0)
             .filter_map(|(r, name)| {
-                let id = FuncId::from_u32(name.index);
-                let id = match self.state(id) {
-                    State::Duplicate { canonical } if !protected(&r) => canonical,
-                    _ => id,
-                };
-                // Functions found equal after both were compiled: calls
-                // only, never addresses (their entry points differ).
-                let id = match self.joins.call_target(id) {
-                    Some(target) if !used_as_data.contains(&r) => target,
-                    _ => id,
-                };
+                let id = target_of(FuncId::from_u32(name.index), used_as_data.contains(&r));
                 (id.as_u32() != name.index).then_some((r, id))
             })
             .collect();
@@ -430,6 +504,9 @@ impl<M: Module> DedupModule<M> {
                 verify::fingerprint_checked(&mut self.fingerprinter, &ctx.func, self.inner.isa())?;
             self.cache.lookup_borrowed(&walked)
         };
+        // Whatever `id` becomes, its code has these addresses in it (a
+        // duplicate's are its canonical function's, the same names).
+        self.note_addresses_taken_by_last();
         // Whatever is defined without compiling it is verified first, once.
         let mut verified = false;
         if let Some(class) = class {
@@ -692,10 +769,10 @@ impl<M: Module> DedupModule<M> {
         self.unfinalized.push(id);
         self.referenced_functions.insert(canonical);
         self.join_callers(id, canonical);
-        if self.options.distinct_addresses {
-            self.stats.trampolined += 1;
-        } else {
+        if self.shares_address(id) {
             self.stats.aliased += 1;
+        } else {
+            self.stats.trampolined += 1;
         }
         self.stats.trampoline_bytes += trampoline_bytes;
         if let State::Compiled(class) = self.functions[canonical] {
@@ -907,10 +984,23 @@ impl<M: Module> Module for DedupModule<M> {
         // Raw bytes carry no signature to compare.
         self.check_definable(id, None)?;
         self.forget_failure(id);
+        // A relocation may take an address: one to a duplicate sharing its
+        // canonical function's address is made to that function; any other
+        // keeps its target's own address.
+        let relocs: Vec<ModuleReloc> = relocs
+            .iter()
+            .map(|r| ModuleReloc {
+                name: self
+                    .shared_target(&r.name)
+                    .unwrap_or_else(|| r.name.clone()),
+                ..r.clone()
+            })
+            .collect();
         self.inner
-            .define_function_bytes(id, alignment, bytes, relocs)?;
-        for reloc in relocs {
+            .define_function_bytes(id, alignment, bytes, &relocs)?;
+        for reloc in &relocs {
             self.note_reference(&reloc.name);
+            self.note_address_taken(&reloc.name);
         }
         self.functions[id] = State::Bytes;
         self.unfinalized.push(id);
@@ -925,10 +1015,34 @@ impl<M: Module> Module for DedupModule<M> {
                 "{data_id} (never declared)"
             )));
         }
+        // Function addresses in data: one of a duplicate that shares its
+        // canonical function's address is that function's; any other keeps
+        // its target's own address.
+        let rewritten;
+        let data = if data
+            .function_decls
+            .values()
+            .any(|t| self.shared_target(t).is_some())
+        {
+            let mut copy = data.clone();
+            for target in copy.function_decls.values_mut() {
+                if let Some(shared) = self.shared_target(target) {
+                    *target = shared;
+                }
+            }
+            rewritten = copy;
+            &rewritten
+        } else {
+            data
+        };
         self.inner.define_data(data_id, data)?;
         self.defined_data[data_id] = true;
         self.unfinalized_data.push(data_id);
-        for target in data.function_decls.values().chain(data.data_decls.values()) {
+        for target in data.function_decls.values() {
+            self.note_reference(target);
+            self.note_address_taken(target);
+        }
+        for target in data.data_decls.values() {
             self.note_reference(target);
         }
         Ok(())

@@ -15,17 +15,18 @@
 //!   finishes the inner module. [`DedupModule::finish`] panics where it
 //!   returns an error (`ObjectModule::finish` panics, in debug builds, on
 //!   a function or data object that must be defined but is not).
-//! - Without [`DedupOptions::distinct_addresses`](super::DedupOptions), the
-//!   symbol of every duplicate is an *alias*: it is moved onto its canonical
-//!   function's code (same section, offset and size), as identical-code
-//!   folding in a linker makes it, so every relocation against it, from any
-//!   function, reaches the shared code directly. The duplicate's trampoline
-//!   (which the inner module received at definition time, before the
-//!   object existed) stays in the text section, unnamed and unreachable;
-//!   [`Stats::trampoline_bytes`](super::Stats) counts it.
-//! - With distinct addresses, every duplicate's symbol names its own
-//!   trampoline: one direct branch to the canonical function (x86-64
-//!   `jmp rel32`, aarch64 `b`), the cheapest correct form.
+//! - The symbol of every duplicate that shares its canonical function's
+//!   address (only without [`DedupOptions::distinct_addresses`](super::DedupOptions),
+//!   see item 6 of the [module docs](super)) is an *alias*: it is moved onto
+//!   its canonical function's code (same section, offset and size), as
+//!   identical-code folding in a linker makes it, so every relocation
+//!   against it, from any function, reaches the shared code directly. The
+//!   duplicate's trampoline (which the inner module received at definition
+//!   time, before the object existed) stays in the text section, unnamed
+//!   and unreachable; [`Stats::trampoline_bytes`](super::Stats) counts it.
+//! - Every other duplicate's symbol names its own trampoline: one direct
+//!   branch to the canonical function (x86-64 `jmp rel32`, aarch64 `b`),
+//!   the cheapest correct form.
 
 use super::{DedupModule, DedupOptions, State};
 use cranelift_codegen::entity::EntityRef;
@@ -57,17 +58,16 @@ impl DedupModule<ObjectModule> {
     pub fn try_finish(mut self) -> ModuleResult<ObjectProduct> {
         self.flush()?;
         self.check_references_defined()?;
-        let aliases: Vec<(FuncId, FuncId)> = if self.options.distinct_addresses {
-            Vec::new()
-        } else {
-            (0..self.declared_functions)
-                .map(FuncId::new)
-                .filter_map(|id| match self.functions[id] {
-                    State::Duplicate { .. } => Some((id, self.root_of(id))),
-                    State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
-                })
-                .collect()
-        };
+        let aliases: Vec<(FuncId, FuncId)> = (0..self.declared_functions)
+            .map(FuncId::new)
+            .filter_map(|id| match self.functions[id] {
+                State::Duplicate { .. } => {
+                    let address = self.address_id(id);
+                    (address != id).then_some((id, address))
+                }
+                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+            })
+            .collect();
         let mut product = self.inner.finish();
         for (duplicate, canonical) in aliases {
             let (Some((dup_symbol, _)), Some((canonical_symbol, _))) =
