@@ -30,11 +30,10 @@
 //!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
 //!    `finalize_definitions`) fails, listing it.
 
-use super::{DedupModule, State, verify};
+use super::{DedupError, DedupModule, State, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
 use crate::refine::CallGraph;
-use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleResult};
@@ -59,6 +58,8 @@ impl<M: Module> DedupModule<M> {
         let mut failures = Failures::new();
         if !pending.is_empty() {
             self.define_pending(&mut pending, &mut failures);
+            // Planned duplicates are not compiled: their planes are unused.
+            self.pending_control.clear();
             // What failed is undefined again.
             let undefined = pending
                 .iter()
@@ -150,7 +151,9 @@ impl<M: Module> DedupModule<M> {
         // rewritten (a failed class's members are defined here too).
         self.canonicalize_references(func);
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ControlPlane::default()) {
+        // The control plane the caller defined it with, as it was then.
+        let mut ctrl_plane = self.pending_control.remove(&id).unwrap_or_default();
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane) {
             failures.push((id, e));
         }
     }
@@ -175,13 +178,10 @@ impl<M: Module> DedupModule<M> {
         if self.failed.is_empty() {
             return Ok(());
         }
-        let list: Vec<&str> = self.failed.iter().map(|(_, text)| text.as_str()).collect();
-        Err(ModuleError::Backend(anyhow::anyhow!(
-            "{} batch definitions failed and are not defined (define them again, or give \
-             them up with take_failed_definitions): {}",
-            list.len(),
-            list.join("; ")
-        )))
+        Err(DedupError::BatchDefinitionsFailed {
+            failures: self.failed.clone(),
+        }
+        .into())
     }
 
     /// Refines the pending functions over their call graph (see

@@ -109,7 +109,7 @@ use crate::fingerprint::{Fingerprint, Fingerprinter};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
-use cranelift_codegen::{CodegenError, Context, isa};
+use cranelift_codegen::{Context, isa};
 use cranelift_module::{
     DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
     ModuleRelocTarget, ModuleResult,
@@ -177,6 +177,9 @@ pub struct DedupModule<M: Module> {
     /// Late merges of eager mode (see `join.rs`).
     joins: Joins,
     pending: Vec<(FuncId, Function)>,
+    /// The caller's control plane of each pending definition, for its
+    /// compilation (see `batch.rs`).
+    pending_control: HashMap<FuncId, ControlPlane>,
     /// Batch definitions that failed and are still undefined, with their
     /// errors' text (see `batch.rs`).
     failed: Vec<(FuncId, String)>,
@@ -224,6 +227,7 @@ impl<M: Module> DedupModule<M> {
             classes: PrimaryMap::new(),
             joins: Joins::default(),
             pending: Vec::new(),
+            pending_control: HashMap::new(),
             failed: Vec::new(),
             reference: check::ReferenceCode::default(),
             address_taken: SecondaryMap::new(),
@@ -567,7 +571,7 @@ impl<M: Module> DedupModule<M> {
         let result = catch_unwind(AssertUnwindSafe(|| {
             inner.define_function_with_control_plane(id, ctx, ctrl_plane)
         }))
-        .unwrap_or_else(|panic| Err(compile_panic(panic)));
+        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
         let compile_time = start.elapsed();
         result?;
         let code_bytes = ctx
@@ -735,7 +739,7 @@ impl<M: Module> DedupModule<M> {
         let mut ctx = Context::for_function(func);
         let start = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
-            .unwrap_or_else(|panic| Err(compile_panic(panic)));
+            .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
         let time = start.elapsed();
         self.stats.compile_time += time;
         let code_bytes = ctx
@@ -825,10 +829,7 @@ impl<M: Module> DedupModule<M> {
             Ok(())
         } else {
             missing.sort();
-            Err(ModuleError::Backend(anyhow::anyhow!(
-                "referenced but not defined: {}",
-                missing.join(", ")
-            )))
+            Err(DedupError::ReferencedButNotDefined { missing }.into())
         }
     }
 }
@@ -859,11 +860,10 @@ fn names_used_as_data(func: &Function) -> HashSet<UserExternalNameRef> {
     names
 }
 
-fn compile_panic(panic: Box<dyn std::any::Any + Send>) -> ModuleError {
+/// The error for a panic of Cranelift while compiling `function`.
+fn compile_panic(function: String, panic: Box<dyn std::any::Any + Send>) -> ModuleError {
     let message = crate::compile::panic_message(&panic);
-    ModuleError::Compilation(CodegenError::Unsupported(format!(
-        "Cranelift panicked while compiling: {message}"
-    )))
+    DedupError::CraneliftPanic { function, message }.into()
 }
 
 impl<M: Module> Module for DedupModule<M> {
@@ -969,6 +969,7 @@ impl<M: Module> Module for DedupModule<M> {
             Mode::Batch => {
                 self.functions[id] = State::Pending;
                 self.pending.push((id, ctx.func.clone()));
+                self.pending_control.insert(id, ctrl_plane.clone());
                 Ok(())
             }
         }
