@@ -160,6 +160,10 @@ impl<M: Module> DedupModule<M> {
 
     /// Marks `id` as failed with `error` (left undefined).
     fn fail(&mut self, id: FuncId, error: ModuleError, failures: &mut Failures) {
+        log::debug!(
+            "{} ({id}): failed, left undefined: {error}",
+            self.function_name(id)
+        );
         self.functions[id] = State::Undefined;
         failures.push((id, error));
     }
@@ -246,6 +250,11 @@ impl<M: Module> DedupModule<M> {
             node_of.push(Some(node));
         }
         let refinement = graph.refine();
+        log::trace!(
+            "batch flush: {} functions refined in {} rounds",
+            pending.len(),
+            refinement.rounds
+        );
         self.stats.refine_rounds += u64::from(refinement.rounds);
         // Per class: the index of its first member, and whether that was
         // verified yet (only needed once it has a duplicate).

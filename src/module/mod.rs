@@ -64,6 +64,12 @@
 //! 9. With [`DedupOptions::check`], every duplicate, reused code and adapter
 //!    is also compiled on its own and compared with the code it is handed;
 //!    a difference is an error naming both functions (see `check.rs`).
+//! 10. What happens to each function is logged through the `log` crate
+//!    (target `jitfold::module`), as Cranelift logs: at debug level each
+//!    function's outcome with both names where there are two (compiled,
+//!    duplicate of, with whether it shares the address, reused the code
+//!    of, adapter for, failed), and late merges; at trace level reference
+//!    rewrites, batch recording and refinement.
 //!
 //! # Where the wrapper sits
 //!
@@ -446,6 +452,11 @@ impl<M: Module> DedupModule<M> {
             })
             .collect();
         for (r, canonical) in rewrites {
+            log::trace!(
+                "{}: references to {} rewritten to {canonical}",
+                func.name,
+                FuncId::from_u32(func.params.user_named_funcs()[r].index)
+            );
             func.params
                 .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
         }
@@ -589,6 +600,10 @@ impl<M: Module> DedupModule<M> {
             self.templates.insert(template);
             self.code_templates.push(code);
         }
+        log::debug!(
+            "{} ({id}): compiled, {code_bytes} bytes in {compile_time:?}",
+            self.function_name(id)
+        );
         self.stats.compiled += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
@@ -662,10 +677,18 @@ impl<M: Module> DedupModule<M> {
             .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
         let code_bytes = code.bytes().len() as u64;
         let saved = code.compile_time;
+        let source = code.source;
         self.templates.lookup(template);
         for reloc in &relocs {
             self.note_reference(&reloc.name);
         }
+        log::debug!(
+            "{} ({id}): reused the code of {} ({source}), {code_bytes} bytes, {} relocations \
+             retargeted",
+            self.function_name(id),
+            self.function_name(source),
+            relocs.len()
+        );
         self.stats.reused += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
@@ -703,6 +726,11 @@ impl<M: Module> DedupModule<M> {
         };
         let (result, time, code_bytes) = self.compile_adapter(id, target);
         result?;
+        log::debug!(
+            "{} ({id}): adapter for {} ({target}), {code_bytes} bytes",
+            self.function_name(id),
+            self.function_name(target)
+        );
         self.stats.adapted += 1;
         self.stats.code_bytes += code_bytes;
         if let State::Compiled(class) = self.functions[target] {
@@ -773,7 +801,18 @@ impl<M: Module> DedupModule<M> {
         self.unfinalized.push(id);
         self.referenced_functions.insert(canonical);
         self.join_callers(id, canonical);
-        if self.shares_address(id) {
+        let shares = self.shares_address(id);
+        log::debug!(
+            "{} ({id}): duplicate of {} ({canonical}), {trampoline_bytes}-byte trampoline; {}",
+            self.function_name(id),
+            self.function_name(canonical),
+            if shares {
+                "shares its address"
+            } else {
+                "keeps its own address"
+            }
+        );
+        if shares {
             self.stats.aliased += 1;
         } else {
             self.stats.trampolined += 1;
@@ -967,6 +1006,10 @@ impl<M: Module> Module for DedupModule<M> {
                 self.stats.defined -= 1;
             }),
             Mode::Batch => {
+                log::trace!(
+                    "{} ({id}): recorded for the next flush",
+                    self.function_name(id)
+                );
                 self.functions[id] = State::Pending;
                 self.pending.push((id, ctx.func.clone()));
                 self.pending_control.insert(id, ctrl_plane.clone());
@@ -1003,6 +1046,7 @@ impl<M: Module> Module for DedupModule<M> {
             self.note_reference(&reloc.name);
             self.note_address_taken(&reloc.name);
         }
+        log::trace!("{} ({id}): defined from bytes", self.function_name(id));
         self.functions[id] = State::Bytes;
         self.unfinalized.push(id);
         self.stats.defined += 1;
