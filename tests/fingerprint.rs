@@ -549,6 +549,7 @@ fn frame_layout_and_declarations_are_keyed_as_cranelift_compiles_them() {
         ("callee_declared_twice", "callee_declared_once", true),
         ("address_declared_twice", "address_declared_once", false),
         ("constant_once", "constant_twice", false),
+        ("dynamic_slot_unused", "dynamic_slot_none", false),
     ];
     for (a, b, same) in pairs {
         let (fa, fb) = (&funcs[&format!("%{a}")], &funcs[&format!("%{b}")]);

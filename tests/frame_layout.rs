@@ -59,7 +59,7 @@ fn run<M: Module>(
 #[test]
 fn frames_laid_out_differently_are_not_merged() {
     let funcs = frame_functions();
-    assert_eq!(funcs.len(), 4);
+    assert_eq!(funcs.len(), 6);
     let mut plain = jit();
     let expected = run(
         &mut plain,
@@ -86,7 +86,7 @@ fn frames_laid_out_differently_are_not_merged() {
             |m, id| m.get_finalized_function(id),
         );
         assert_eq!(got, expected, "{options:?}");
-        assert_eq!(m.stats().compiled, 4, "{options:?}");
+        assert_eq!(m.stats().compiled, 6, "{options:?}");
     }
 }
 

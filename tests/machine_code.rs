@@ -9,32 +9,14 @@ use jitfold::compile::{
 };
 use jitfold::isa::{host_isa, jit_flags};
 
+mod common;
+
 fn parse(text: &str) -> Function {
     cranelift_reader::parse_functions(text).unwrap().remove(0)
 }
 
 fn layout(func: &Function) -> Vec<Block> {
     func.layout.blocks().collect()
-}
-
-/// `func` with every block after the entry moved, with its instructions,
-/// to the front of the rest in reverse order: the same function in another
-/// layout.
-fn reversed(func: &Function) -> Function {
-    let mut func = func.clone();
-    let blocks = layout(&func);
-    for &block in &blocks[1..] {
-        let insts: Vec<_> = func.layout.block_insts(block).collect();
-        for &inst in &insts {
-            func.layout.remove_inst(inst);
-        }
-        func.layout.remove_block(block);
-        func.layout.insert_block_after(block, blocks[0]);
-        for &inst in &insts {
-            func.layout.append_inst(inst, block);
-        }
-    }
-    func
 }
 
 /// Blocks come out in DFS pre-order following each terminator's
@@ -105,8 +87,8 @@ fn layout_follows_the_walk() {
 #[test]
 fn layout_alone_is_no_mismatch() {
     let isa = host_isa(jit_flags()).unwrap();
-    let func = parse(LAYOUT_DEPENDENT);
-    let other = reversed(&func);
+    let func = common::layout_dependent();
+    let other = common::reversed(&func);
     assert_ne!(
         compile(&func, &*isa).unwrap().code.bytes,
         compile(&other, &*isa).unwrap().code.bytes,
@@ -243,87 +225,3 @@ fn a_compile_error_is_an_error() {
     let e = compare_compiled(&*isa, &good, &bad).unwrap_err();
     assert!(e.contains("second"), "{e}");
 }
-
-const LAYOUT_DEPENDENT: &str = "function u0:0(i64, i64) -> i64 fast {
-    ss0 = explicit_slot 8, align = 8
-    ss1 = explicit_slot 8, align = 8
-
-block10(v0: i64, v1: i64):
-    v2 = iconst.i64 48
-    v3 = iconst.i64 0
-    v4 = stack_addr.i64 ss0
-    store notrap aligned v3, v4  ; v3 = 0
-    v5 = stack_addr.i64 ss1
-    store notrap aligned v3, v5  ; v3 = 0
-    jump block1(v2, v0, v1, v0, v1)  ; v2 = 48
-
-block1(v6: i64, v48: i64, v59: i64, v60: i64, v65: i64):
-    v9 -> v59
-    v13 -> v60
-    v7 = iconst.i64 -1
-    v8 = iadd v6, v7  ; v7 = -1
-    v55 -> v8
-    v43 -> v55
-    brif v8, block0, block11(v48)
-
-block0:
-    v10 = stack_addr.i64 ss0
-    store.i64 notrap aligned v9, v10
-    v11 = stack_addr.i64 ss1
-    v12 = load.i64 notrap aligned v11
-    v14 = iadd.i64 v13, v12
-    v46 -> v14
-    v52 -> v14
-    v15 = ireduce.i32 v14
-    br_table v15, block9, [block3(v55, v14, v13, v65, v9), block3(v55, v14, v13, v65, v9)]
-
-block3(v16: i64, v49: i64, v62: i64, v64: i64, v74: i64):
-    v19 -> v62
-    v63 -> v62
-    v20 -> v64
-    v67 -> v64
-    v34 -> v74
-    v17 = iconst.i64 -1
-    v18 = iadd v16, v17  ; v17 = -1
-    v58 -> v18
-    v28 -> v58
-    brif v18, block2, block11(v49)
-
-block2:
-    v21 = iadd.i64 v19, v20
-    v51 -> v21
-    v22 = ireduce.i32 v21
-    br_table v22, block7, []
-
-block7:
-    v29 = iconst.i64 -1
-    v30 = iadd.i64 v28, v29  ; v29 = -1
-    v31 -> v30
-    brif v30, block6, block11(v51)
-
-block6:
-    v32 = iconst.i64 0
-    v33 = icmp.i64 slt v31, v32  ; v32 = 0
-    trapnz v33, user84
-    v35 = iconst.i64 1
-    v36 = bor.i64 v34, v35  ; v35 = 1
-    v37 = iconst.i64 -1
-    v38 = icmp eq v36, v37  ; v37 = -1
-    v39 = iconst.i64 0x7fff_ffff_ffff_ffff
-    v40 = band.i64 v34, v39  ; v39 = 0x7fff_ffff_ffff_ffff
-    v41 = select v38, v40, v34
-    v42 = sdiv v41, v36
-    jump block3(v31, v42, v63, v67, v34)
-
-block9:
-    v44 = iconst.i64 -1
-    v45 = iadd.i64 v43, v44  ; v44 = -1
-    brif v45, block8, block11(v52)
-
-block8:
-    return v46
-
-block11(v47: i64):
-    return v47
-}
-";

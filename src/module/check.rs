@@ -18,22 +18,23 @@
 //! 3. An adapter: the function compiled with its calling convention set to
 //!    the target's equals the reference code of the target's class, names
 //!    mapped as in 1.
-//! 4. Anything else is an error, `ModuleError::Backend`, naming both
-//!    functions and saying what differs (bytes, relocations, alignment), and
-//!    the function is not defined.
+//! 4. Where the code differs, both functions are laid out in one block
+//!    order and compiled again ([`compile::compare_compiled_code`], the one
+//!    place that decides "the same machine code"): block layout is not in
+//!    the fingerprint and can change register choice. A difference that
+//!    remains is an error, `ModuleError::Backend`, naming both functions,
+//!    saying what differs (bytes, relocations, alignment) and showing both
+//!    disassemblies; the function is not defined.
 //!
 //! The reference code of a class is the code its first function compiled
 //! to, or, when that function was itself reused or adapted, its own
-//! compilation made by the check. It is kept only in check mode.
-//!
-//! Block layout is not in the fingerprint, and can change code bytes:
-//! until the check lays both functions out in one order before comparing,
-//! a duplicate whose blocks are laid out in another order may be reported
-//! although it computes the same.
+//! compilation made by the check, kept with that function. It is kept only
+//! in check mode.
 
+use super::reuse::CodeTemplate;
 use super::{DedupModule, State};
 use crate::cache::ClassId;
-use crate::compile::{self, MachineCode, RelocTarget};
+use crate::compile::{self, MachineCode, Renaming};
 use crate::fingerprint::SymbolName;
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::{Function, UserExternalName};
@@ -42,30 +43,30 @@ use cranelift_module::{FuncId, Module, ModuleError, ModuleResult};
 /// The reference code of each class, in check mode.
 #[derive(Default)]
 pub(super) struct ReferenceCode {
-    code: SecondaryMap<ClassId, Option<MachineCode>>,
+    code: SecondaryMap<ClassId, Option<Reference>>,
 }
 
-/// Why two compilations differ.
-fn difference(a: &MachineCode, b: &MachineCode) -> Option<&'static str> {
-    if a.bytes != b.bytes {
-        Some("the machine code bytes differ")
-    } else if a.relocs != b.relocs {
-        Some("the relocations differ")
-    } else if a.alignment != b.alignment {
-        Some("the alignment differs")
-    } else {
-        None
-    }
+/// A class's reference code and the function it was compiled from.
+#[derive(Clone)]
+struct Reference {
+    func: Function,
+    code: MachineCode,
 }
 
 impl<M: Module> DedupModule<M> {
-    /// Keeps `code` as the reference code of `id`'s class, unless the class
-    /// has one (check mode only).
-    pub(super) fn keep_reference_code(&mut self, id: FuncId, code: Option<MachineCode>) {
+    /// Keeps `code`, compiled from `func`, as the reference code of `id`'s
+    /// class, unless the class has one (check mode only).
+    pub(super) fn keep_reference_code(
+        &mut self,
+        id: FuncId,
+        func: &Function,
+        code: Option<MachineCode>,
+    ) {
         if let (State::Compiled(class), Some(code)) = (self.functions[id], code)
             && self.reference.code[class].is_none()
         {
-            self.reference.code[class] = Some(code);
+            let func = func.clone();
+            self.reference.code[class] = Some(Reference { func, code });
         }
     }
 
@@ -78,24 +79,40 @@ impl<M: Module> DedupModule<M> {
         canonical: FuncId,
     ) -> ModuleResult<()> {
         let own = self.compile_for_check(id, func)?;
-        self.check_against_class(id, &own, canonical, "a duplicate of")
+        self.check_against_class(id, func, &own, canonical, "a duplicate of")
     }
 
-    /// Checks reused code (see 2 above): `reused` is what `id` (`func`) is
-    /// to be defined as; `source` is the function it was compiled for.
-    /// Returns `func`'s own compilation, the reference code of its class.
+    /// Checks reused code (see 2 above): `reused` is what `id` (`func`,
+    /// whose names in slot order are `names`) is to be defined as, `template`
+    /// the code it was made from. Returns `func`'s own compilation, the
+    /// reference code of its class.
     pub(super) fn check_reused(
         &self,
         id: FuncId,
         func: &Function,
+        names: &[SymbolName],
         reused: &MachineCode,
-        source: FuncId,
+        template: &CodeTemplate,
     ) -> ModuleResult<MachineCode> {
         let own = self.compile_for_check(id, func)?;
-        match difference(&own, reused) {
-            None => Ok(own),
-            Some(what) => Err(self.mismatch(id, "code reused from", source, what)),
+        if compile::difference(&own, reused).is_none() {
+            return Ok(own);
         }
+        // Compared again with both laid out in one order: the template's
+        // function, names slot for slot.
+        let relation = "code reused from";
+        let source = template.source;
+        let Some(reference) = self.reference_of(source) else {
+            return Err(self.mismatch(id, relation, source, "its code was not kept"));
+        };
+        let renaming = Renaming::slots(template.names(), names);
+        let compared = compile::compare_compiled_code(
+            self.inner.isa(),
+            (&reference.func, &reference.code),
+            (func, &own),
+            &renaming,
+        );
+        self.compared(id, relation, source, compared).map(|()| own)
     }
 
     /// Checks an adapter (see 3 above): `id` (`func`) is to call `target`.
@@ -109,49 +126,69 @@ impl<M: Module> DedupModule<M> {
         let mut converted = func.clone();
         converted.signature.call_conv = self.call_conv(target);
         let as_target = self.compile_for_check(id, &converted)?;
-        self.check_against_class(id, &as_target, target, "an adapter to")?;
+        self.check_against_class(id, &converted, &as_target, target, "an adapter to")?;
         self.compile_for_check(id, func)
     }
 
-    /// Compares `code` (of `id`) with the reference code of `canonical`'s
-    /// class, names mapped through canonicalization.
+    /// Compares `code`, compiled from `func` (to be `id`), with the
+    /// reference code of `canonical`'s class, names mapped through
+    /// canonicalization.
     fn check_against_class(
         &self,
         id: FuncId,
+        func: &Function,
         code: &MachineCode,
         canonical: FuncId,
         relation: &str,
     ) -> ModuleResult<()> {
-        let reference = match self.functions[self.root_of(canonical)] {
+        let Some(reference) = self.reference_of(canonical) else {
+            return Err(self.mismatch(id, relation, canonical, "its code was not kept"));
+        };
+        let renaming = Renaming::by_class(|_, name| self.canonical_name(name));
+        let compared = compile::compare_compiled_code(
+            self.inner.isa(),
+            (func, code),
+            (&reference.func, &reference.code),
+            &renaming,
+        );
+        self.compared(id, relation, canonical, compared)
+    }
+
+    /// The reference code of the class `id`'s code belongs to.
+    fn reference_of(&self, id: FuncId) -> Option<&Reference> {
+        match self.functions[self.root_of(id)] {
             State::Compiled(class) => self.reference.code[class].as_ref(),
             State::Undefined | State::Pending | State::Duplicate { .. } | State::Bytes => None,
-        };
-        let Some(reference) = reference else {
-            return Err(self.mismatch(id, relation, canonical, "the latter's code was not kept"));
-        };
-        match difference(
-            &self.canonical_names(code),
-            &self.canonical_names(reference),
-        ) {
-            None => Ok(()),
-            Some(what) => Err(self.mismatch(id, relation, canonical, what)),
         }
     }
 
-    /// `code` with every local function name replaced by its canonical
-    /// function's (duplicate links, then call aliases).
-    fn canonical_names(&self, code: &MachineCode) -> MachineCode {
-        let mut code = code.clone();
-        for reloc in &mut code.relocs {
-            if let RelocTarget::Name(SymbolName::User(name)) = &mut reloc.target
-                && name.namespace == 0
-            {
-                let root = self.root_of(FuncId::from_u32(name.index));
-                let root = self.joins.call_target(root).unwrap_or(root);
-                *name = UserExternalName::new(0, root.as_u32());
-            }
+    /// The outcome of comparing `id`'s code with `other`'s as an error, if
+    /// it is not "the same code".
+    fn compared(
+        &self,
+        id: FuncId,
+        relation: &str,
+        other: FuncId,
+        compared: Result<Option<compile::CodeMismatch>, String>,
+    ) -> ModuleResult<()> {
+        match compared {
+            Ok(None) => Ok(()),
+            Ok(Some(mismatch)) => Err(self.mismatch(id, relation, other, &mismatch.to_string())),
+            Err(e) => Err(self.mismatch(id, relation, other, &e)),
         }
-        code
+    }
+
+    /// `name`, if it is a local function, replaced by its canonical
+    /// function's (duplicate links, then call aliases).
+    fn canonical_name(&self, name: &SymbolName) -> SymbolName {
+        match name {
+            SymbolName::User(user) if user.namespace == 0 => {
+                let root = self.root_of(FuncId::from_u32(user.index));
+                let root = self.joins.call_target(root).unwrap_or(root);
+                SymbolName::User(UserExternalName::new(0, root.as_u32()))
+            }
+            SymbolName::User(_) | SymbolName::TestCase(_) => name.clone(),
+        }
     }
 
     /// `func` (to be defined as `id`) compiled on its own for the module's

@@ -577,6 +577,8 @@ impl<M: Module> DedupModule<M> {
             return Ok(());
         }
         let names = reusable.then(|| self.fingerprinter.last_names().to_vec());
+        // Compiling rewrites `ctx.func`; the check lays out the original.
+        let original = self.options.check.then(|| ctx.func.clone());
         let start = Instant::now();
         let inner = &mut self.inner;
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -609,8 +611,8 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time += compile_time;
         self.start_class(id, fp, class_names, code_bytes, compile_time);
-        if self.options.check {
-            self.keep_reference_code(id, crate::compile::MachineCode::of(ctx));
+        if let Some(original) = original {
+            self.keep_reference_code(id, &original, crate::compile::MachineCode::of(ctx));
         }
         Ok(())
     }
@@ -668,7 +670,7 @@ impl<M: Module> DedupModule<M> {
         self.verify_once(func, verified)?;
         let own = if self.options.check {
             let reused = code.retargeted(own_names);
-            let check = reused.map(|reused| self.check_reused(id, func, &reused, code.source));
+            let check = reused.map(|reused| self.check_reused(id, func, own_names, &reused, code));
             check.transpose()?
         } else {
             None
@@ -694,7 +696,7 @@ impl<M: Module> DedupModule<M> {
         self.stats.code_bytes_without_dedup += code_bytes;
         self.stats.compile_time_saved += saved;
         self.start_class(id, fp.clone(), names, code_bytes, saved);
-        self.keep_reference_code(id, own);
+        self.keep_reference_code(id, func, own);
         Ok(true)
     }
 
@@ -739,7 +741,7 @@ impl<M: Module> DedupModule<M> {
             self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
         }
         self.start_class(id, fp.clone(), names, code_bytes, time);
-        self.keep_reference_code(id, own);
+        self.keep_reference_code(id, func, own);
         Ok(true)
     }
 

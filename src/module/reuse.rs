@@ -67,6 +67,11 @@ impl CodeTemplate {
         u64::from(self.code.alignment)
     }
 
+    /// The names of the function this code was compiled for, in slot order.
+    pub(crate) fn names(&self) -> &[SymbolName] {
+        &self.names
+    }
+
     /// The code of the instance of this template with `names` in slot
     /// order (what [`CodeTemplate::instantiate`] defines, before names
     /// become module relocation targets); `None` if there is none.

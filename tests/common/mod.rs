@@ -44,3 +44,30 @@ pub fn seed_bytes(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A function whose machine code depends on its block layout
+/// (`tests/data/layout_dependent.clif`).
+pub fn layout_dependent() -> Function {
+    let text = std::fs::read_to_string(data_dir().join("layout_dependent.clif")).unwrap();
+    cranelift_reader::parse_functions(&text).unwrap().remove(0)
+}
+
+/// `func` with every block after the entry moved, with its instructions,
+/// to the front of the rest in reverse order: the same function in another
+/// layout.
+pub fn reversed(func: &Function) -> Function {
+    let mut func = func.clone();
+    let blocks: Vec<_> = func.layout.blocks().collect();
+    for &block in &blocks[1..] {
+        let insts: Vec<_> = func.layout.block_insts(block).collect();
+        for &inst in &insts {
+            func.layout.remove_inst(inst);
+        }
+        func.layout.remove_block(block);
+        func.layout.insert_block_after(block, blocks[0]);
+        for &inst in &insts {
+            func.layout.append_inst(inst, block);
+        }
+    }
+    func
+}
