@@ -61,14 +61,24 @@ pub enum DedupError {
         failures: Vec<(FuncId, String)>,
     },
     /// Check mode found code jitfold would hand out that differs from the
-    /// function's own compilation.
+    /// function's own compilation; the function is not defined.
     CheckMismatch {
         /// The function being defined.
         function: String,
+        /// What it was to be defined as: `a duplicate of`, `reused code
+        /// of`, `an adapter for`.
+        relation: String,
         /// The function whose code it would get.
         other: String,
-        /// What differs.
+        /// What differs (with both disassemblies where the code does).
         difference: String,
+    },
+    /// Check mode could not compile a function on its own to compare it.
+    CheckCompileFailed {
+        /// The function being defined.
+        function: String,
+        /// Cranelift's error.
+        message: String,
     },
     /// Cranelift panicked while compiling a function.
     CraneliftPanic {
@@ -132,11 +142,16 @@ impl fmt::Display for DedupError {
             }
             DedupError::CheckMismatch {
                 function,
+                relation,
                 other,
                 difference,
             } => write!(
                 f,
-                "check mode: {function} would get the code of {other}, but {difference}"
+                "check mode: {function} was to be defined as {relation} {other}, but {difference}"
+            ),
+            DedupError::CheckCompileFailed { function, message } => write!(
+                f,
+                "check mode: {function} does not compile on its own: {message}"
             ),
             DedupError::CraneliftPanic { function, message } => {
                 write!(
