@@ -20,7 +20,10 @@
 use core::fmt;
 use cranelift_module::{FuncId, ModuleError};
 
-/// A failure detected by jitfold (see the [module docs](self)).
+/// A failure detected by jitfold, carried inside `ModuleError::Backend`
+/// (find it with [`DedupError::of`]). Errors of the inner module and of
+/// Cranelift are passed on as they are; a panic inside Cranelift is
+/// [`DedupError::CraneliftPanic`], not `CodegenError::Unsupported`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DedupError {

@@ -65,11 +65,11 @@
 //!    is also compiled on its own and compared with the code it is handed;
 //!    a difference is an error naming both functions (see `check.rs`).
 //! 10. What happens to each function is logged through the `log` crate
-//!    (target `jitfold::module`), as Cranelift logs: at debug level each
-//!    function's outcome with both names where there are two (compiled,
-//!    duplicate of, with whether it shares the address, reused the code
-//!    of, adapter for, failed), and late merges; at trace level reference
-//!    rewrites, batch recording and refinement.
+//!     (target `jitfold::module`), as Cranelift logs: at debug level each
+//!     function's outcome with both names where there are two (compiled,
+//!     duplicate of, with whether it shares the address, reused the code
+//!     of, adapter for, failed), and late merges; at trace level reference
+//!     rewrites, batch recording and refinement.
 //!
 //! # Where the wrapper sits
 //!
