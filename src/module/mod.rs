@@ -79,11 +79,12 @@
 //! canonical function). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
-//! see every function that is actually compiled, and only those. Likewise,
-//! inner modules define duplicates and reused code through
+//! see every function that is actually compiled, and only those. Inner
+//! modules receive duplicates' trampolines and reused code through
 //! `define_function_bytes`, for which `cranelift-object` writes no unwind
-//! information: turn [`DedupOptions::reuse`] off if an object file must
-//! carry unwind tables for every function.
+//! information; `DedupModule<ObjectModule>` writes their frame
+//! descriptions itself when the object has unwind information (see
+//! `unwind.rs`), so every function's address is covered by an FDE.
 //!
 //! # Modes
 //!
@@ -108,6 +109,7 @@ mod options;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;
+mod unwind;
 mod verify;
 
 use crate::cache::{ClassId, DedupCache, Lookup};
@@ -191,6 +193,9 @@ pub struct DedupModule<M: Module> {
     failed: Vec<(FuncId, String)>,
     /// The reference code of each class, in check mode (see `check.rs`).
     reference: check::ReferenceCode,
+    /// Functions defined from bytes by jitfold (reused code, trampolines)
+    /// with how their frames are described (see `unwind.rs`).
+    frames: Vec<(FuncId, unwind::Frame)>,
     /// Functions whose own address was compiled into code or data (see 6
     /// in the module docs): as duplicates they keep it.
     address_taken: SecondaryMap<FuncId, bool>,
@@ -237,6 +242,7 @@ impl<M: Module> DedupModule<M> {
             failed: Vec::new(),
             reference: check::ReferenceCode::default(),
             address_taken: SecondaryMap::new(),
+            frames: Vec::new(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
             defined_data: SecondaryMap::new(),
@@ -596,7 +602,8 @@ impl<M: Module> DedupModule<M> {
         }
         if let (Some(template), Some(names)) = (template, names)
             && self.templates.get(&template).is_none()
-            && let Some(code) = CodeTemplate::capture(id, ctx, &names, compile_time)
+            && let Some(code) =
+                CodeTemplate::capture(id, ctx, &names, compile_time, self.inner.isa())
         {
             self.stats.reuse_memory_bytes += code.heap_bytes() as u64;
             self.templates.insert(template);
@@ -680,6 +687,10 @@ impl<M: Module> DedupModule<M> {
         let code_bytes = code.bytes().len() as u64;
         let saved = code.compile_time;
         let source = code.source;
+        if code.unwind.is_some() {
+            self.frames
+                .push((id, unwind::Frame::Template(class.index())));
+        }
         self.templates.lookup(template);
         for reloc in &relocs {
             self.note_reference(&reloc.name);
@@ -792,6 +803,8 @@ impl<M: Module> DedupModule<M> {
                     &t.bytes,
                     std::slice::from_ref(&t.reloc),
                 )?;
+                self.frames
+                    .push((id, unwind::Frame::Entry(t.bytes.len() as u32)));
                 t.bytes.len() as u64
             }
             None => match self.define_tail_trampoline(id, canonical) {

@@ -27,10 +27,14 @@
 //! - Every other duplicate's symbol names its own trampoline: one direct
 //!   branch to the canonical function (x86-64 `jmp rel32`, aarch64 `b`),
 //!   the cheapest correct form.
+//! - With unwind information (`ObjectBuilder::unwind_info(true)`), every
+//!   function's address is covered by an FDE in `.eh_frame`: the inner
+//!   module describes what it compiled, and jitfold appends descriptions
+//!   of reused code and trampolines (see `unwind.rs`).
 
-use super::{DedupModule, DedupOptions, State};
+use super::{DedupModule, DedupOptions, State, unwind};
 use cranelift_codegen::entity::EntityRef;
-use cranelift_module::{FuncId, ModuleResult};
+use cranelift_module::{FuncId, Module, ModuleResult};
 use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
 
 impl DedupModule<ObjectModule> {
@@ -68,6 +72,16 @@ impl DedupModule<ObjectModule> {
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
             })
             .collect();
+        // Frames for code defined from bytes, except sharing duplicates'
+        // trampolines (their symbols move into the canonical function).
+        let frames: Vec<(FuncId, unwind::Frame)> = self
+            .frames
+            .iter()
+            .filter(|(id, _)| self.address_id(*id) == *id)
+            .copied()
+            .collect();
+        let target = unwind::Target::of(self.inner.isa());
+        let templates = std::mem::take(&mut self.code_templates);
         let mut product = self.inner.finish();
         for (duplicate, canonical) in aliases {
             let (Some((dup_symbol, _)), Some((canonical_symbol, _))) =
@@ -82,6 +96,7 @@ impl DedupModule<ObjectModule> {
             alias.value = value;
             alias.size = size;
         }
+        unwind::write_frames(&mut product, &target, &frames, &templates)?;
         Ok(product)
     }
 }
