@@ -352,3 +352,41 @@ fn object_symbols_follow_the_same_rule() {
         assert_ne!(place(t[2]), place(t[0]), "address taken by data before");
     }
 }
+
+/// `functions_at` maps code back to every id whose code runs there: the
+/// canonical function's code to it and all its duplicates, a trampoline to
+/// its duplicate, reused code to its own id; nothing else maps anywhere.
+#[test]
+fn functions_at_names_every_id_whose_code_runs_there() {
+    for options in all_options() {
+        let mut d = DedupModule::wrap(jit(), options);
+        let ids = program(&mut d, |d| d.flush().unwrap());
+        d.finalize_definitions().unwrap();
+        let t = ids.twins;
+        let canonical_code = d.get_finalized_function(t[0]);
+        let mut at_canonical = d.functions_at(canonical_code.wrapping_add(1));
+        at_canonical.sort();
+        assert_eq!(at_canonical, t.to_vec(), "{options:?}");
+        for (i, &id) in t.iter().enumerate() {
+            let found = d.functions_at(d.get_finalized_function(id));
+            assert!(found.contains(&id), "{options:?}: twin {i}: {found:?}");
+            if d.address_of(id) == Some(id) && i > 0 {
+                assert_eq!(found, [id], "{options:?}: twin {i}'s trampoline");
+            }
+        }
+        // Every id is found at its address, with only ids of its class
+        // (with shared addresses, c3 and s3 are duplicates of c0 and s0).
+        let others = [ids.early_code, ids.compare];
+        let everything = ids.late_code.iter().chain(&ids.late_symbol).chain(&others);
+        for &id in everything {
+            let found = d.functions_at(d.get_finalized_function(id));
+            assert!(found.contains(&id), "{options:?}: {found:?}");
+            for other in found {
+                assert_eq!(d.canonical(other), d.canonical(id), "{options:?}");
+            }
+        }
+        let (table, _) = d.get_finalized_data(ids.late_data);
+        assert!(d.functions_at(table).is_empty());
+        assert!(d.functions_at(std::ptr::null()).is_empty());
+    }
+}

@@ -21,6 +21,12 @@
 //!   defined).
 //! - The address of a function id is the same whichever way it is
 //!   obtained: see [`DedupModule::address_of`].
+//! - [`DedupModule::functions_at`] maps a code address back to every
+//!   function id whose code runs there. Where Cranelift writes a perf map
+//!   (`PERF_BUILDID_DIR` set), every id's name is listed at the address it
+//!   resolves to: the inner module lists each compiled function and
+//!   trampoline under its own name, and finalizing adds the name of each
+//!   duplicate that shares its canonical function's entry point there.
 
 use super::{DedupError, DedupModule, DedupOptions, State};
 use cranelift_codegen::entity::EntityRef;
@@ -28,7 +34,22 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
     DataId, FuncId, Module, ModuleDeclarations, ModuleError, ModuleRelocTarget, ModuleResult,
 };
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Appends `lines` to the perf map `JITModule` writes
+/// (`/tmp/perf-PID.map`, when `PERF_BUILDID_DIR` is set); a failure to
+/// write only loses profiler names.
+fn write_perf_map(lines: &str) {
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    if let Ok(mut file) = file {
+        let _ = file.write_all(lines.as_bytes());
+    }
+}
 
 impl DedupModule<JITModule> {
     /// Like `JITModule::new`: a new JIT module, wrapped with the default
@@ -46,8 +67,30 @@ impl DedupModule<JITModule> {
         self.flush()?;
         self.check_references_defined()?;
         self.inner.finalize_definitions()?;
+        let perf_map = cfg!(unix) && std::env::var_os("PERF_BUILDID_DIR").is_some();
+        let mut perf_lines = String::new();
         for id in std::mem::take(&mut self.unfinalized) {
             self.finalized[id] = true;
+            let start = self.inner.get_finalized_function(id) as usize;
+            let end = start + self.code_size[id] as usize;
+            self.code_ranges.insert(start, (end, id));
+            if let State::Duplicate { .. } = self.functions[id] {
+                let root = self.root_of(id);
+                self.duplicates_of.entry(root).or_default().push(id);
+                // The inner module lists the trampoline under `id`'s name;
+                // a shared entry point serves `id` too.
+                if perf_map && self.shares_address(id) {
+                    let (root_start, (root_end, _)) = self.code_range_of(root);
+                    perf_lines.push_str(&format!(
+                        "{root_start:x} {:x} {}\n",
+                        root_end - root_start,
+                        self.function_name(id)
+                    ));
+                }
+            }
+        }
+        if !perf_lines.is_empty() {
+            write_perf_map(&perf_lines);
         }
         for id in std::mem::take(&mut self.unfinalized_data) {
             self.finalized_data[id] = true;
@@ -183,6 +226,34 @@ impl DedupModule<JITModule> {
             }
             .into()
         })
+    }
+
+    /// Every function id whose code runs at `address`, the function that
+    /// owns the code there first: for a compiled function's code, that
+    /// function and every duplicate of it (they run its code, through
+    /// their trampolines or at its entry point); for a trampoline, its
+    /// duplicate alone; empty if no finalized function's code is there.
+    /// For backtraces and profilers: a shared entry point serves several
+    /// names.
+    pub fn functions_at(&self, address: *const u8) -> Vec<FuncId> {
+        let address = address as usize;
+        let Some((_, &(end, owner))) = self.code_ranges.range(..=address).next_back() else {
+            return Vec::new();
+        };
+        if address >= end {
+            return Vec::new();
+        }
+        let mut ids = vec![owner];
+        if let Some(duplicates) = self.duplicates_of.get(&owner) {
+            ids.extend(duplicates);
+        }
+        ids
+    }
+
+    /// The code range of the finalized function `id`, as (start, (end, id)).
+    fn code_range_of(&self, id: FuncId) -> (usize, (usize, FuncId)) {
+        let start = self.inner.get_finalized_function(id) as usize;
+        (start, (start + self.code_size[id] as usize, id))
     }
 
     /// Frees the memory of all compiled code and data, as

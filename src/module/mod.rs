@@ -193,6 +193,13 @@ pub struct DedupModule<M: Module> {
     failed: Vec<(FuncId, String)>,
     /// The reference code of each class, in check mode (see `check.rs`).
     reference: check::ReferenceCode,
+    /// The size of each defined function's own code (its trampoline, for
+    /// a duplicate).
+    code_size: SecondaryMap<FuncId, u32>,
+    /// The JIT's code ranges, by start address: (end, function); and for
+    /// each function with duplicates, its duplicates (see `jit.rs`).
+    code_ranges: std::collections::BTreeMap<usize, (usize, FuncId)>,
+    duplicates_of: HashMap<FuncId, Vec<FuncId>>,
     /// Functions defined from bytes by jitfold (reused code, trampolines)
     /// with how their frames are described (see `unwind.rs`).
     frames: Vec<(FuncId, unwind::Frame)>,
@@ -242,6 +249,9 @@ impl<M: Module> DedupModule<M> {
             failed: Vec::new(),
             reference: check::ReferenceCode::default(),
             address_taken: SecondaryMap::new(),
+            code_size: SecondaryMap::new(),
+            code_ranges: std::collections::BTreeMap::new(),
+            duplicates_of: HashMap::new(),
             frames: Vec::new(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
@@ -613,6 +623,7 @@ impl<M: Module> DedupModule<M> {
             "{} ({id}): compiled, {code_bytes} bytes in {compile_time:?}",
             self.function_name(id)
         );
+        self.code_size[id] = code_bytes as u32;
         self.stats.compiled += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
@@ -702,6 +713,7 @@ impl<M: Module> DedupModule<M> {
             self.function_name(source),
             relocs.len()
         );
+        self.code_size[id] = code_bytes as u32;
         self.stats.reused += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
@@ -744,6 +756,7 @@ impl<M: Module> DedupModule<M> {
             self.function_name(id),
             self.function_name(target)
         );
+        self.code_size[id] = code_bytes as u32;
         self.stats.adapted += 1;
         self.stats.code_bytes += code_bytes;
         if let State::Compiled(class) = self.functions[target] {
@@ -813,6 +826,7 @@ impl<M: Module> DedupModule<M> {
             },
         };
         self.functions[id] = State::Duplicate { canonical };
+        self.code_size[id] = trampoline_bytes as u32;
         self.unfinalized.push(id);
         self.referenced_functions.insert(canonical);
         self.join_callers(id, canonical);
@@ -1062,6 +1076,7 @@ impl<M: Module> Module for DedupModule<M> {
             self.note_address_taken(&reloc.name);
         }
         log::trace!("{} ({id}): defined from bytes", self.function_name(id));
+        self.code_size[id] = bytes.len() as u32;
         self.functions[id] = State::Bytes;
         self.unfinalized.push(id);
         self.stats.defined += 1;
