@@ -96,6 +96,7 @@ macro_rules! jit_client {
             by_name, code_a,
             "get_address agrees with get_finalized_function"
         );
+        assert_ne!(code_a, code_b, "two ids, two addresses (by default)");
         // SAFETY: nothing of this module runs or is called afterwards.
         unsafe { module.free_memory() };
         results
