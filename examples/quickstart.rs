@@ -7,12 +7,12 @@ use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
-use jitfold::{DedupModule, DedupOptions};
+use jitfold::DedupModule;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Where you had `JITModule::new(builder)`, wrap it:
-    let jit = JITModule::new(JITBuilder::new(default_libcall_names())?);
-    let mut module = DedupModule::new(jit, DedupOptions::default());
+    // Where you had `JITModule::new(builder)`, change only the type (or
+    // wrap a module you made: `DedupModule::wrap(jit, DedupOptions {..})`).
+    let mut module = DedupModule::<JITModule>::new(JITBuilder::new(default_libcall_names())?);
 
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(I64));
@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     module.finalize_definitions()?;
 
     for &id in &ids {
-        let code = module.get_finalized_function(id)?;
+        let code = module.get_finalized_function(id);
         // SAFETY: the function was declared with (i64) -> i64 in the host's
         // default calling convention and is finalized.
         let f: extern "C" fn(i64) -> i64 = unsafe { std::mem::transmute(code) };

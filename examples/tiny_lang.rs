@@ -260,7 +260,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let jit = JITModule::new(JITBuilder::new(default_libcall_names())?);
     // Batch mode: everything is grouped at finalize, so `poly_again` (which
     // calls the twin `plus_three`) merges into `poly` as well.
-    let mut module = DedupModule::new(
+    let mut module = DedupModule::wrap(
         jit,
         DedupOptions {
             mode: Mode::Batch,
@@ -271,7 +271,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     module.finalize_definitions()?;
 
     for def in &defs {
-        let code = module.get_finalized_function(ids[&def.name])?;
+        let code = module.get_finalized_function(ids[&def.name]);
         let canonical = module.canonical(ids[&def.name]).unwrap();
         let shared = if canonical == ids[&def.name] {
             String::new()

@@ -394,13 +394,13 @@ pub fn compare(
 
     for &opts in options {
         let start = Instant::now();
-        let mut dedup = crate::DedupModule::new(JITModule::new(builder()?), opts);
+        let mut dedup = crate::DedupModule::wrap(JITModule::new(builder()?), opts);
         let workload = build(&mut dedup, units, stubs)?;
         dedup.finalize_definitions()?;
         let time = start.elapsed();
         let mut pointers = Vec::new();
         for &(_, id) in &workload.functions {
-            pointers.push((id, dedup.get_finalized_function(id)?));
+            pointers.push((id, dedup.try_get_finalized_function(id)?));
         }
         let lookup = |id: FuncId| {
             pointers

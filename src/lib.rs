@@ -33,4 +33,4 @@ pub mod runtests;
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;
 pub use fingerprint::{BorrowedFingerprint, Fingerprint, Fingerprinter, SymbolName};
-pub use module::{DedupModule, DedupOptions, Mode, Stats};
+pub use module::{DedupError, DedupModule, DedupOptions, Mode, Stats};

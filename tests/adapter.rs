@@ -107,12 +107,12 @@ fn calling_convention_twins_share_one_body() {
     assert_eq!(expected[8..12], expected[0..4]);
     assert_ne!(expected[12..16], expected[0..4]);
     for options in DedupOptions::ALL {
-        let mut m = DedupModule::new(jit(), options);
+        let mut m = DedupModule::wrap(jit(), options);
         let ids = program(&mut m);
         m.finalize_definitions().unwrap();
         let got: Vec<(i64, i64)> = ids
             .iter()
-            .flat_map(|&id| INPUTS.map(|(x, y)| call(m.get_finalized_function(id).unwrap(), x, y)))
+            .flat_map(|&id| INPUTS.map(|(x, y)| call(m.get_finalized_function(id), x, y)))
             .collect();
         assert_eq!(got, expected, "{options:?}");
         let s = m.stats();

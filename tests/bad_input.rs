@@ -24,7 +24,7 @@ fn jit() -> JITModule {
 }
 
 fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
-    DedupModule::new(jit(), options)
+    DedupModule::wrap(jit(), options)
 }
 
 fn sig(m: &impl Module, conv: CallConv) -> Signature {
@@ -119,8 +119,8 @@ fn a_jump_to_a_missing_block_is_the_verifier_error_not_a_panic() {
         })
         .unwrap();
         m.finalize_definitions().unwrap();
-        assert_eq!(call1(m.get_finalized_function(bad).unwrap(), 4), 5);
-        assert_eq!(call1(m.get_finalized_function(good).unwrap(), 4), 4);
+        assert_eq!(call1(m.get_finalized_function(bad), 4), 5);
+        assert_eq!(call1(m.get_finalized_function(good), 4), 4);
     }
 }
 
@@ -197,7 +197,7 @@ fn a_defect_in_an_unreachable_block_is_found_after_a_valid_twin() {
             };
             assert_eq!(failed, expected_failed);
             m.finalize_definitions().unwrap();
-            let expected = call1(m.get_finalized_function(good).unwrap(), 0);
+            let expected = call1(m.get_finalized_function(good), 0);
             assert_ne!(expected, 0);
         }
     }
@@ -266,7 +266,7 @@ fn a_failed_flush_defines_the_valid_functions_and_reports_every_failure() {
         define(&mut m, mistyped, add(3)).unwrap();
         m.finalize_definitions().unwrap();
         assert!(m.failed_definitions().is_empty());
-        let run = |id| call1(m.get_finalized_function(id).unwrap(), 10);
+        let run = |id| call1(m.get_finalized_function(id), 10);
         assert_eq!(
             [good, missing_block, mistyped, caller].map(run),
             [11, 12, 13, 11]
@@ -310,7 +310,7 @@ fn a_failed_twin_takes_nothing_down_with_it() {
             // `f0` is now something else entirely.
             define(&mut m, f0, add(100)).unwrap();
             m.finalize_definitions().unwrap();
-            let run = |id| call1(m.get_finalized_function(id).unwrap(), 1);
+            let run = |id| call1(m.get_finalized_function(id), 1);
             let f1_of_1 = run(f1);
             assert_eq!(run(f0), 101);
             assert_eq!(run(c0), 106, "{options:?}, bad first: {bad_first}");

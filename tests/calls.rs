@@ -206,14 +206,14 @@ fn recursive_twins_merge_in_batch_mode_and_compute_the_same() {
         call1(plain.get_finalized_function(p.ping[2]), 5)
     );
     for options in DedupOptions::ALL {
-        let mut d = DedupModule::new(jit(), options);
+        let mut d = DedupModule::wrap(jit(), options);
         let q = build(&mut d);
         d.finalize_definitions().unwrap();
-        let got = results(&q, |id| d.get_finalized_function(id).unwrap());
+        let got = results(&q, |id| d.get_finalized_function(id));
         assert_eq!(got, expected, "{options:?}");
         // Each function returns its own address, merged or not.
         for &w in &q.whoami {
-            let ptr = d.get_finalized_function(w).unwrap();
+            let ptr = d.get_finalized_function(w);
             assert_eq!(call1(ptr, 3), ptr as i64, "{options:?}");
         }
         let canonical = |id| d.canonical(id).unwrap();
@@ -331,13 +331,13 @@ fn eager_mode_joins_classes_when_a_callee_turns_out_to_be_a_duplicate() {
                 check: true,
                 ..DedupOptions::default()
             };
-            let mut d = DedupModule::new(jit(), options);
+            let mut d = DedupModule::wrap(jit(), options);
             let q = late(&mut d, b_before_g);
             d.finalize_definitions().unwrap();
             let got: Vec<i64> = q
                 .all()
                 .iter()
-                .flat_map(|&id| [0, 3, 8].map(|n| call1(d.get_finalized_function(id).unwrap(), n)))
+                .flat_map(|&id| [0, 3, 8].map(|n| call1(d.get_finalized_function(id), n)))
                 .collect();
             assert_eq!(got, expected, "{options:?}, b before g: {b_before_g}");
             let canonical = |id| d.canonical(id).unwrap();
@@ -349,10 +349,7 @@ fn eager_mode_joins_classes_when_a_callee_turns_out_to_be_a_duplicate() {
                 // later go to b, so c and d are one class.
                 assert_eq!(canonical(q.a), q.a);
                 assert_eq!(canonical(q.b), q.b);
-                assert_ne!(
-                    d.get_finalized_function(q.a).unwrap(),
-                    d.get_finalized_function(q.b).unwrap()
-                );
+                assert_ne!(d.get_finalized_function(q.a), d.get_finalized_function(q.b));
                 assert_eq!(canonical(q.d), q.c, "{options:?}");
             } else {
                 // a's class learned the key "calls f", so b hits it.

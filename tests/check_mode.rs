@@ -7,7 +7,7 @@ use cranelift_codegen::ir::{self, AbiParam, InstBuilder, Signature, types::*};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitfold::module::Poison;
 use jitfold::{DedupModule, DedupOptions, Mode};
 
@@ -15,7 +15,7 @@ mod common;
 
 fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
     let builder = JITBuilder::with_flags(&[], default_libcall_names()).unwrap();
-    DedupModule::new(JITModule::new(builder), options)
+    DedupModule::wrap(JITModule::new(builder), options)
 }
 
 fn sig(m: &impl Module, conv: CallConv) -> Signature {
@@ -118,7 +118,7 @@ fn check_mode_lets_real_duplicates_reuse_and_adapters_through() {
         if options.mode == Mode::Batch {
             assert_eq!(m.canonical(r1), Some(r0), "{options:?}");
         }
-        let run = |id| call1(m.get_finalized_function(id).unwrap(), 3);
+        let run = |id| call1(m.get_finalized_function(id), 3);
         assert_eq!(run(f), run(twin));
         assert_ne!(run(f), run(other_callee));
         assert_eq!([run(r0), run(r1)], [6, 6]);
@@ -166,9 +166,17 @@ fn check_mode_catches_a_wrong_cache() {
             ctx.func = func;
             let result = m.define_function(wrong, &mut ctx).and_then(|()| m.flush());
             if check {
-                let Err(ModuleError::Backend(e)) = &result else {
+                let Err(e) = &result else {
                     panic!("{poison:?} {mode:?}: {result:?}");
                 };
+                assert!(
+                    matches!(
+                        jitfold::DedupError::of(e),
+                        Some(jitfold::DedupError::CheckMismatch { function, other, .. })
+                            if function == "wrong" && other == "right"
+                    ),
+                    "{poison:?} {mode:?}: {e:?}"
+                );
                 let e = e.to_string();
                 assert!(
                     e.contains("wrong") && e.contains("right") && e.contains("differ"),
@@ -206,7 +214,7 @@ fn check_mode_lets_twins_in_another_block_layout_through() {
             check: true,
             ..DedupOptions::default()
         };
-        let mut m = DedupModule::new(JITModule::new(builder), options);
+        let mut m = DedupModule::wrap(JITModule::new(builder), options);
         let ids: Vec<FuncId> = [&func, &other]
             .iter()
             .enumerate()

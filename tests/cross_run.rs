@@ -190,7 +190,7 @@ fn compile_object(
             (m.finish().emit().unwrap(), Vec::new(), None)
         }
         Some(options) => {
-            let mut m = DedupModule::new(inner, options);
+            let mut m = DedupModule::wrap(inner, options);
             let ids = define(&mut m, program, prefix);
             m.flush().unwrap();
             let index: HashMap<FuncId, usize> =
@@ -200,11 +200,11 @@ fn compile_object(
                 .enumerate()
                 .filter_map(|(i, &id)| {
                     let canonical = m.canonical(id)?;
-                    (canonical != id).then(|| (i, index[&canonical], !options.distinct_addresses))
+                    (canonical != id).then(|| (i, index[&canonical], m.address_of(id) != Some(id)))
                 })
                 .collect();
             let stats = m.stats().clone();
-            (m.finish().unwrap().emit().unwrap(), duplicates, Some(stats))
+            (m.finish().emit().unwrap(), duplicates, Some(stats))
         }
     };
     let path = dir.join(format!("{prefix}.o"));

@@ -78,12 +78,12 @@ fn frames_laid_out_differently_are_not_merged() {
         funcs[3].0
     );
     for options in DedupOptions::ALL {
-        let mut m = DedupModule::new(jit(), options);
+        let mut m = DedupModule::wrap(jit(), options);
         let got = run(
             &mut m,
             &funcs,
             |m| m.finalize_definitions().unwrap(),
-            |m, id| m.get_finalized_function(id).unwrap(),
+            |m, id| m.get_finalized_function(id),
         );
         assert_eq!(got, expected, "{options:?}");
         assert_eq!(m.stats().compiled, 6, "{options:?}");
@@ -96,7 +96,7 @@ fn frames_laid_out_differently_are_not_merged() {
 /// is `twice`: it is not compiled again.
 #[test]
 fn a_caller_of_twins_merges_with_a_caller_of_the_canonical_function() {
-    let mut m = DedupModule::new(jit(), DedupOptions::default());
+    let mut m = DedupModule::wrap(jit(), DedupOptions::default());
     let mut sig = m.make_signature();
     sig.params.push(AbiParam::new(I64));
     sig.returns.push(AbiParam::new(I64));
@@ -133,6 +133,6 @@ fn a_caller_of_twins_merges_with_a_caller_of_the_canonical_function() {
     assert_eq!(m.canonical(both), Some(twice));
     m.finalize_definitions().unwrap();
     for f in [twice, both] {
-        assert_eq!(call1(m.get_finalized_function(f).unwrap(), 5), 45);
+        assert_eq!(call1(m.get_finalized_function(f), 5), 45);
     }
 }

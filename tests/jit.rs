@@ -48,7 +48,7 @@ fn dedup(mode: Mode, distinct_addresses: bool) -> DedupModule<JITModule> {
 }
 
 fn dedup_with(options: DedupOptions) -> DedupModule<JITModule> {
-    DedupModule::new(JITModule::new(jit_builder()), options)
+    DedupModule::wrap(JITModule::new(jit_builder()), options)
 }
 
 fn sig(m: &impl Module, params: &[ir::Type], returns: &[ir::Type]) -> Signature {
@@ -201,7 +201,7 @@ fn merged_code_computes_what_plain_code_computes() {
         let (mode, distinct) = (options.mode, options.distinct_addresses);
         let p2 = build_program(&mut d);
         d.finalize_definitions().unwrap();
-        let got = results(|id| d.get_finalized_function(id).unwrap(), &p2);
+        let got = results(|id| d.get_finalized_function(id), &p2);
         assert_eq!(got, expected, "{mode:?}, distinct addresses {distinct}");
         let s = d.stats();
         // 10 functions: f, g, h and late_callee are one class; a and b call
@@ -238,8 +238,8 @@ fn merged_code_computes_what_plain_code_computes() {
         assert_eq!(d.canonical(p2.twins[1]), Some(p2.twins[0]));
         assert_eq!(d.canonical(p2.other), Some(p2.other));
         // Aliases share the entry point; distinct mode keeps addresses apart.
-        let a = d.get_finalized_function(p2.twins[0]).unwrap();
-        let b = d.get_finalized_function(p2.twins[1]).unwrap();
+        let a = d.get_finalized_function(p2.twins[0]);
+        let b = d.get_finalized_function(p2.twins[1]);
         assert_eq!(a == b, !distinct);
     }
 }
@@ -254,7 +254,7 @@ fn a_caller_compiled_before_its_callee_merged_still_works() {
     for x in [0i64, 1, 5, -3] {
         let direct = 7 * x + if x & 1 != 0 { 3 } else { 0 };
         assert_eq!(
-            call1(d.get_finalized_function(p.late_caller).unwrap(), x),
+            call1(d.get_finalized_function(p.late_caller), x),
             direct + 1
         );
     }
@@ -297,15 +297,12 @@ fn distinct_addresses_keep_function_pointers_apart() {
         })
         .unwrap();
         d.finalize_definitions().unwrap();
-        let ptr = d.get_finalized_function(cmp).unwrap();
+        let ptr = d.get_finalized_function(cmp);
         // SAFETY: `same_fn` takes nothing and returns an i64.
         let same: extern "C" fn() -> i64 = unsafe { std::mem::transmute(ptr) };
         // g(5) = 26, so 260 + (f == g).
         assert_eq!(same(), 260 + i64::from(!distinct));
-        let (pf, pg) = (
-            d.get_finalized_function(f).unwrap(),
-            d.get_finalized_function(g).unwrap(),
-        );
+        let (pf, pg) = (d.get_finalized_function(f), d.get_finalized_function(g));
         assert_eq!(pf == pg, !distinct);
         assert_eq!(call1(pg, 3), 16);
     }
@@ -412,7 +409,7 @@ fn wide_and_many_arguments() {
         let ids = program(&mut d);
         d.finalize_definitions().unwrap();
         assert_eq!(
-            run(&|id| d.get_finalized_function(id).unwrap(), ids),
+            run(&|id| d.get_finalized_function(id), ids),
             expected,
             "{mode:?} {distinct}"
         );
@@ -468,13 +465,13 @@ fn misuse_is_an_error_not_a_panic() {
             "{bogus:?}"
         );
         // Pointers of undefined or unfinalized ids.
-        let early = d.get_finalized_function(f);
+        let early = d.try_get_finalized_function(f);
         assert!(early.is_err(), "pointer before finalize");
         d.finalize_definitions().unwrap();
-        let undefined = d.get_finalized_function(unused);
+        let undefined = d.try_get_finalized_function(unused);
         assert!(format!("{}", undefined.unwrap_err()).contains("never_defined is not defined"));
-        assert!(d.get_finalized_function(FuncId::from_u32(999)).is_err());
-        assert_eq!(call1(d.get_finalized_function(f).unwrap(), 3), 7);
+        assert!(d.try_get_finalized_function(FuncId::from_u32(999)).is_err());
+        assert_eq!(call1(d.get_finalized_function(f), 3), 7);
     }
 }
 
@@ -494,7 +491,7 @@ fn finalize_reports_a_referenced_undefined_function() {
     // Defining it afterwards makes finalization succeed.
     define(&mut d, missing, |b, _, p| affine(b, p[0], 1, 0, false)).unwrap();
     d.finalize_definitions().unwrap();
-    assert_eq!(call1(d.get_finalized_function(caller).unwrap(), 4), 4);
+    assert_eq!(call1(d.get_finalized_function(caller), 4), 4);
 }
 
 #[test]
@@ -527,7 +524,7 @@ fn a_failed_compile_leaves_no_cache_entry() {
             s.defined,
             s.compiled + s.aliased + s.trampolined + s.bytes_defined
         );
-        assert_eq!(call1(d.get_finalized_function(g).unwrap(), 5), 16);
+        assert_eq!(call1(d.get_finalized_function(g), 5), 16);
     }
 }
 
@@ -579,7 +576,7 @@ fn stack_slots_and_loops_survive_merging() {
         d.finalize_definitions().unwrap();
         assert_eq!(d.stats().compiled, 1, "{mode:?}");
         for id in ids {
-            assert_eq!(call1(d.get_finalized_function(id).unwrap(), 100), 5050);
+            assert_eq!(call1(d.get_finalized_function(id), 100), 5050);
         }
     }
 }
@@ -639,7 +636,7 @@ fn f32_twins_merge_and_keep_their_bits() {
         d.finalize_definitions().unwrap();
         let got: Vec<u32> = ids
             .iter()
-            .flat_map(|&id| inputs.map(|(a, b)| call(d.get_finalized_function(id).unwrap(), a, b)))
+            .flat_map(|&id| inputs.map(|(a, b)| call(d.get_finalized_function(id), a, b)))
             .collect();
         assert_eq!(got, expected, "{mode:?} {distinct}");
         assert_eq!(d.stats().compiled, 2, "{mode:?} {distinct}");
@@ -661,7 +658,7 @@ fn raw_bytes_and_data_misuse_are_errors() {
     );
     assert!(matches!(data, Err(ModuleError::Undeclared(_))), "{data:?}");
     assert!(
-        d.get_finalized_data(cranelift_module::DataId::from_u32(3))
+        d.try_get_finalized_data(cranelift_module::DataId::from_u32(3))
             .is_err()
     );
     // A declared but undefined data object referenced by code.
@@ -682,9 +679,9 @@ fn raw_bytes_and_data_misuse_are_errors() {
     data.define_zeroinit(8);
     d.define_data(table, &data).unwrap();
     d.finalize_definitions().unwrap();
-    let (ptr, size) = d.get_finalized_data(table).unwrap();
+    let (ptr, size) = d.get_finalized_data(table);
     assert_eq!(size, 8);
-    assert_eq!(call1(d.get_finalized_function(f).unwrap(), 0), ptr as i64);
+    assert_eq!(call1(d.get_finalized_function(f), 0), ptr as i64);
 }
 
 #[test]
@@ -703,10 +700,6 @@ fn declared_but_unused_references_need_no_definition() {
         })
         .unwrap();
         d.finalize_definitions().unwrap();
-        assert_eq!(
-            call1(d.get_finalized_function(f).unwrap(), 9),
-            9,
-            "{mode:?}"
-        );
+        assert_eq!(call1(d.get_finalized_function(f), 9), 9, "{mode:?}");
     }
 }

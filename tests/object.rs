@@ -58,7 +58,7 @@ fn define_twins_with<M: Module>(m: &mut M, conv: CallConv) -> [FuncId; 3] {
 #[test]
 fn aarch64_duplicates_become_branch_trampolines() {
     for mode in [Mode::Eager, Mode::Batch] {
-        let mut m = DedupModule::new(
+        let mut m = DedupModule::wrap(
             object_module("aarch64"),
             DedupOptions {
                 mode,
@@ -80,7 +80,7 @@ fn aarch64_duplicates_become_branch_trampolines() {
 /// A `DedupModule` over an riscv64 object (an ISA without a trampoline
 /// form), shared addresses.
 fn riscv64(mode: Mode, reuse: bool) -> DedupModule<ObjectModule> {
-    DedupModule::new(
+    DedupModule::wrap(
         object_module("riscv64"),
         DedupOptions {
             mode,
@@ -133,7 +133,7 @@ fn tail_duplicates_without_a_trampoline_form_tail_call_their_twin() {
             assert_eq!(s.aliased, 1, "{mode:?} {reuse}: {s:?}");
             assert!(s.trampoline_bytes > 0);
             assert_eq!(m.canonical(ids[1]), Some(ids[0]));
-            assert_every_symbol_emitted(m.finish().unwrap(), ids);
+            assert_every_symbol_emitted(m.finish(), ids);
         }
     }
 }

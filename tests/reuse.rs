@@ -126,10 +126,10 @@ fn getters_share_one_compilation_and_keep_their_callees_and_data() {
         );
     }
     for options in DedupOptions::ALL {
-        let mut d = DedupModule::new(jit(), options);
+        let mut d = DedupModule::wrap(jit(), options);
         let ids = getters(&mut d);
         d.finalize_definitions().unwrap();
-        let got = results(&ids, |id| d.get_finalized_function(id).unwrap());
+        let got = results(&ids, |id| d.get_finalized_function(id));
         assert_eq!(got, expected, "{options:?}");
         let s = d.stats();
         // The callees differ in constants; the getters but the first reuse
@@ -141,10 +141,7 @@ fn getters_share_one_compilation_and_keep_their_callees_and_data() {
         // Each getter has its own entry point.
         for (i, &a) in ids.iter().enumerate() {
             for &b in &ids[i + 1..] {
-                assert_ne!(
-                    d.get_finalized_function(a).unwrap(),
-                    d.get_finalized_function(b).unwrap()
-                );
+                assert_ne!(d.get_finalized_function(a), d.get_finalized_function(b));
             }
         }
     }
@@ -156,7 +153,7 @@ fn getters_share_one_compilation_and_keep_their_callees_and_data() {
 #[test]
 fn code_without_names_is_not_kept_for_reuse() {
     for options in DedupOptions::ALL.into_iter().filter(|o| o.reuse) {
-        let mut d = DedupModule::new(jit(), options);
+        let mut d = DedupModule::wrap(jit(), options);
         let mut s = d.make_signature();
         s.params.push(AbiParam::new(I64));
         s.returns.push(AbiParam::new(I64));
@@ -196,7 +193,7 @@ fn code_without_names_is_not_kept_for_reuse() {
         assert!(s.reuse_memory_bytes > 0, "{options:?}: {s:?}");
         assert_eq!(s.compiled + s.reused, 6, "{options:?}: {s:?}");
         for (i, &g) in callers.iter().enumerate() {
-            let got = call1(d.get_finalized_function(g).unwrap(), 5);
+            let got = call1(d.get_finalized_function(g), 5);
             assert_eq!(got, 5 * (i as i64 + 2), "{options:?}");
         }
     }
@@ -206,7 +203,7 @@ fn code_without_names_is_not_kept_for_reuse() {
 fn reuse_works_for_callers_defined_before_their_callees() {
     // Batch and eager: the getters are defined before the callees here.
     for mode in [Mode::Eager, Mode::Batch] {
-        let mut d = DedupModule::new(
+        let mut d = DedupModule::wrap(
             jit(),
             DedupOptions {
                 mode,
@@ -247,7 +244,7 @@ fn reuse_works_for_callers_defined_before_their_callees() {
         d.finalize_definitions().unwrap();
         assert_eq!(d.stats().reused, 2, "{mode:?}");
         for (i, &caller) in callers.iter().enumerate() {
-            let f = d.get_finalized_function(caller).unwrap();
+            let f = d.get_finalized_function(caller);
             assert_eq!(call1(f, 5), 3 * (5 + 100 * i as i64), "{mode:?}");
         }
     }

@@ -369,7 +369,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
     let mut oracle = Oracle::new(plain.isa(), &funcs);
     oracle.check_templates()?;
     for options in DedupOptions::ALL {
-        let mut dedup = DedupModule::new(JITModule::new(jit_builder()?), options);
+        let mut dedup = DedupModule::wrap(JITModule::new(jit_builder()?), options);
         let ids = define_all(&mut dedup, program)?;
         dedup.finalize_definitions().map_err(|e| e.to_string())?;
         oracle.check_merged(
@@ -379,7 +379,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         )?;
         let pointers = ids
             .iter()
-            .map(|&id| dedup.get_finalized_function(id))
+            .map(|&id| dedup.try_get_finalized_function(id))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
         let got = call_all(program, &pointers).map_err(|e| format!("{options:?}: {e}"))?;

@@ -30,11 +30,10 @@
 //!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
 //!    `finalize_definitions`) fails, listing it.
 
-use super::{DedupModule, State, verify};
+use super::{DedupError, DedupModule, State, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
 use crate::refine::CallGraph;
-use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleResult};
@@ -59,6 +58,8 @@ impl<M: Module> DedupModule<M> {
         let mut failures = Failures::new();
         if !pending.is_empty() {
             self.define_pending(&mut pending, &mut failures);
+            // Planned duplicates are not compiled: their planes are unused.
+            self.pending_control.clear();
             // What failed is undefined again.
             let undefined = pending
                 .iter()
@@ -146,14 +147,23 @@ impl<M: Module> DedupModule<M> {
     /// Defines `id` as `define_now` does in eager mode (`func` is taken).
     fn define_own(&mut self, id: FuncId, func: &mut Function, failures: &mut Failures) {
         self.functions[id] = State::Undefined;
+        // Planning may have found duplicates since `func` was last
+        // rewritten (a failed class's members are defined here too).
+        self.canonicalize_references(func);
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ControlPlane::default()) {
+        // The control plane the caller defined it with, as it was then.
+        let mut ctrl_plane = self.pending_control.remove(&id).unwrap_or_default();
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane) {
             failures.push((id, e));
         }
     }
 
     /// Marks `id` as failed with `error` (left undefined).
     fn fail(&mut self, id: FuncId, error: ModuleError, failures: &mut Failures) {
+        log::debug!(
+            "{} ({id}): failed, left undefined: {error}",
+            self.function_name(id)
+        );
         self.functions[id] = State::Undefined;
         failures.push((id, error));
     }
@@ -172,13 +182,10 @@ impl<M: Module> DedupModule<M> {
         if self.failed.is_empty() {
             return Ok(());
         }
-        let list: Vec<&str> = self.failed.iter().map(|(_, text)| text.as_str()).collect();
-        Err(ModuleError::Backend(anyhow::anyhow!(
-            "{} batch definitions failed and are not defined (define them again, or give \
-             them up with take_failed_definitions): {}",
-            list.len(),
-            list.join("; ")
-        )))
+        Err(DedupError::BatchDefinitionsFailed {
+            failures: self.failed.clone(),
+        }
+        .into())
     }
 
     /// Refines the pending functions over their call graph (see
@@ -243,6 +250,11 @@ impl<M: Module> DedupModule<M> {
             node_of.push(Some(node));
         }
         let refinement = graph.refine();
+        log::trace!(
+            "batch flush: {} functions refined in {} rounds",
+            pending.len(),
+            refinement.rounds
+        );
         self.stats.refine_rounds += u64::from(refinement.rounds);
         // Per class: the index of its first member, and whether that was
         // verified yet (only needed once it has a duplicate).

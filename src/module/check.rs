@@ -22,7 +22,8 @@
 //!    order and compiled again ([`compile::compare_compiled_code`], the one
 //!    place that decides "the same machine code"): block layout is not in
 //!    the fingerprint and can change register choice. A difference that
-//!    remains is an error, `ModuleError::Backend`, naming both functions,
+//!    remains is an error, [`DedupError::CheckMismatch`] (inside
+//!    `ModuleError::Backend`), naming both functions,
 //!    saying what differs (bytes, relocations, alignment) and showing both
 //!    disassemblies; the function is not defined.
 //!
@@ -32,7 +33,7 @@
 //! in check mode.
 
 use super::reuse::CodeTemplate;
-use super::{DedupModule, State};
+use super::{DedupError, DedupModule, State};
 use crate::cache::ClassId;
 use crate::compile::{self, MachineCode, Renaming};
 use crate::fingerprint::SymbolName;
@@ -197,19 +198,22 @@ impl<M: Module> DedupModule<M> {
         compile::compile(func, self.inner.isa())
             .map(|compiled| compiled.code)
             .map_err(|e| {
-                ModuleError::Backend(anyhow::anyhow!(
-                    "check mode: {} does not compile on its own: {e}",
-                    self.function_name(id)
-                ))
+                DedupError::CheckCompileFailed {
+                    function: self.function_name(id),
+                    message: e.to_string(),
+                }
+                .into()
             })
     }
 
     fn mismatch(&self, id: FuncId, relation: &str, other: FuncId, what: &str) -> ModuleError {
-        ModuleError::Backend(anyhow::anyhow!(
-            "check mode: {} was to be defined as {relation} {}, but {what}",
-            self.function_name(id),
-            self.function_name(other)
-        ))
+        DedupError::CheckMismatch {
+            function: self.function_name(id),
+            relation: relation.to_string(),
+            other: self.function_name(other),
+            difference: what.to_string(),
+        }
+        .into()
     }
 }
 

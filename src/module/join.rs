@@ -95,11 +95,6 @@ impl Joins {
         }
         Some(target)
     }
-
-    /// True when no call alias exists (the common case: nothing to do).
-    pub(super) fn has_call_aliases(&self) -> bool {
-        !self.call_alias.is_empty()
-    }
 }
 
 impl<M: Module> DedupModule<M> {
@@ -139,6 +134,10 @@ impl<M: Module> DedupModule<M> {
                         let that = self.classes[other].canonical;
                         let that = self.joins.call_target(that).unwrap_or(that);
                         if this != that && !self.joins.call_alias.contains_key(&this) {
+                            log::debug!(
+                                "{this} and {that} found equal after both were compiled: \
+                                 calls to {this} go to {that} from now on"
+                            );
                             self.joins.call_alias.insert(this, that);
                             self.stats.joined += 1;
                             work.push((this, that));

@@ -30,15 +30,26 @@
 //!    self-recursive and mutually recursive twins (any cycle length) become
 //!    duplicates of one another, and functions that differ anywhere in a
 //!    cycle do not.
-//! 6. Function identity: with [`DedupOptions::distinct_addresses`] every id
-//!    keeps its own address (its trampoline), and references used as data
-//!    (`func_addr`, symbol global values) are never rewritten. Without it,
-//!    duplicates are aliases: the JIT hands out the canonical entry point for
-//!    them, as identical-code folding in a linker does. In both, a name a
-//!    function uses as data is compared by value when refining, never by
-//!    class: a function that returns or compares its own address does not
-//!    merge with a twin that does the same with its own, since the shared
-//!    code could only produce one of the two addresses.
+//! 6. One address per function id, whichever way it is obtained:
+//!    `get_finalized_function`, `get_address`, `func_addr` and
+//!    `symbol_value` in code, function relocations in data objects (and in
+//!    the object file, the id's symbol) all give the same address. With
+//!    [`DedupOptions::distinct_addresses`] (the default) that is an address
+//!    of the id's own (a duplicate's trampoline), distinct from every other
+//!    id's, as in plain Cranelift: runtimes that compare function pointers
+//!    see no difference (like lld's `--icf=safe`, which keeps
+//!    address-significant functions apart). Without it (the opt-in), a
+//!    duplicate *shares* its canonical function's entry point everywhere,
+//!    unless its own address was already compiled into code or data when
+//!    it was defined (as `func_addr`, a symbol global value, a data
+//!    relocation, or a relocation of raw bytes): then it keeps its own
+//!    address everywhere, so nothing handed out changes. References made
+//!    after a sharing duplicate is defined are rewritten to the canonical
+//!    function. In both, a name a function uses as data is compared by
+//!    value when refining, never by class: a function that returns or
+//!    compares its own address does not merge with a twin that does the
+//!    same with its own, since the shared code could only produce one of
+//!    the two addresses.
 //! 7. A function that fails to verify or compile returns the error and leaves
 //!    no cache entry and no definition: a later correct function with the same
 //!    fingerprint compiles, and the id may be defined again. A function that
@@ -53,6 +64,12 @@
 //! 9. With [`DedupOptions::check`], every duplicate, reused code and adapter
 //!    is also compiled on its own and compared with the code it is handed;
 //!    a difference is an error naming both functions (see `check.rs`).
+//! 10. What happens to each function is logged through the `log` crate
+//!     (target `jitfold::module`), as Cranelift logs: at debug level each
+//!     function's outcome with both names where there are two (compiled,
+//!     duplicate of, with whether it shares the address, reused the code
+//!     of, adapter for, failed), and late merges; at trace level reference
+//!     rewrites, batch recording and refinement.
 //!
 //! # Where the wrapper sits
 //!
@@ -62,11 +79,12 @@
 //! canonical function). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
-//! see every function that is actually compiled, and only those. Likewise,
-//! inner modules define duplicates and reused code through
+//! see every function that is actually compiled, and only those. Inner
+//! modules receive duplicates' trampolines and reused code through
 //! `define_function_bytes`, for which `cranelift-object` writes no unwind
-//! information: turn [`DedupOptions::reuse`] off if an object file must
-//! carry unwind tables for every function.
+//! information; `DedupModule<ObjectModule>` writes their frame
+//! descriptions itself when the object has unwind information (see
+//! `unwind.rs`), so every function's address is covered by an FDE.
 //!
 //! # Modes
 //!
@@ -81,8 +99,10 @@
 //! of a compiled id never changes afterwards.
 
 pub mod adapter;
+mod address;
 mod batch;
 mod check;
+mod error;
 mod jit;
 mod join;
 mod object;
@@ -90,14 +110,15 @@ mod options;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;
+mod unwind;
 mod verify;
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
-use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
-use cranelift_codegen::{CodegenError, Context, isa};
+use cranelift_codegen::ir::{self, Function};
+use cranelift_codegen::{Context, isa};
 use cranelift_module::{
     DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
     ModuleRelocTarget, ModuleResult,
@@ -110,6 +131,7 @@ use std::time::{Duration, Instant};
 
 #[doc(hidden)]
 pub use check::Poison;
+pub use error::DedupError;
 pub use options::{DedupOptions, Mode};
 pub use stats::Stats;
 
@@ -124,7 +146,8 @@ enum State {
     /// of its class.
     Compiled(ClassId),
     /// A duplicate of `canonical` (defined as a trampoline to it, or planned
-    /// to be, in batch mode).
+    /// to be, in batch mode). Whether its address is `canonical`'s is
+    /// [`DedupModule::shares_address`].
     Duplicate { canonical: FuncId },
     /// Defined by the user from raw bytes.
     Bytes,
@@ -163,11 +186,27 @@ pub struct DedupModule<M: Module> {
     /// Late merges of eager mode (see `join.rs`).
     joins: Joins,
     pending: Vec<(FuncId, Function)>,
+    /// The caller's control plane of each pending definition, for its
+    /// compilation (see `batch.rs`).
+    pending_control: HashMap<FuncId, ControlPlane>,
     /// Batch definitions that failed and are still undefined, with their
     /// errors' text (see `batch.rs`).
     failed: Vec<(FuncId, String)>,
     /// The reference code of each class, in check mode (see `check.rs`).
     reference: check::ReferenceCode,
+    /// The size of each defined function's own code (its trampoline, for
+    /// a duplicate).
+    code_size: SecondaryMap<FuncId, u32>,
+    /// The JIT's code ranges, by start address: (end, function); and for
+    /// each function with duplicates, its duplicates (see `jit.rs`).
+    code_ranges: std::collections::BTreeMap<usize, (usize, FuncId)>,
+    duplicates_of: HashMap<FuncId, Vec<FuncId>>,
+    /// Functions defined from bytes by jitfold (reused code, trampolines)
+    /// with how their frames are described (see `unwind.rs`).
+    frames: Vec<(FuncId, unwind::Frame)>,
+    /// Functions whose own address was compiled into code or data (see 6
+    /// in the module docs): as duplicates they keep it.
+    address_taken: SecondaryMap<FuncId, bool>,
     /// Local functions and data objects referenced by definitions so far.
     referenced_functions: HashSet<FuncId>,
     referenced_data: HashSet<DataId>,
@@ -175,12 +214,19 @@ pub struct DedupModule<M: Module> {
     /// Ids defined in the inner module since the last finalization.
     unfinalized: Vec<FuncId>,
     finalized: SecondaryMap<FuncId, bool>,
+    /// Data objects defined since the last finalization, and those
+    /// finalized.
+    unfinalized_data: Vec<DataId>,
+    finalized_data: SecondaryMap<DataId, bool>,
     stats: Stats,
 }
 
 impl<M: Module> DedupModule<M> {
     /// Wraps `inner`. Declarations already made in `inner` are kept.
-    pub fn new(inner: M, options: DedupOptions) -> Self {
+    /// (`DedupModule::<JITModule>::new` and `DedupModule::<ObjectModule>::new`
+    /// make the inner module from its builder, as `JITModule::new` and
+    /// `ObjectModule::new` do, with the default options.)
+    pub fn wrap(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
         let declared_data = inner.declarations().get_data_objects().count();
         let machine_trampolines =
@@ -200,13 +246,21 @@ impl<M: Module> DedupModule<M> {
             classes: PrimaryMap::new(),
             joins: Joins::default(),
             pending: Vec::new(),
+            pending_control: HashMap::new(),
             failed: Vec::new(),
             reference: check::ReferenceCode::default(),
+            address_taken: SecondaryMap::new(),
+            code_size: SecondaryMap::new(),
+            code_ranges: std::collections::BTreeMap::new(),
+            duplicates_of: HashMap::new(),
+            frames: Vec::new(),
             referenced_functions: HashSet::new(),
             referenced_data: HashSet::new(),
             defined_data: SecondaryMap::new(),
             unfinalized: Vec::new(),
             finalized: SecondaryMap::new(),
+            unfinalized_data: Vec::new(),
+            finalized_data: SecondaryMap::new(),
             stats: Stats::default(),
         }
     }
@@ -315,43 +369,6 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Rewrites `func`'s references to known duplicates into references to
-    /// their canonical functions (all of them, or only calls when addresses
-    /// must stay distinct).
-    fn canonicalize_references(&self, func: &mut Function) {
-        let used_as_data = if self.options.distinct_addresses || self.joins.has_call_aliases() {
-            names_used_as_data(func)
-        } else {
-            HashSet::new()
-        };
-        let protected =
-            |r: &UserExternalNameRef| self.options.distinct_addresses && used_as_data.contains(r);
-        let rewrites: Vec<(UserExternalNameRef, FuncId)> = func
-            .params
-            .user_named_funcs()
-            .iter()
-            .filter(|(_, name)| name.namespace == 0)
-            .filter_map(|(r, name)| {
-                let id = FuncId::from_u32(name.index);
-                let id = match self.state(id) {
-                    State::Duplicate { canonical } if !protected(&r) => canonical,
-                    _ => id,
-                };
-                // Functions found equal after both were compiled: calls
-                // only, never addresses (their entry points differ).
-                let id = match self.joins.call_target(id) {
-                    Some(target) if !used_as_data.contains(&r) => target,
-                    _ => id,
-                };
-                (id.as_u32() != name.index).then_some((r, id))
-            })
-            .collect();
-        for (r, canonical) in rewrites {
-            func.params
-                .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
-        }
-    }
-
     /// Notes the local functions and data objects the code just compiled in
     /// `ctx` has relocations against, so that finalizing can check they are
     /// defined. (Declared but unused references are not relocated, so they
@@ -409,6 +426,9 @@ impl<M: Module> DedupModule<M> {
                 verify::fingerprint_checked(&mut self.fingerprinter, &ctx.func, self.inner.isa())?;
             self.cache.lookup_borrowed(&walked)
         };
+        // Whatever `id` becomes, its code has these addresses in it (a
+        // duplicate's are its canonical function's, the same names).
+        self.note_addresses_taken_by_last();
         // Whatever is defined without compiling it is verified first, once.
         let mut verified = false;
         if let Some(class) = class {
@@ -471,7 +491,7 @@ impl<M: Module> DedupModule<M> {
         let result = catch_unwind(AssertUnwindSafe(|| {
             inner.define_function_with_control_plane(id, ctx, ctrl_plane)
         }))
-        .unwrap_or_else(|panic| Err(compile_panic(panic)));
+        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
         let compile_time = start.elapsed();
         result?;
         let code_bytes = ctx
@@ -483,12 +503,18 @@ impl<M: Module> DedupModule<M> {
         }
         if let (Some(template), Some(names)) = (template, names)
             && self.templates.get(&template).is_none()
-            && let Some(code) = CodeTemplate::capture(id, ctx, &names, compile_time)
+            && let Some(code) =
+                CodeTemplate::capture(id, ctx, &names, compile_time, self.inner.isa())
         {
             self.stats.reuse_memory_bytes += code.heap_bytes() as u64;
             self.templates.insert(template);
             self.code_templates.push(code);
         }
+        log::debug!(
+            "{} ({id}): compiled, {code_bytes} bytes in {compile_time:?}",
+            self.function_name(id)
+        );
+        self.code_size[id] = code_bytes as u32;
         self.stats.compiled += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
@@ -562,10 +588,23 @@ impl<M: Module> DedupModule<M> {
             .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
         let code_bytes = code.bytes().len() as u64;
         let saved = code.compile_time;
+        let source = code.source;
+        if code.unwind.is_some() {
+            self.frames
+                .push((id, unwind::Frame::Template(class.index())));
+        }
         self.templates.lookup(template);
         for reloc in &relocs {
             self.note_reference(&reloc.name);
         }
+        log::debug!(
+            "{} ({id}): reused the code of {} ({source}), {code_bytes} bytes, {} relocations \
+             retargeted",
+            self.function_name(id),
+            self.function_name(source),
+            relocs.len()
+        );
+        self.code_size[id] = code_bytes as u32;
         self.stats.reused += 1;
         self.stats.code_bytes += code_bytes;
         self.stats.code_bytes_without_dedup += code_bytes;
@@ -603,6 +642,12 @@ impl<M: Module> DedupModule<M> {
         };
         let (result, time, code_bytes) = self.compile_adapter(id, target);
         result?;
+        log::debug!(
+            "{} ({id}): adapter for {} ({target}), {code_bytes} bytes",
+            self.function_name(id),
+            self.function_name(target)
+        );
+        self.code_size[id] = code_bytes as u32;
         self.stats.adapted += 1;
         self.stats.code_bytes += code_bytes;
         if let State::Compiled(class) = self.functions[target] {
@@ -639,7 +684,7 @@ impl<M: Module> DedupModule<M> {
         let mut ctx = Context::for_function(func);
         let start = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
-            .unwrap_or_else(|panic| Err(compile_panic(panic)));
+            .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
         let time = start.elapsed();
         self.stats.compile_time += time;
         let code_bytes = ctx
@@ -662,6 +707,8 @@ impl<M: Module> DedupModule<M> {
                     &t.bytes,
                     std::slice::from_ref(&t.reloc),
                 )?;
+                self.frames
+                    .push((id, unwind::Frame::Entry(t.bytes.len() as u32)));
                 t.bytes.len() as u64
             }
             None => match self.define_tail_trampoline(id, canonical) {
@@ -670,13 +717,25 @@ impl<M: Module> DedupModule<M> {
             },
         };
         self.functions[id] = State::Duplicate { canonical };
+        self.code_size[id] = trampoline_bytes as u32;
         self.unfinalized.push(id);
         self.referenced_functions.insert(canonical);
         self.join_callers(id, canonical);
-        if self.options.distinct_addresses {
-            self.stats.trampolined += 1;
-        } else {
+        let shares = self.shares_address(id);
+        log::debug!(
+            "{} ({id}): duplicate of {} ({canonical}), {trampoline_bytes}-byte trampoline; {}",
+            self.function_name(id),
+            self.function_name(canonical),
+            if shares {
+                "shares its address"
+            } else {
+                "keeps its own address"
+            }
+        );
+        if shares {
             self.stats.aliased += 1;
+        } else {
+            self.stats.trampolined += 1;
         }
         self.stats.trampoline_bytes += trampoline_bytes;
         if let State::Compiled(class) = self.functions[canonical] {
@@ -729,45 +788,15 @@ impl<M: Module> DedupModule<M> {
             Ok(())
         } else {
             missing.sort();
-            Err(ModuleError::Backend(anyhow::anyhow!(
-                "referenced but not defined: {}",
-                missing.join(", ")
-            )))
+            Err(DedupError::ReferencedButNotDefined { missing }.into())
         }
     }
 }
 
-/// The external-name references of `func` that are used as data: by
-/// `func_addr` or by symbol global values.
-fn names_used_as_data(func: &Function) -> HashSet<UserExternalNameRef> {
-    let mut names = HashSet::new();
-    let mut note = |name: &ir::ExternalName| {
-        if let ir::ExternalName::User(r) = name {
-            names.insert(*r);
-        }
-    };
-    for block in func.layout.blocks() {
-        for inst in func.layout.block_insts(block) {
-            if let InstructionData::FuncAddr { func_ref, .. } = func.dfg.insts[inst]
-                && let Some(data) = func.dfg.ext_funcs.get(func_ref)
-            {
-                note(&data.name);
-            }
-        }
-    }
-    for (_, gv) in func.global_values.iter() {
-        if let ir::GlobalValueData::Symbol { name, .. } = gv {
-            note(name);
-        }
-    }
-    names
-}
-
-fn compile_panic(panic: Box<dyn std::any::Any + Send>) -> ModuleError {
+/// The error for a panic of Cranelift while compiling `function`.
+fn compile_panic(function: String, panic: Box<dyn std::any::Any + Send>) -> ModuleError {
     let message = crate::compile::panic_message(&panic);
-    ModuleError::Compilation(CodegenError::Unsupported(format!(
-        "Cranelift panicked while compiling: {message}"
-    )))
+    DedupError::CraneliftPanic { function, message }.into()
 }
 
 impl<M: Module> Module for DedupModule<M> {
@@ -871,8 +900,13 @@ impl<M: Module> Module for DedupModule<M> {
                 self.stats.defined -= 1;
             }),
             Mode::Batch => {
+                log::trace!(
+                    "{} ({id}): recorded for the next flush",
+                    self.function_name(id)
+                );
                 self.functions[id] = State::Pending;
                 self.pending.push((id, ctx.func.clone()));
+                self.pending_control.insert(id, ctrl_plane.clone());
                 Ok(())
             }
         }
@@ -888,11 +922,26 @@ impl<M: Module> Module for DedupModule<M> {
         // Raw bytes carry no signature to compare.
         self.check_definable(id, None)?;
         self.forget_failure(id);
+        // A relocation may take an address: one to a duplicate sharing its
+        // canonical function's address is made to that function; any other
+        // keeps its target's own address.
+        let relocs: Vec<ModuleReloc> = relocs
+            .iter()
+            .map(|r| ModuleReloc {
+                name: self
+                    .shared_target(&r.name)
+                    .unwrap_or_else(|| r.name.clone()),
+                ..r.clone()
+            })
+            .collect();
         self.inner
-            .define_function_bytes(id, alignment, bytes, relocs)?;
-        for reloc in relocs {
+            .define_function_bytes(id, alignment, bytes, &relocs)?;
+        for reloc in &relocs {
             self.note_reference(&reloc.name);
+            self.note_address_taken(&reloc.name);
         }
+        log::trace!("{} ({id}): defined from bytes", self.function_name(id));
+        self.code_size[id] = bytes.len() as u32;
         self.functions[id] = State::Bytes;
         self.unfinalized.push(id);
         self.stats.defined += 1;
@@ -906,9 +955,34 @@ impl<M: Module> Module for DedupModule<M> {
                 "{data_id} (never declared)"
             )));
         }
+        // Function addresses in data: one of a duplicate that shares its
+        // canonical function's address is that function's; any other keeps
+        // its target's own address.
+        let rewritten;
+        let data = if data
+            .function_decls
+            .values()
+            .any(|t| self.shared_target(t).is_some())
+        {
+            let mut copy = data.clone();
+            for target in copy.function_decls.values_mut() {
+                if let Some(shared) = self.shared_target(target) {
+                    *target = shared;
+                }
+            }
+            rewritten = copy;
+            &rewritten
+        } else {
+            data
+        };
         self.inner.define_data(data_id, data)?;
         self.defined_data[data_id] = true;
-        for target in data.function_decls.values().chain(data.data_decls.values()) {
+        self.unfinalized_data.push(data_id);
+        for target in data.function_decls.values() {
+            self.note_reference(target);
+            self.note_address_taken(target);
+        }
+        for target in data.data_decls.values() {
             self.note_reference(target);
         }
         Ok(())

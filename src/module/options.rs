@@ -15,14 +15,25 @@ pub enum Mode {
     Batch,
 }
 
-/// Options of a [`DedupModule`]. The default is eager, shared addresses for
-/// duplicates, reuse on.
+/// Options of a [`DedupModule`]. The default is eager, an address of its
+/// own for every function id, reuse on, check mode off.
 #[derive(Clone, Copy, Debug)]
 pub struct DedupOptions {
     /// When functions are compiled.
     pub mode: Mode,
-    /// Give every function id its own address (a trampoline), for runtimes
-    /// that compare function pointers.
+    /// Give every function id its own address (a duplicate's is its
+    /// trampoline, one direct jump), distinct from every other id's, as
+    /// plain Cranelift does: safe for runtimes that compare function
+    /// pointers or map code addresses back to functions. On by default.
+    ///
+    /// Off (the opt-in), a duplicate shares its canonical function's entry
+    /// point, consistently: `get_finalized_function`, `get_address`,
+    /// references in code and data defined afterwards, and object symbols
+    /// all give the canonical function's address; except for a duplicate
+    /// whose own address was already compiled into code or data when it
+    /// was defined, which keeps its own address everywhere. Two ids may
+    /// then compare equal as pointers (as with identical-code folding in a
+    /// linker).
     pub distinct_addresses: bool,
     /// Reuse compiled code for functions that differ from a compiled one
     /// only in the callees and symbols they name. Keeps one copy of the
@@ -43,7 +54,7 @@ impl Default for DedupOptions {
     fn default() -> Self {
         Self {
             mode: Mode::Eager,
-            distinct_addresses: false,
+            distinct_addresses: true,
             reuse: true,
             check: false,
         }

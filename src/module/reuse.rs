@@ -19,6 +19,8 @@
 use crate::compile::{MachineCode, RelocTarget};
 use crate::fingerprint::SymbolName;
 use cranelift_codegen::Context;
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, ModuleReloc, ModuleRelocTarget};
 use std::time::Duration;
 
@@ -31,6 +33,9 @@ pub(crate) struct CodeTemplate {
     pub(crate) source: FuncId,
     /// What compiling it cost; what each instance saves.
     pub(crate) compile_time: Duration,
+    /// The code's unwind information, which every instance shares (see
+    /// `unwind.rs`); `None` where the ISA has none.
+    pub(crate) unwind: Option<UnwindInfo>,
 }
 
 impl CodeTemplate {
@@ -41,8 +46,12 @@ impl CodeTemplate {
         ctx: &Context,
         names: &[SymbolName],
         compile_time: Duration,
+        isa: &dyn TargetIsa,
     ) -> Option<Self> {
         let code = MachineCode::of(ctx)?;
+        let unwind = ctx
+            .compiled_code()
+            .and_then(|compiled| compiled.create_unwind_info(isa).ok().flatten());
         let retargetable = code.relocs.iter().all(|r| match &r.target {
             RelocTarget::Name(name) => names.contains(name),
             RelocTarget::LibCall(_) | RelocTarget::KnownSymbol(_) | RelocTarget::OwnOffset(_) => {
@@ -54,6 +63,7 @@ impl CodeTemplate {
             names: names.to_vec(),
             source,
             compile_time,
+            unwind,
         })
     }
 

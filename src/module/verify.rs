@@ -20,14 +20,14 @@
 //!    block that does not exist) becomes the verifier's error for that
 //!    function (the verifier then runs whatever the flags say, since it is
 //!    the clearest account of what is wrong), or, should the verifier
-//!    accept it, an `Unsupported` error with the panic message. The
+//!    accept it, [`DedupError::FingerprintPanic`] with the panic message. The
 //!    fingerprinter resets its scratch memory at the start of every walk,
 //!    so it stays usable after a caught panic.
 //!
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
-use super::DedupModule;
+use super::{DedupError, DedupModule};
 use crate::fingerprint::{BorrowedFingerprint, Fingerprinter};
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::Function;
@@ -74,9 +74,7 @@ pub(super) fn fingerprint_checked<'w>(
     outcome.or_else(|panic| {
         let message = crate::compile::panic_message(&panic);
         verify(func, isa)?;
-        Err(ModuleError::Compilation(CodegenError::Unsupported(
-            format!("the fingerprint walk panicked on a function the verifier accepts: {message}"),
-        )))
+        Err(DedupError::FingerprintPanic { message }.into())
     })
 }
 

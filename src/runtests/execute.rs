@@ -228,7 +228,7 @@ impl Suite {
                 continue;
             }
             let start = Instant::now();
-            let mut module = DedupModule::new(jit_module(&self.configs[config].isa), options);
+            let mut module = DedupModule::wrap(jit_module(&self.configs[config].isa), options);
             let mut program = Program::default();
             let mut failing_unit = None;
             let built = guarded(|| {
@@ -377,7 +377,7 @@ impl Executable for JITModule {
 
 impl Executable for DedupModule<JITModule> {
     fn entry(&self, id: FuncId) -> ModuleResult<*const u8> {
-        self.get_finalized_function(id)
+        self.try_get_finalized_function(id)
     }
 }
 

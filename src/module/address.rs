@@ -1,0 +1,165 @@
+//! Function identity: one address per function id (item 6 of the
+//! [module docs](super)), and the reference rewriting that keeps it.
+//!
+//! # What this module guarantees
+//!
+//! 1. [`DedupModule::address_of`] is the one place that says whose entry
+//!    point an id's address is; `get_finalized_function`, `get_address`,
+//!    data relocations, raw-byte relocations and object symbols all follow
+//!    it.
+//! 2. A duplicate shares its canonical function's address only without
+//!    distinct addresses, and only if its own address was not compiled
+//!    into anything before it was defined: the fingerprint walk reports
+//!    which names a function uses as data (`func_addr`, symbol global
+//!    values), and data objects and raw bytes report their relocations;
+//!    each such name is marked before its function is defined.
+//! 3. Once a duplicate shares, every reference made later to it as data is
+//!    rewritten to the canonical function before it is compiled or
+//!    defined, so nothing marks it afterwards: whether it shares never
+//!    changes once it is defined.
+//! 4. Calls to a duplicate are always rewritten to the canonical function
+//!    (a call does not observe the callee's address); calls to a function
+//!    found equal to another after both were compiled go to the other.
+
+use super::{DedupModule, State};
+use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
+use cranelift_module::{FuncId, Module, ModuleRelocTarget};
+use hashbrown::HashSet;
+
+impl<M: Module> DedupModule<M> {
+    /// The function whose entry point is `id`'s address (see 6 in the
+    /// [module docs](super)): `id` itself, unless it is a duplicate that
+    /// shares its canonical function's address. `None` if `id` is not
+    /// defined (or still pending).
+    pub fn address_of(&self, id: FuncId) -> Option<FuncId> {
+        self.canonical(id).map(|_| self.address_id(id))
+    }
+
+    /// The function whose entry point is `id`'s address: the one that
+    /// `get_finalized_function`, `get_address` and references compiled
+    /// into code or data resolve to.
+    pub(super) fn address_id(&self, id: FuncId) -> FuncId {
+        match self.state(id) {
+            State::Duplicate { .. } if self.shares_address(id) => self.root_of(id),
+            _ => id,
+        }
+    }
+
+    /// Whether `id`, a duplicate (defined or planned), shares its canonical
+    /// function's address: only without distinct addresses, and only if its
+    /// own address was not compiled into anything. Once a duplicate is
+    /// defined this never changes, since references to a sharing duplicate
+    /// are rewritten before anything is compiled or defined with them.
+    pub(super) fn shares_address(&self, id: FuncId) -> bool {
+        !self.options.distinct_addresses && !self.address_taken[id]
+    }
+
+    /// Notes that the function `target` names (if a local function) has
+    /// its own address compiled into something.
+    pub(super) fn note_address_taken(&mut self, target: &ModuleRelocTarget) {
+        if let ModuleRelocTarget::User {
+            namespace: 0,
+            index,
+        } = *target
+        {
+            self.address_taken[FuncId::from_u32(index)] = true;
+        }
+    }
+
+    /// Notes the functions whose addresses the function fingerprinted last
+    /// uses as data.
+    pub(super) fn note_addresses_taken_by_last(&mut self) {
+        let walk = &self.fingerprinter;
+        for (name, &taken) in walk.last_names().iter().zip(walk.last_address_taken()) {
+            if let (true, crate::fingerprint::SymbolName::User(u)) = (taken, name)
+                && u.namespace == 0
+            {
+                self.address_taken[FuncId::from_u32(u.index)] = true;
+            }
+        }
+    }
+
+    /// The canonical function's name when `target` names a duplicate that
+    /// shares its address, else `None`.
+    pub(super) fn shared_target(&self, target: &ModuleRelocTarget) -> Option<ModuleRelocTarget> {
+        if let ModuleRelocTarget::User {
+            namespace: 0,
+            index,
+        } = *target
+        {
+            let id = self.address_id(FuncId::from_u32(index));
+            return (id.as_u32() != index).then(|| ModuleRelocTarget::user(0, id.as_u32()));
+        }
+        None
+    }
+
+    /// Rewrites `func`'s references to known duplicates into references to
+    /// their canonical functions: calls always, names used as data only
+    /// where the duplicate shares its canonical function's address.
+    pub(super) fn canonicalize_references(&self, func: &mut Function) {
+        let target_of = |id: FuncId, as_data: bool| {
+            let id = match self.state(id) {
+                State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
+                _ => id,
+            };
+            // Functions found equal after both were compiled: calls only,
+            // never addresses (their entry points differ).
+            match self.joins.call_target(id) {
+                Some(target) if !as_data => target,
+                _ => id,
+            }
+        };
+        let named = func.params.user_named_funcs();
+        let any = named.iter().any(|(_, name)| {
+            let id = FuncId::from_u32(name.index);
+            name.namespace == 0 && target_of(id, false) != id
+        });
+        if !any {
+            return;
+        }
+        let used_as_data = names_used_as_data(func);
+        let rewrites: Vec<(UserExternalNameRef, FuncId)> = named
+            .iter()
+            .filter(|(_, name)| name.namespace == 0)
+            .filter_map(|(r, name)| {
+                let id = target_of(FuncId::from_u32(name.index), used_as_data.contains(&r));
+                (id.as_u32() != name.index).then_some((r, id))
+            })
+            .collect();
+        for (r, canonical) in rewrites {
+            log::trace!(
+                "{}: references to {} rewritten to {canonical}",
+                func.name,
+                FuncId::from_u32(func.params.user_named_funcs()[r].index)
+            );
+            func.params
+                .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
+        }
+    }
+}
+
+/// The external-name references of `func` that are used as data: by
+/// `func_addr` or by symbol global values.
+fn names_used_as_data(func: &Function) -> HashSet<UserExternalNameRef> {
+    let mut names = HashSet::new();
+    let mut note = |name: &ir::ExternalName| {
+        if let ir::ExternalName::User(r) = name {
+            names.insert(*r);
+        }
+    };
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if let InstructionData::FuncAddr { func_ref, .. } = func.dfg.insts[inst]
+                && let Some(data) = func.dfg.ext_funcs.get(func_ref)
+            {
+                note(&data.name);
+            }
+        }
+    }
+    for (_, gv) in func.global_values.iter() {
+        if let ir::GlobalValueData::Symbol { name, .. } = gv {
+            note(name);
+        }
+    }
+    names
+}

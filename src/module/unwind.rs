@@ -1,0 +1,217 @@
+//! Frame descriptions for the code jitfold defines from bytes, in object
+//! files with unwind information.
+//!
+//! `ObjectModule` (with `ObjectBuilder::unwind_info(true)`) writes an FDE
+//! for every function it compiles, and none for functions defined from
+//! bytes. jitfold defines two kinds of function from bytes: reused code and
+//! trampolines. This module writes their FDEs, in a CIE of its own
+//! appended to the same `.eh_frame` section.
+//!
+//! # What this module guarantees
+//!
+//! 1. Reused code is a byte-for-byte copy of its template's code, so its
+//!    frame description is the template's: the unwind information Cranelift
+//!    computed when the template was compiled, over the copy's own range.
+//! 2. A trampoline is one jump executed at function entry: nothing is
+//!    pushed, no register changes, and nothing is called from it, so no
+//!    return address ever points into it. The only way to unwind from it
+//!    is from an interrupted PC on the jump itself (a signal, a profiler's
+//!    sample), where the frame is exactly the one at function entry, which
+//!    is what the CIE's initial instructions describe. Its FDE therefore
+//!    has no instructions, and covers its bytes.
+//! 3. A duplicate that shares its canonical function's address has its
+//!    symbol inside the canonical function's range, which the canonical
+//!    function's FDE covers (its trampoline stays unnamed and unreachable).
+//!    Adapters and tail trampolines are compiled by the inner module, which
+//!    writes their FDEs.
+//! 4. Nothing is written when the object has no `.eh_frame` data of the
+//!    inner module's (unwind information was not asked for; the section
+//!    may then be left empty) or the ISA has no System V CIE. Functions the user defines from bytes get no FDE, as
+//!    in plain `ObjectModule`.
+
+use super::reuse::CodeTemplate;
+use cranelift_codegen::gimli::write::{
+    Address, CommonInformationEntry, EhFrame, EndianVec, FrameDescriptionEntry, FrameTable,
+    RelocateWriter, Relocation, RelocationTarget,
+};
+use cranelift_codegen::gimli::{self, RunTimeEndian};
+use cranelift_codegen::ir;
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::isa::unwind::UnwindInfo;
+use cranelift_module::{FuncId, ModuleError, ModuleResult};
+use cranelift_object::ObjectProduct;
+use cranelift_object::object::write::{self, SymbolId};
+use cranelift_object::object::{RelocationEncoding, RelocationFlags, RelocationKind};
+
+/// What writing frames needs of the ISA, taken before the inner module is
+/// finished (which consumes it).
+pub(super) struct Target {
+    cie: Option<CommonInformationEntry>,
+    pointer_bytes: u8,
+    endianness: ir::Endianness,
+}
+
+impl Target {
+    /// The System V CIE and pointer size of `isa`.
+    pub(super) fn of(isa: &dyn TargetIsa) -> Self {
+        Self {
+            cie: isa.create_systemv_cie(),
+            pointer_bytes: isa.pointer_bytes(),
+            endianness: isa.endianness(),
+        }
+    }
+}
+
+/// How the frame of a function defined from bytes is described.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Frame {
+    /// Reused code: the unwind information of the code template with this
+    /// index.
+    Template(usize),
+    /// A trampoline of this many bytes: the function-entry state throughout.
+    Entry(u32),
+}
+
+/// The `.eh_frame` section being written, with its relocations.
+struct Section {
+    writer: EndianVec<RunTimeEndian>,
+    relocations: Vec<Relocation>,
+}
+
+impl RelocateWriter for Section {
+    type Writer = EndianVec<RunTimeEndian>;
+
+    fn writer(&self) -> &Self::Writer {
+        &self.writer
+    }
+
+    fn writer_mut(&mut self) -> &mut Self::Writer {
+        &mut self.writer
+    }
+
+    fn relocate(&mut self, relocation: Relocation) {
+        self.relocations.push(relocation);
+    }
+}
+
+/// The FDE of one function at `address`, or `None` when its unwind
+/// information is not System V (another section format describes it).
+fn fde(
+    frame: Frame,
+    templates: &[CodeTemplate],
+    address: Address,
+) -> Option<FrameDescriptionEntry> {
+    match frame {
+        Frame::Entry(len) => Some(FrameDescriptionEntry::new(address, len)),
+        Frame::Template(index) => match templates.get(index)?.unwind.as_ref()? {
+            UnwindInfo::SystemV(info) => Some(info.to_fde(address)),
+            UnwindInfo::WindowsX64(_) | UnwindInfo::WindowsArm64(_) => None,
+            // `UnwindInfo` is `#[non_exhaustive]`: a kind added later is
+            // not System V either.
+            _ => None,
+        },
+    }
+}
+
+/// Appends to `product`'s `.eh_frame` section one CIE and an FDE for each
+/// of `frames` (see the module docs), if the section has the inner
+/// module's data; `templates` are the module's code templates.
+pub(super) fn write_frames(
+    product: &mut ObjectProduct,
+    target: &Target,
+    frames: &[(FuncId, Frame)],
+    templates: &[CodeTemplate],
+) -> ModuleResult<()> {
+    if frames.is_empty() {
+        return Ok(());
+    }
+    let Some(cie) = target.cie.clone() else {
+        return Ok(());
+    };
+    let Some(section_id) = existing_eh_frame(&mut product.object) else {
+        return Ok(());
+    };
+    let mut table = FrameTable::default();
+    let cie = table.add_cie(cie);
+    let mut symbols: Vec<SymbolId> = Vec::new();
+    for &(id, frame) in frames {
+        let Some((symbol, _)) = product.functions[id] else {
+            continue;
+        };
+        let address = Address::Symbol {
+            symbol: symbols.len(),
+            addend: 0,
+        };
+        if let Some(fde) = fde(frame, templates, address) {
+            symbols.push(symbol);
+            table.add_fde(cie, fde);
+        }
+    }
+    if symbols.is_empty() {
+        return Ok(());
+    }
+    let endian = match target.endianness {
+        ir::Endianness::Little => RunTimeEndian::Little,
+        ir::Endianness::Big => RunTimeEndian::Big,
+    };
+    let mut eh_frame = EhFrame(Section {
+        writer: EndianVec::new(endian),
+        relocations: Vec::new(),
+    });
+    table
+        .write_eh_frame(&mut eh_frame)
+        .map_err(|e| backend(format!("cannot write .eh_frame: {e}")))?;
+    let EhFrame(section) = eh_frame;
+    let pointer_bytes = target.pointer_bytes;
+    let base = product.object.append_section_data(
+        section_id,
+        &section.writer.into_vec(),
+        u64::from(pointer_bytes),
+    );
+    for relocation in section.relocations {
+        let RelocationTarget::Symbol(index) = relocation.target else {
+            // The writer makes section-relative relocations only for
+            // debugging sections, never for `.eh_frame`.
+            continue;
+        };
+        let kind = match relocation.eh_pe.map(|pe| pe.application()) {
+            Some(gimli::DW_EH_PE_pcrel) => RelocationKind::Relative,
+            None | Some(gimli::DW_EH_PE_absptr) => RelocationKind::Absolute,
+            Some(other) => {
+                return Err(backend(format!(
+                    "unsupported .eh_frame pointer encoding {other}"
+                )));
+            }
+        };
+        product
+            .object
+            .add_relocation(
+                section_id,
+                write::Relocation {
+                    offset: base + relocation.offset as u64,
+                    symbol: symbols[index],
+                    addend: relocation.addend,
+                    flags: RelocationFlags::Generic {
+                        kind,
+                        encoding: RelocationEncoding::Generic,
+                        size: relocation.size * 8,
+                    },
+                },
+            )
+            .map_err(|e| backend(format!("cannot relocate .eh_frame: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The `.eh_frame` section, if the inner module wrote data into it.
+/// (`object` can only look a standard section up by creating it, so where
+/// the inner module wrote none, the object gains an empty `.eh_frame`,
+/// which linkers ignore.)
+fn existing_eh_frame(object: &mut write::Object<'_>) -> Option<write::SectionId> {
+    let id = object.section_id(write::StandardSection::EhFrame);
+    (!object.section(id).data().is_empty()).then_some(id)
+}
+
+fn backend(message: String) -> ModuleError {
+    ModuleError::Backend(anyhow::anyhow!(message))
+}

@@ -1,0 +1,149 @@
+//! Drop-in: one body of client code, written as for `JITModule` (and
+//! `ObjectModule`), compiles and runs unchanged against `DedupModule<…>`.
+//! Each inherent method of the plain module is pinned to its exact
+//! signature (as a function pointer), so a wrapper method whose signature
+//! drifts fails to compile here.
+
+mod common;
+
+use common::build::{call1, define, emit_call};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{
+    DataDescription, DataId, FuncId, Linkage, Module, ModuleRelocTarget, ModuleResult,
+    default_libcall_names,
+};
+use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
+use jitfold::DedupModule;
+
+fn jit_builder() -> JITBuilder {
+    JITBuilder::new(default_libcall_names()).unwrap()
+}
+
+fn object_builder() -> ObjectBuilder {
+    let isa = jitfold::isa::isa_by_name("x86_64", jitfold::isa::flags(&[]).unwrap()).unwrap();
+    ObjectBuilder::new(isa, "client", default_libcall_names()).unwrap()
+}
+
+/// Declares and defines what a small JIT client would: two twins
+/// (`x * 3 + 1`), a caller of the second, and a table holding the first's
+/// address. Returns (twin a, twin b, caller, table).
+fn client_program<M: Module>(m: &mut M) -> (FuncId, FuncId, FuncId, DataId) {
+    let mut sig = m.make_signature();
+    sig.params.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    let a = m.declare_function("twin_a", Linkage::Export, &sig).unwrap();
+    let b = m.declare_function("twin_b", Linkage::Export, &sig).unwrap();
+    let caller = m.declare_function("caller", Linkage::Local, &sig).unwrap();
+    for id in [a, b] {
+        define(m, id, |b, _, p| {
+            let t = b.ins().imul_imm_s(p[0], 3);
+            let r = b.ins().iadd_imm_s(t, 1);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    define(m, caller, |fb, m, p| {
+        let r = emit_call(fb, m, b, p[0]);
+        fb.ins().return_(&[r]);
+    })
+    .unwrap();
+    let table = m
+        .declare_data("table", Linkage::Local, false, false)
+        .unwrap();
+    let mut data = DataDescription::new();
+    data.define_zeroinit(8);
+    let fref = m.declare_func_in_data(a, &mut data);
+    data.write_function_addr(0, fref);
+    m.define_data(table, &data).unwrap();
+    (a, b, caller, table)
+}
+
+/// JIT client code, written for `JITModule` and compiled once per type.
+/// Returns what the program computed and the addresses it saw.
+macro_rules! jit_client {
+    ($M:ty) => {{
+        // The inherent API, signature by signature.
+        let _: fn(JITBuilder) -> $M = <$M>::new;
+        let _: fn(&mut $M) -> ModuleResult<()> = <$M>::finalize_definitions;
+        let _: fn(&$M, FuncId) -> *const u8 = <$M>::get_finalized_function;
+        let _: fn(&$M, DataId) -> (*const u8, usize) = <$M>::get_finalized_data;
+        let _: fn(&$M, &ModuleRelocTarget) -> *const u8 = <$M>::get_address;
+        let _: unsafe fn($M) = <$M>::free_memory;
+
+        let mut module = <$M>::new(jit_builder());
+        let (a, b, caller, table) = client_program(&mut module);
+        module.finalize_definitions().unwrap();
+        let code_a = module.get_finalized_function(a);
+        let code_b = module.get_finalized_function(b);
+        let code_caller = module.get_finalized_function(caller);
+        // The usual cast of an entry point to a Rust function pointer.
+        // SAFETY: (i64) -> i64 in the host's default convention, finalized.
+        let f: extern "C" fn(i64) -> i64 = unsafe { std::mem::transmute(code_b) };
+        let (table_ptr, table_size) = module.get_finalized_data(table);
+        // SAFETY: the table is 8 bytes holding one function address.
+        let in_table = unsafe { std::ptr::read_unaligned(table_ptr as *const *const u8) };
+        let by_name = module.get_address(&ModuleRelocTarget::user(0, a.as_u32()));
+        let results = [
+            call1(code_a, 4),
+            f(5),
+            call1(code_caller, 6),
+            call1(in_table, 7),
+        ];
+        assert_eq!(table_size, 8);
+        assert_eq!(in_table, code_a, "the table holds twin_a's address");
+        assert_eq!(
+            by_name, code_a,
+            "get_address agrees with get_finalized_function"
+        );
+        assert_ne!(code_a, code_b, "two ids, two addresses (by default)");
+        // SAFETY: nothing of this module runs or is called afterwards.
+        unsafe { module.free_memory() };
+        results
+    }};
+}
+
+/// Object client code, written for `ObjectModule` and compiled once per
+/// type. Returns the emitted object's size and the defined functions'
+/// symbol names.
+macro_rules! object_client {
+    ($M:ty) => {{
+        let _: fn(ObjectBuilder) -> $M = <$M>::new;
+        let _: fn($M) -> ObjectProduct = <$M>::finish;
+
+        let mut module = <$M>::new(object_builder());
+        let (a, b, caller, _) = client_program(&mut module);
+        let product = module.finish();
+        let names: Vec<String> = [a, b, caller]
+            .iter()
+            .map(|&id| {
+                let symbol = product.object.symbol(product.function_symbol(id));
+                String::from_utf8_lossy(&symbol.name).into_owned()
+            })
+            .collect();
+        let bytes = product.emit().unwrap();
+        (bytes.is_empty(), names)
+    }};
+}
+
+#[test]
+fn jit_client_code_runs_unchanged() {
+    let plain = jit_client!(JITModule);
+    let dedup = jit_client!(DedupModule<JITModule>);
+    assert_eq!(plain, [13, 16, 19, 22]);
+    assert_eq!(dedup, plain);
+}
+
+#[test]
+fn object_client_code_runs_unchanged() {
+    let plain = object_client!(ObjectModule);
+    let dedup = object_client!(DedupModule<ObjectModule>);
+    assert_eq!(
+        plain,
+        (
+            false,
+            vec!["twin_a".into(), "twin_b".into(), "caller".into()]
+        )
+    );
+    assert_eq!(dedup, plain);
+}

@@ -1,0 +1,222 @@
+//! Unwind information in object files: with `ObjectBuilder::unwind_info`,
+//! every defined function's address is covered by an FDE of the object's
+//! `.eh_frame`, whatever jitfold made of it (compiled, reused code,
+//! trampoline, alias, adapter), with reuse on and off; reused code has its
+//! template's frame description.
+
+mod common;
+
+use common::build::{define, emit_call};
+use cranelift_codegen::gimli::{self, UnwindSection};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, types::I64};
+use cranelift_codegen::isa::CallConv;
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use cranelift_object::object::read::elf::ElfFile64;
+use cranelift_object::object::{
+    self, Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget,
+};
+use cranelift_object::{ObjectBuilder, ObjectModule};
+use jitfold::{DedupModule, DedupOptions, Mode};
+use std::collections::HashMap;
+
+/// Functions that leave a frame to describe (they call), twins, callers
+/// with one template (`call_b` reuses `call_a`'s code), and a function in
+/// another calling convention. Returns every id.
+fn program<M: Module>(m: &mut M) -> Vec<FuncId> {
+    let conv = m.isa().default_call_conv();
+    let sig = |conv: CallConv| {
+        let mut s = Signature::new(conv);
+        s.params.push(AbiParam::new(I64));
+        s.returns.push(AbiParam::new(I64));
+        s
+    };
+    let declare = |m: &mut M, name: &str, conv: CallConv| {
+        m.declare_function(name, Linkage::Export, &sig(conv))
+            .unwrap()
+    };
+    let [leaf_a, leaf_b, twin_a, twin_b, call_a, call_b] =
+        ["leaf_a", "leaf_b", "twin_a", "twin_b", "call_a", "call_b"].map(|n| declare(m, n, conv));
+    let [big_sysv, big_tail] = [
+        ("big_sysv", CallConv::SystemV),
+        ("big_tail", CallConv::Tail),
+    ]
+    .map(|(n, c)| declare(m, n, c));
+    for (f, k) in [(leaf_a, 1), (leaf_b, 2)] {
+        define(m, f, |b, _, p| {
+            let r = b.ins().iadd_imm_s(p[0], k);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    // Twins that call (so they have a frame).
+    for f in [twin_a, twin_b] {
+        define(m, f, |b, m, p| {
+            let r = emit_call(b, m, leaf_a, p[0]);
+            let r = emit_call(b, m, leaf_a, r);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    // One template, other callees.
+    for (f, leaf) in [(call_a, leaf_a), (call_b, leaf_b)] {
+        define(m, f, |b, m, p| {
+            let r = emit_call(b, m, leaf, p[0]);
+            let r = b.ins().imul(r, p[0]);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    for f in [big_sysv, big_tail] {
+        define(m, f, |b, _, p| {
+            let mut a = p[0];
+            for i in 1..=12 {
+                let t = b.ins().imul(a, p[0]);
+                a = b.ins().iadd_imm_s(t, i);
+            }
+            b.ins().return_(&[a]);
+        })
+        .unwrap();
+    }
+    vec![
+        leaf_a, leaf_b, twin_a, twin_b, call_a, call_b, big_sysv, big_tail,
+    ]
+}
+
+/// An FDE read back: its range in the text section and its instructions.
+struct Fde {
+    start: u64,
+    len: u64,
+    instructions: Vec<String>,
+}
+
+/// The FDEs of `.eh_frame` in the ELF object `bytes`, with the relocations
+/// of their addresses applied (section-relative to the one text section),
+/// and the address of each symbol by name.
+fn read_frames(bytes: &[u8]) -> (Vec<Fde>, HashMap<String, u64>) {
+    let file = ElfFile64::<object::Endianness>::parse(bytes).unwrap();
+    let section = file.section_by_name(".eh_frame").expect("an .eh_frame");
+    let mut data = section.data().unwrap().to_vec();
+    for (offset, reloc) in section.relocations() {
+        let RelocationTarget::Symbol(index) = reloc.target() else {
+            panic!("{reloc:?}");
+        };
+        let symbol = file.symbol_by_index(index).unwrap();
+        let target = symbol.address() as i64 + reloc.addend();
+        let at = offset as usize;
+        match (reloc.kind(), reloc.size()) {
+            (object::RelocationKind::Absolute, 64) => {
+                data[at..at + 8].copy_from_slice(&target.to_le_bytes());
+            }
+            // pc-relative: S + A - P.
+            (object::RelocationKind::Relative, 32) => {
+                let value = (target - offset as i64) as i32;
+                data[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            }
+            _ => panic!("{reloc:?}"),
+        }
+    }
+    let eh_frame = gimli::EhFrame::new(&data, gimli::LittleEndian);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(0);
+    let mut entries = eh_frame.entries(&bases);
+    let mut fdes = Vec::new();
+    while let Some(entry) = entries.next().unwrap() {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = partial
+            .parse(|section, bases, offset| section.cie_from_offset(bases, offset))
+            .unwrap();
+        let mut instructions = Vec::new();
+        let mut iter = fde.instructions(&eh_frame, &bases);
+        while let Some(i) = iter.next().unwrap() {
+            instructions.push(format!("{i:?}"));
+        }
+        fdes.push(Fde {
+            start: fde.initial_address(),
+            len: fde.len(),
+            instructions,
+        });
+    }
+    let symbols = file
+        .symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text)
+        .map(|s| (s.name().unwrap().to_string(), s.address()))
+        .collect();
+    (fdes, symbols)
+}
+
+fn object_module(isa: &str) -> ObjectModule {
+    let isa = jitfold::isa::isa_by_name(isa, jitfold::isa::flags(&[]).unwrap()).unwrap();
+    let mut builder = ObjectBuilder::new(isa, "unwind", default_libcall_names()).unwrap();
+    builder.unwind_info(true);
+    ObjectModule::new(builder)
+}
+
+#[test]
+fn every_function_is_covered_by_an_fde() {
+    for isa in ["x86_64", "aarch64"] {
+        covered_on(isa);
+    }
+}
+
+fn covered_on(isa: &str) {
+    // Plain ObjectModule first: every function has an FDE.
+    let mut plain = object_module(isa);
+    program(&mut plain);
+    let (fdes, symbols) = read_frames(&plain.finish().emit().unwrap());
+    assert_eq!(fdes.len(), 8);
+    assert_eq!(symbols.len(), 8);
+
+    let mut all = DedupOptions::ALL.to_vec();
+    for (mode, distinct_addresses, reuse) in [
+        (Mode::Eager, true, true),
+        (Mode::Eager, true, false),
+        (Mode::Eager, false, true),
+        (Mode::Batch, false, false),
+    ] {
+        all.push(DedupOptions {
+            mode,
+            distinct_addresses,
+            reuse,
+            check: false,
+        });
+    }
+    for options in all {
+        let mut d = DedupModule::wrap(object_module(isa), options);
+        let ids = program(&mut d);
+        let stats = d.stats().clone();
+        let names: Vec<String> = ids
+            .iter()
+            .map(|&id| {
+                d.declarations()
+                    .get_function_decl(id)
+                    .linkage_name(id)
+                    .into_owned()
+            })
+            .collect();
+        let (fdes, symbols) = read_frames(&d.finish().emit().unwrap());
+        let covering = |address: u64| {
+            fdes.iter()
+                .filter(|f| f.start <= address && address < f.start + f.len)
+                .collect::<Vec<_>>()
+        };
+        for name in &names {
+            let address = symbols[name];
+            assert_eq!(
+                covering(address).len(),
+                1,
+                "{isa} {options:?}: {name} at {address:#x} is covered by one FDE ({stats:?})"
+            );
+        }
+        if options.reuse && options.mode == Mode::Eager {
+            assert_eq!(stats.reused, 1, "{options:?}");
+            // The copy is described as its template is.
+            let template = &covering(symbols["call_a"])[0];
+            let reused = &covering(symbols["call_b"])[0];
+            assert_eq!(reused.start, symbols["call_b"]);
+            assert_eq!(reused.len, template.len);
+            assert!(!template.instructions.is_empty());
+            assert_eq!(reused.instructions, template.instructions, "{options:?}");
+        }
+    }
+}
