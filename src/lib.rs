@@ -32,5 +32,8 @@ pub mod runtests;
 
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;
-pub use fingerprint::{BorrowedFingerprint, Fingerprint, Fingerprinter, SymbolName};
+pub use fingerprint::{
+    BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Fingerprinter, SymbolName,
+    Template, Walk,
+};
 pub use module::{DedupError, DedupModule, DedupOptions, Mode, Stats};

@@ -282,11 +282,11 @@ fn clif_getter(callee: u32, table: u32, offset: i64, colocated: bool, renumbered
     )
 }
 
-fn keys(text: &str) -> (jitfold::Fingerprint, jitfold::Fingerprint, Vec<SymbolName>) {
+fn keys(text: &str) -> (jitfold::Template, jitfold::Fingerprint, Vec<SymbolName>) {
     let func = &common::parse_valid(text)[0];
     let mut fp = Fingerprinter::new();
-    let exact = fp.fingerprint(func);
-    (exact.template(), exact, fp.last_names().to_vec())
+    let walk = fp.walk(func);
+    (walk.template(), walk.fingerprint(), walk.names().to_vec())
 }
 
 fn user(namespace: u32, index: u32) -> SymbolName {
@@ -333,10 +333,8 @@ fn retargeted_code_equals_a_separate_compilation() {
     let base = &common::parse_valid(&clif_getter(3, 3, 8, true, false))[0];
     let other = &common::parse_valid(&clif_getter(4, 5, 8, true, true))[0];
     let mut fp = Fingerprinter::new();
-    fp.fingerprint(base);
-    let base_names = fp.last_names().to_vec();
-    fp.fingerprint(other);
-    let other_names = fp.last_names().to_vec();
+    let base_names = fp.walk(base).names().to_vec();
+    let other_names = fp.walk(other).names().to_vec();
     let base_code = compile(base, &*isa).unwrap().code;
     let other_code = compile(other, &*isa).unwrap().code;
     // The oracle: `other` compiled on its own.
@@ -385,10 +383,13 @@ fn with_names_equals_fingerprinting_the_renamed_function() {
     let (template, exact, names) = keys(&clif_getter(3, 3, 8, true, false));
     let (_, renamed_exact, renamed_names) = keys(&clif_getter(9, 3, 8, true, false));
     assert_eq!(renamed_names, [user(0, 9), user(1, 3)]);
+    assert_eq!(template.with_names(&renamed_names), renamed_exact);
+    assert_eq!(template.with_names(&names), exact);
+    assert_ne!(renamed_exact, exact);
+    // The transitional `Fingerprint::with_names`, on the template
+    // `Fingerprint::template` makes, agrees while it exists.
     assert_eq!(
-        jitfold::Fingerprint::with_names(&template, &renamed_names),
+        jitfold::Fingerprint::with_names(&exact.template(), &renamed_names),
         renamed_exact
     );
-    assert_eq!(jitfold::Fingerprint::with_names(&template, &names), exact);
-    assert_ne!(renamed_exact, exact);
 }

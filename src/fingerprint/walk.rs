@@ -51,7 +51,7 @@
 //! code may still differ in register choice.
 
 use super::declarations::{DECLARED_FUNCTION, DECLARED_SIGNATURE, Declarations};
-use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName};
+use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName, Template};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
@@ -145,7 +145,7 @@ pub struct Fingerprinter {
     /// The name slot of each numbered `FuncRef` (`u32::MAX`: none).
     func_ref_slots: SecondaryMap<FuncRef, u32>,
     /// Whether an instruction encoded observes its own frame (see
-    /// [`Fingerprinter::last_observes_own_frame`]).
+    /// [`Walk::observes_own_frame`]).
     observes_frame: bool,
     /// What the last walk found beside the key in `out`.
     last: LastKey,
@@ -157,6 +157,65 @@ struct LastKey {
     instructions: u32,
     template_len: u32,
     hashes: KeyHashes,
+}
+
+/// What one walk of a function found: its key, still in the
+/// [`Fingerprinter`]'s scratch memory, and the facts beside it. Valid until
+/// the next walk (it borrows the fingerprinter).
+#[derive(Clone, Copy)]
+pub struct Walk<'a> {
+    key: BorrowedFingerprint<'a>,
+    names: &'a [SymbolName],
+    address_taken: &'a [bool],
+    observes_own_frame: bool,
+}
+
+impl<'a> Walk<'a> {
+    /// The exact key, borrowed: enough to look the function up in a
+    /// [`DedupCache`](crate::DedupCache), which then allocates nothing.
+    pub fn key(&self) -> BorrowedFingerprint<'a> {
+        self.key
+    }
+
+    /// The exact key, owned.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.key.to_fingerprint()
+    }
+
+    /// The function's [`Template`], copying only its words.
+    pub fn template(&self) -> Template {
+        self.key.to_template()
+    }
+
+    /// Number of instructions the walk encoded (reachable, in the layout).
+    pub fn instructions(&self) -> u32 {
+        self.key.instructions()
+    }
+
+    /// The user and test-case names of the function, in slot order: slot
+    /// `i` of its [template](Walk::template) is `names()[i]`. Distinct
+    /// names have distinct slots.
+    pub fn names(&self) -> &'a [SymbolName] {
+        self.names
+    }
+
+    /// For each slot of [`Walk::names`], whether the function uses the name
+    /// as data (takes a function's address with `func_addr`, or reads a
+    /// symbol's address through a global value) rather than only calling
+    /// it. Only reachable uses count.
+    pub fn address_taken(&self) -> &'a [bool] {
+        self.address_taken
+    }
+
+    /// Whether a reachable instruction of the function observes the
+    /// function's own frame: reads the frame pointer, stack pointer or
+    /// return address (`get_frame_pointer`, `get_stack_pointer`,
+    /// `get_return_address`), switches stacks (`stack_switch`), or catches
+    /// exceptions (`try_call`, `try_call_indirect`). A frame put between
+    /// the function and its caller changes what such a function sees.
+    pub fn observes_own_frame(&self) -> bool {
+        self.observes_own_frame
+    }
 }
 
 impl Default for Fingerprinter {
@@ -194,63 +253,69 @@ impl Fingerprinter {
         }
     }
 
-    /// The canonical fingerprint of `func` (see the module docs of
-    /// [`crate::fingerprint`] for what it contains).
-    pub fn fingerprint(&mut self, func: &Function) -> Fingerprint {
-        self.fingerprint_borrowed(func).to_fingerprint()
-    }
-
-    /// [`Fingerprinter::fingerprint`] without copying the key out of this
-    /// fingerprinter's scratch memory: enough to look `func` up in a
-    /// [`DedupCache`](crate::DedupCache), which then allocates nothing.
-    pub fn fingerprint_borrowed(&mut self, func: &Function) -> BorrowedFingerprint<'_> {
+    /// Walks `func`: its key, and what else the walk found (see [`Walk`]).
+    pub fn walk(&mut self, func: &Function) -> Walk<'_> {
         let (instructions, template_len) = self.encode(func);
         self.last = LastKey {
             instructions,
             template_len,
             hashes: KeyHashes::of(&self.out, template_len),
         };
-        self.last_fingerprint_borrowed()
+        self.last_walk()
     }
 
-    /// The fingerprint of the function fingerprinted last (before the
-    /// first, of no function: an empty key, which no function has).
-    pub fn last_fingerprint(&self) -> Fingerprint {
-        self.last_fingerprint_borrowed().to_fingerprint()
+    /// The canonical fingerprint of `func` (see the module docs of
+    /// [`crate::fingerprint`] for what it contains): [`Walk::fingerprint`]
+    /// of [`Fingerprinter::walk`].
+    pub fn fingerprint(&mut self, func: &Function) -> Fingerprint {
+        self.walk(func).fingerprint()
     }
 
-    fn last_fingerprint_borrowed(&self) -> BorrowedFingerprint<'_> {
-        BorrowedFingerprint {
-            words: &self.out,
-            instructions: self.last.instructions,
-            template_len: self.last.template_len,
-            hashes: self.last.hashes,
+    /// The last walk's result (before the first, of no function: an empty
+    /// key, which no function has).
+    fn last_walk(&self) -> Walk<'_> {
+        Walk {
+            key: BorrowedFingerprint::new(
+                &self.out,
+                self.last.instructions,
+                self.last.template_len,
+                self.last.hashes,
+            ),
+            names: &self.names,
+            address_taken: &self.address_taken,
+            observes_own_frame: self.observes_frame,
         }
     }
 
-    /// The user and test-case names of the function fingerprinted last, in
-    /// slot order: slot `i` of its [template](Fingerprint::template) is
-    /// `last_names()[i]`. Distinct names have distinct slots.
+    /// [`Walk::key`] of [`Fingerprinter::walk`]. Transitional: to be
+    /// removed when `src/module` moves to `walk`.
+    pub fn fingerprint_borrowed(&mut self, func: &Function) -> BorrowedFingerprint<'_> {
+        self.walk(func).key()
+    }
+
+    /// [`Walk::fingerprint`] of the last walk (before the first, of no
+    /// function: an empty key, which no function has). Transitional: to be
+    /// removed when `src/module` moves to `walk`.
+    pub fn last_fingerprint(&self) -> Fingerprint {
+        self.last_walk().fingerprint()
+    }
+
+    /// [`Walk::names`] of the last walk. Transitional: to be removed when
+    /// `src/module` moves to `walk`.
     pub fn last_names(&self) -> &[SymbolName] {
-        &self.names
+        self.last_walk().names()
     }
 
-    /// For each slot of [`Fingerprinter::last_names`], whether the function
-    /// fingerprinted last uses the name as data (takes a function's address
-    /// with `func_addr`, or reads a symbol's address through a global
-    /// value) rather than only calling it. Only reachable uses count.
+    /// [`Walk::address_taken`] of the last walk. Transitional: to be
+    /// removed when `src/module` moves to `walk`.
     pub fn last_address_taken(&self) -> &[bool] {
-        &self.address_taken
+        self.last_walk().address_taken()
     }
 
-    /// Whether a reachable instruction of the function fingerprinted last
-    /// observes the function's own frame: reads the frame pointer, stack
-    /// pointer or return address (`get_frame_pointer`, `get_stack_pointer`,
-    /// `get_return_address`), switches stacks (`stack_switch`), or catches
-    /// exceptions (`try_call`, `try_call_indirect`). A frame put between
-    /// the function and its caller changes what such a function sees.
+    /// [`Walk::observes_own_frame`] of the last walk. Transitional: to be
+    /// removed when `src/module` moves to `walk`.
     pub fn last_observes_own_frame(&self) -> bool {
-        self.observes_frame
+        self.last_walk().observes_own_frame()
     }
 
     /// Runs the walk, leaving the key in `self.out`; returns the number of
@@ -464,22 +529,25 @@ impl Fingerprinter {
         if known != 0 {
             return known - 1;
         }
-        let Some(data) = func.dfg.ext_funcs.get(func_ref) else {
+        let Some(ir::ExtFuncData {
+            name,
+            signature,
+            colocated,
+            patchable,
+        }) = func.dfg.ext_funcs.get(func_ref)
+        else {
             self.func_refs.seen[func_ref] = u32::MAX;
             return u32::MAX - 1;
         };
         // The signature first: its definition, if new, precedes this one.
-        let sig = self.sig_ref(func, data.signature);
-        let name = self.external_name(func, &data.name);
+        let sig = self.sig_ref(func, *signature);
+        let name = self.external_name(func, name);
         if let Some(slot) = name.slot {
             self.func_ref_slots[func_ref] = slot;
         }
         let content = self.declarations.start(DECLARED_FUNCTION);
         content.extend(name.words);
-        content.extend([
-            sig,
-            u32::from(data.colocated) | u32::from(data.patchable) << 1,
-        ]);
+        content.extend([sig, u32::from(*colocated) | u32::from(*patchable) << 1]);
         let n = self.declarations.intern(&mut self.out);
         self.func_refs.seen[func_ref] = n + 1;
         n
@@ -614,7 +682,7 @@ impl Fingerprinter {
         self.out.push(0);
         let mut laid_out = 0u32;
         for data in func.sized_stack_slots.values() {
-            if data.size == 0 && data.align_shift == 0 {
+            if stack_slot_is_empty(data) {
                 self.slot_codes.push(EMPTY_SLOT | laid_out);
             } else {
                 self.slot_codes.push(laid_out);
@@ -624,9 +692,9 @@ impl Fingerprinter {
         }
         self.out[count_at] = laid_out;
         self.out.push(func.dynamic_stack_slots.len() as u32);
-        for data in func.dynamic_stack_slots.values() {
-            self.out.push(data.kind as u32);
-            self.dynamic_type(func, data.dyn_ty);
+        for &ir::DynamicStackSlotData { kind, dyn_ty } in func.dynamic_stack_slots.values() {
+            self.out.push(kind as u32);
+            self.dynamic_type(func, dyn_ty);
         }
     }
 
@@ -651,9 +719,12 @@ impl Fingerprinter {
             return;
         }
         match func.dfg.dynamic_types.get(dt) {
-            Some(data) => {
-                self.out.push(type_word(data.base_vector_ty));
-                self.global_value(func, data.dynamic_scale);
+            Some(&ir::DynamicTypeData {
+                base_vector_ty,
+                dynamic_scale,
+            }) => {
+                self.out.push(type_word(base_vector_ty));
+                self.global_value(func, dynamic_scale);
             }
             None => self.out.push(u32::MAX),
         }
@@ -690,8 +761,14 @@ impl Fingerprinter {
                 let (n, new) = self.regions.number(region);
                 self.out.push(n + 1);
                 if new {
-                    let user_id = if func.dfg.alias_regions.is_valid(region) {
-                        func.dfg.alias_regions[region].user_id
+                    // The description is only for printing CLIF.
+                    let regions = &func.dfg.alias_regions;
+                    let user_id = if regions.is_valid(region) {
+                        let ir::AliasRegionData {
+                            user_id,
+                            description: _,
+                        } = &regions[region];
+                        *user_id
                     } else {
                         u32::MAX
                     };
@@ -758,10 +835,10 @@ impl Fingerprinter {
         };
         self.out[head] |= HAS_STACK_MAP;
         self.out.push(entries.len() as u32);
-        for entry in entries {
-            self.out.push(type_word(entry.ty));
-            self.stack_slot(entry.slot);
-            self.out.push(entry.offset);
+        for &ir::UserStackMapEntry { ty, slot, offset } in entries {
+            self.out.push(type_word(ty));
+            self.stack_slot(slot);
+            self.out.push(offset);
         }
     }
 
@@ -777,23 +854,38 @@ impl Fingerprinter {
         let dfg = &func.dfg;
         let pool = &dfg.value_lists;
         match *data {
-            InstructionData::AtomicCas { args, flags, .. } => {
+            InstructionData::AtomicCas {
+                args,
+                flags,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
             }
             InstructionData::AtomicRmw {
-                args, flags, op, ..
+                args,
+                flags,
+                op,
+                opcode: _,
             } => {
                 self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
                 self.out.push(op as u32);
             }
-            InstructionData::Binary { args, .. } => self.values_fixed(func, &args),
-            InstructionData::BinaryImm8 { arg, imm, .. } => {
+            InstructionData::Binary { args, opcode: _ } => self.values_fixed(func, &args),
+            InstructionData::BinaryImm8 {
+                arg,
+                imm,
+                opcode: _,
+            } => {
                 self.value_use(func, arg);
                 self.out.push(u32::from(imm));
             }
-            InstructionData::BranchTable { arg, table, .. } => {
+            InstructionData::BranchTable {
+                arg,
+                table,
+                opcode: _,
+            } => {
                 self.value_use(func, arg);
                 match dfg.jump_tables.get(table) {
                     Some(jt) => {
@@ -805,7 +897,11 @@ impl Fingerprinter {
                     None => self.out.push(u32::MAX),
                 }
             }
-            InstructionData::Brif { arg, blocks, .. } => {
+            InstructionData::Brif {
+                arg,
+                blocks,
+                opcode: _,
+            } => {
                 self.value_use(func, arg);
                 self.block_call(func, &blocks[0]);
                 self.block_call(func, &blocks[1]);
@@ -830,14 +926,23 @@ impl Fingerprinter {
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
-            InstructionData::CondTrap { arg, code, .. } => {
+            InstructionData::CondTrap {
+                arg,
+                code,
+                opcode: _,
+            } => {
                 self.value_use(func, arg);
                 self.out.push(u32::from(code.as_raw().get()));
             }
             InstructionData::DynamicStackAddr {
-                dynamic_stack_slot, ..
+                dynamic_stack_slot,
+                opcode: _,
             } => self.dynamic_slot(func, dynamic_stack_slot),
-            InstructionData::ExceptionHandlerAddress { block, imm, .. } => {
+            InstructionData::ExceptionHandlerAddress {
+                block,
+                imm,
+                opcode: _,
+            } => {
                 if func.dfg.block_is_valid(block) {
                     self.block_ref(block);
                 } else {
@@ -845,11 +950,18 @@ impl Fingerprinter {
                 }
                 self.imm64(imm.bits());
             }
-            InstructionData::FloatCompare { args, cond, .. } => {
+            InstructionData::FloatCompare {
+                args,
+                cond,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 self.out.push(cond as u32);
             }
-            InstructionData::FuncAddr { func_ref, .. } => {
+            InstructionData::FuncAddr {
+                func_ref,
+                opcode: _,
+            } => {
                 // By content and by identity: `func_addr` is pure, and the
                 // mid-end merges two of them only if they name the same
                 // `FuncRef` (see the module docs).
@@ -863,27 +975,45 @@ impl Fingerprinter {
                     *taken = true;
                 }
             }
-            InstructionData::IntAddTrap { args, code, .. } => {
+            InstructionData::IntAddTrap {
+                args,
+                code,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 self.out.push(u32::from(code.as_raw().get()));
             }
-            InstructionData::IntCompare { args, cond, .. } => {
+            InstructionData::IntCompare {
+                args,
+                cond,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 self.out.push(cond as u32);
             }
-            InstructionData::Jump { destination, .. } => self.block_call(func, &destination),
+            InstructionData::Jump {
+                destination,
+                opcode: _,
+            } => self.block_call(func, &destination),
             InstructionData::Load {
-                arg, flags, offset, ..
+                arg,
+                flags,
+                offset,
+                opcode: _,
             } => {
                 self.value_use(func, arg);
                 self.mem_flags(func, flags);
                 self.out.push(offset32(offset));
             }
-            InstructionData::LoadNoOffset { arg, flags, .. } => {
+            InstructionData::LoadNoOffset {
+                arg,
+                flags,
+                opcode: _,
+            } => {
                 self.value_use(func, arg);
                 self.mem_flags(func, flags);
             }
-            InstructionData::MultiAry { args, .. } => {
+            InstructionData::MultiAry { args, opcode: _ } => {
                 self.value_list(func, args.as_slice(pool));
             }
             InstructionData::NullAry { opcode } => {
@@ -894,7 +1024,11 @@ impl Fingerprinter {
                     self.observes_frame = true;
                 }
             }
-            InstructionData::Shuffle { args, imm, .. } => {
+            InstructionData::Shuffle {
+                args,
+                imm,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 let data = dfg.immediates.get(imm);
                 let (n, new) = match data {
@@ -904,7 +1038,9 @@ impl Fingerprinter {
                 self.constant(n, new, data);
             }
             InstructionData::StackAddr {
-                stack_slot, offset, ..
+                stack_slot,
+                offset,
+                opcode: _,
             } => {
                 self.stack_slot(stack_slot);
                 self.out.push(offset32(offset));
@@ -913,13 +1049,17 @@ impl Fingerprinter {
                 args,
                 flags,
                 offset,
-                ..
+                opcode: _,
             } => {
                 self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
                 self.out.push(offset32(offset));
             }
-            InstructionData::StoreNoOffset { args, flags, .. } => {
+            InstructionData::StoreNoOffset {
+                args,
+                flags,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 self.mem_flags(func, flags);
             }
@@ -929,11 +1069,15 @@ impl Fingerprinter {
                 // `stack_switch` is a safepoint.
                 self.stack_map(func, inst, opcode, head);
             }
-            InstructionData::TernaryImm8 { args, imm, .. } => {
+            InstructionData::TernaryImm8 {
+                args,
+                imm,
+                opcode: _,
+            } => {
                 self.values_fixed(func, &args);
                 self.out.push(u32::from(imm));
             }
-            InstructionData::Trap { code, .. } => {
+            InstructionData::Trap { code, opcode: _ } => {
                 self.out.push(u32::from(code.as_raw().get()));
             }
             InstructionData::TryCall {
@@ -959,9 +1103,10 @@ impl Fingerprinter {
                 self.exception_table(func, exception);
                 self.stack_map(func, inst, opcode, head);
             }
-            InstructionData::Unary { arg, .. } => self.value_use(func, arg),
+            InstructionData::Unary { arg, opcode: _ } => self.value_use(func, arg),
             InstructionData::UnaryConst {
-                constant_handle, ..
+                constant_handle,
+                opcode: _,
             } => {
                 // `ConstantPool::get` panics on a missing handle; look first.
                 let present = self
@@ -976,13 +1121,16 @@ impl Fingerprinter {
                 };
                 self.constant(n, new, data);
             }
-            InstructionData::UnaryGlobalValue { global_value, .. } => {
+            InstructionData::UnaryGlobalValue {
+                global_value,
+                opcode: _,
+            } => {
                 self.global_value(func, global_value);
             }
-            InstructionData::UnaryIeee16 { imm, .. } => self.out.push(u32::from(imm.bits())),
-            InstructionData::UnaryIeee32 { imm, .. } => self.out.push(imm.bits()),
-            InstructionData::UnaryIeee64 { imm, .. } => self.imm64(imm.bits() as i64),
-            InstructionData::UnaryImm { imm, .. } => self.imm64(imm.bits()),
+            InstructionData::UnaryIeee16 { imm, opcode: _ } => self.out.push(u32::from(imm.bits())),
+            InstructionData::UnaryIeee32 { imm, opcode: _ } => self.out.push(imm.bits()),
+            InstructionData::UnaryIeee64 { imm, opcode: _ } => self.imm64(imm.bits() as i64),
+            InstructionData::UnaryImm { imm, opcode: _ } => self.imm64(imm.bits()),
         }
     }
 
@@ -1017,25 +1165,35 @@ impl Fingerprinter {
 
 /// A signature: calling convention, then parameters and returns.
 pub(super) fn encode_signature(out: &mut Vec<u32>, sig: &Signature) {
-    out.push(sig.call_conv as u32);
-    out.push(sig.params.len() as u32);
-    for p in &sig.params {
+    let Signature {
+        params,
+        returns,
+        call_conv,
+    } = sig;
+    out.push(*call_conv as u32);
+    out.push(params.len() as u32);
+    for p in params {
         encode_abi_param(out, p);
     }
-    out.push(sig.returns.len() as u32);
-    for p in &sig.returns {
+    out.push(returns.len() as u32);
+    for p in returns {
         encode_abi_param(out, p);
     }
 }
 
 fn encode_abi_param(out: &mut Vec<u32>, p: &AbiParam) {
-    let (purpose, size) = match p.purpose {
+    let &AbiParam {
+        value_type,
+        purpose,
+        extension,
+    } = p;
+    let (purpose, size) = match purpose {
         ArgumentPurpose::Normal => (0, 0),
         ArgumentPurpose::StructArgument(size) => (1, size),
         ArgumentPurpose::StructReturn => (2, 0),
         ArgumentPurpose::VMContext => (3, 0),
     };
-    out.push(type_word(p.value_type) | (p.extension as u32) << 16 | purpose << 20);
+    out.push(type_word(value_type) | (extension as u32) << 16 | purpose << 20);
     if purpose == 1 {
         out.push(size);
     }
@@ -1076,15 +1234,33 @@ fn encode_bytes(out: &mut Vec<u32>, bytes: &[u8]) {
 
 /// A sized stack slot's kind, size, alignment and key.
 fn stack_slot_words(data: &ir::StackSlotData) -> [u32; 6] {
-    let key = data.key.map_or(0, |k| k.bits());
+    let &ir::StackSlotData {
+        kind,
+        size,
+        align_shift,
+        key,
+    } = data;
+    let bits = key.map_or(0, |k| k.bits());
     [
-        data.kind as u32,
-        data.size,
-        u32::from(data.align_shift),
-        u32::from(data.key.is_some()),
-        key as u32,
-        (key >> 32) as u32,
+        kind as u32,
+        size,
+        u32::from(align_shift),
+        u32::from(key.is_some()),
+        bits as u32,
+        (bits >> 32) as u32,
     ]
+}
+
+/// Whether a sized stack slot has size 0 and alignment 1, so that it
+/// moves nothing in the frame (see [`Fingerprinter::frame_layout`]).
+fn stack_slot_is_empty(data: &ir::StackSlotData) -> bool {
+    let &ir::StackSlotData {
+        kind: _,
+        size,
+        align_shift,
+        key: _,
+    } = data;
+    size == 0 && align_shift == 0
 }
 
 #[inline]

@@ -18,7 +18,7 @@
 //!    frame mutant has another fingerprint exactly when its frame (slots in
 //!    index order, and which of them reachable code uses) differs; every
 //!    key is its template followed by its names
-//!    ([`Fingerprint::with_names`]).
+//!    ([`Template::with_names`](crate::Template::with_names)).
 //! 3. Every function called on every input returns the same value, or traps
 //!    likewise, under plain `JITModule` and under `DedupModule` with each
 //!    of [`DedupOptions::ALL`] (calls run in child processes,
@@ -228,9 +228,10 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
     let mut fingerprinter = crate::Fingerprinter::new();
     let mut fps: Vec<Fingerprint> = Vec::with_capacity(funcs.len());
     for (i, f) in funcs.iter().enumerate() {
-        let fp = fingerprinter.fingerprint(f);
+        let walk = fingerprinter.walk(f);
+        let fp = walk.fingerprint();
         // The key is the template followed by the names, slot for slot.
-        let rebuilt = Fingerprint::with_names(&fp.template(), fingerprinter.last_names());
+        let rebuilt = walk.template().with_names(walk.names());
         if rebuilt != fp || rebuilt.key() != fp.key() {
             return Err(format!("f{i}: template and names do not rebuild the key"));
         }
@@ -271,7 +272,7 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
                 duplicates: true, ..
             } => continue,
         };
-        if expect_equal && fps[i].template() != fps[of].template() {
+        if expect_equal && fps[i].to_template() != fps[of].to_template() {
             return Err(format!(
                 "f{i} ({form:?}) and f{of}: equal keys, other templates"
             ));
@@ -281,7 +282,7 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
         // merges them).
         let recursive = program.body(of).0.recurse.is_some();
         let equal = if recursive {
-            fps[i].template() == fps[of].template()
+            fps[i].to_template() == fps[of].to_template()
         } else {
             fps[i] == fps[of]
         };

@@ -35,7 +35,7 @@ use crate::compile::{
     MachineCode, RelocTarget, Relocation, Rename, Renaming, compare_compiled_code, compile,
     laid_out_in_walk_order,
 };
-use crate::{Fingerprint, Fingerprinter, SymbolName};
+use crate::{Fingerprint, Fingerprinter, SymbolName, Template};
 use cranelift_codegen::ir::{ExternalName, Function, GlobalValueData, InstructionData};
 use cranelift_codegen::ir::{UserExternalName, UserExternalNameRef};
 use cranelift_codegen::isa::TargetIsa;
@@ -199,11 +199,11 @@ impl<'a> Oracle<'a> {
     /// its template, when their names differ.
     pub fn check_templates(&mut self) -> Result<(), String> {
         let mut fingerprinter = Fingerprinter::new();
-        let mut firsts: Vec<(Fingerprint, usize, Fingerprint, Vec<SymbolName>)> = Vec::new();
+        let mut firsts: Vec<(Fingerprint, usize, Template, Vec<SymbolName>)> = Vec::new();
         for i in 0..self.funcs.len() {
-            let fp = fingerprinter.fingerprint(&self.funcs[i]);
-            let template = fp.template();
-            let names = fingerprinter.last_names().to_vec();
+            let walk = fingerprinter.walk(&self.funcs[i]);
+            let (fp, template) = (walk.fingerprint(), walk.template());
+            let names = walk.names().to_vec();
             let Some((first_fp, first, _, first_names)) =
                 firsts.iter().find(|(_, _, t, _)| *t == template)
             else {

@@ -11,11 +11,10 @@
 //!   stored once each, in one buffer.
 
 use super::{Node, Refinement, Target, refine};
-use crate::cache::DedupCache;
-use crate::fingerprint::{Fingerprint, SymbolName};
+use crate::fingerprint::{Fingerprint, SymbolName, Template};
 use core::hash::BuildHasher;
 use cranelift_codegen::ir::UserFuncName;
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 /// A set of functions to refine, built from what the
 /// [`Fingerprinter`](crate::Fingerprinter) found. Nodes are classes of
@@ -33,7 +32,7 @@ pub struct CallGraph {
     /// The names in slots, numbered.
     names: Interner,
     nodes: Vec<NodeEntry>,
-    templates: Vec<Fingerprint>,
+    templates: Vec<Template>,
     /// All nodes' slots (name numbers, address taken), one after another.
     slots: Vec<(u32, bool)>,
     /// Functions' own names, resolved against slot names by `refine` (a
@@ -151,11 +150,10 @@ impl CallGraph {
         }
     }
 
-    /// Adds a node: functions with this fingerprint (exact or
-    /// [template](Fingerprint::template); only the template is used), slot
-    /// names and address-taken flags (see
-    /// [`crate::Fingerprinter::last_names`] and
-    /// [`crate::Fingerprinter::last_address_taken`]). Returns its index;
+    /// Adds a node: functions with this fingerprint (exact or, as
+    /// [`Fingerprint::template`] makes it, a template; only the template is
+    /// used), slot names and address-taken flags (see
+    /// [`crate::Walk::names`] and [`crate::Walk::address_taken`]). Returns its index;
     /// nodes are numbered from 0 in the order added.
     ///
     /// Add one node per exact class (functions with equal fingerprints): two
@@ -169,7 +167,7 @@ impl CallGraph {
         address_taken: &[bool],
     ) -> u32 {
         let template = if address_taken.iter().any(|&taken| !taken) {
-            self.templates.push(fingerprint.template());
+            self.templates.push(fingerprint.to_template());
             self.templates.len() as u32 - 1
         } else {
             NO_TEMPLATE
@@ -252,7 +250,7 @@ impl CallGraph {
         // exact duplicates (its other slots are names, which the exact key
         // has already), and only with nodes that have one in the same slot:
         // templates are compared among those nodes alone.
-        let mut templates = DedupCache::new();
+        let mut templates: HashMap<&Template, u32> = HashMap::new();
         let mut template_of = Vec::with_capacity(self.nodes.len());
         for n in &self.nodes {
             let start = targets.len();
@@ -270,11 +268,14 @@ impl CallGraph {
                 .any(|t| matches!(t, Target::Function(_)));
             let template = (calls_nodes && n.template != NO_TEMPLATE)
                 .then(|| &self.templates[n.template as usize]);
-            template_of.push(template.map(|t| templates.insert(t.clone()).class().as_u32()));
+            template_of.push(template.map(|t| {
+                let next = templates.len() as u32;
+                *templates.entry(t).or_insert(next)
+            }));
             ranges.push(start..targets.len());
         }
         // The others each get a template number of their own.
-        let mut unique = templates.classes() as u32;
+        let mut unique = templates.len() as u32;
         let nodes: Vec<Node<'_>> = template_of
             .into_iter()
             .zip(ranges)
@@ -296,7 +297,7 @@ mod tests {
     use crate::Fingerprinter;
     use crate::corpus::{FileOutcome, parse_text};
 
-    /// `(template, names, address taken, own name)` of each function of
+    /// `(fingerprint, names, address taken, own name)` of each function of
     /// `text`.
     fn parts(text: &str) -> Vec<(Fingerprint, Vec<SymbolName>, Vec<bool>, UserFuncName)> {
         let FileOutcome::Parsed { functions, .. } = parse_text(text, None) else {
@@ -307,12 +308,11 @@ mod tests {
             .into_iter()
             .map(|f| {
                 assert!(f.verifier_error.is_none(), "{:?}", f.verifier_error);
-                let template = fp.fingerprint(&f.func).template();
-                let names = fp.last_names().to_vec();
+                let walk = fp.walk(&f.func);
                 (
-                    template,
-                    names,
-                    fp.last_address_taken().to_vec(),
+                    walk.fingerprint(),
+                    walk.names().to_vec(),
+                    walk.address_taken().to_vec(),
                     f.func.name,
                 )
             })
@@ -345,9 +345,9 @@ mod tests {
     fn classes(text: &str, nodes: &[u32]) -> Vec<u32> {
         let mut graph = CallGraph::new();
         let mut added = 0;
-        for (i, (template, names, taken, own)) in parts(text).into_iter().enumerate() {
+        for (i, (fingerprint, names, taken, own)) in parts(text).into_iter().enumerate() {
             if nodes[i] == added {
-                graph.add_node(&template, &names, &taken);
+                graph.add_node(&fingerprint, &names, &taken);
                 added += 1;
             }
             graph.add_function_with_func_name(&own, nodes[i]);

@@ -1,0 +1,424 @@
+//! The three kinds of key a walk yields, each its own type, and their
+//! hashes.
+//!
+//! # What this module guarantees
+//!
+//! - [`Fingerprint`] (the exact key), [`Template`] (the exact key without
+//!   the names behind its name slots) and [`ErasedConvention`] (the exact
+//!   key without its first word, the calling convention) are distinct
+//!   types: a key of one kind is never compared with, hashed into a table
+//!   of, or given names as, a key of another kind.
+//! - Within a kind, `Eq`, `Hash` and `Ord` agree: equal keys have equal
+//!   hashes, and `Ord` is the lexicographic order of the key words.
+//! - The three share one allocation of key words: taking a template or
+//!   erasing the convention copies no word and hashes no word twice.
+
+use super::{KEY_FORMAT_VERSION, SymbolName, walk};
+use core::cmp::Ordering;
+use core::hash::{BuildHasher, Hash, Hasher};
+use cranelift_codegen::ir::Function;
+use std::sync::{Arc, OnceLock};
+
+/// The words of an exact key, and which part of them a key of some kind
+/// is. Private: each kind wraps it in its own type.
+#[derive(Clone)]
+struct Key {
+    /// The exact key of the function; a template's key is a prefix of it.
+    words: Arc<[u32]>,
+    /// Where this key starts in `words`: 0, or 1 when the calling
+    /// convention is erased (it is the first word).
+    start: u32,
+    /// Where this key ends in `words`.
+    len: u32,
+    /// Length of the template part of `words`.
+    template_len: u32,
+    hash: u64,
+    /// The hash of the template part, from which `hash` continues.
+    template_hash: u64,
+    /// The hash of the template part after the calling convention, from
+    /// which `template_hash` continues (so that erasing the convention
+    /// hashes no word of the body again).
+    body_hash: u64,
+    instructions: u32,
+}
+
+impl Key {
+    fn of_exact(
+        words: Arc<[u32]>,
+        instructions: u32,
+        template_len: u32,
+        hashes: KeyHashes,
+    ) -> Self {
+        Self {
+            len: words.len() as u32,
+            words,
+            start: 0,
+            template_len,
+            hash: hashes.hash,
+            template_hash: hashes.template_hash,
+            body_hash: hashes.body_hash,
+            instructions,
+        }
+    }
+
+    fn words(&self) -> &[u32] {
+        &self.words[self.start as usize..self.len as usize]
+    }
+
+    /// The template part of this key (itself if it is a template).
+    fn template(&self) -> Self {
+        Self {
+            len: self.template_len,
+            hash: self.template_hash,
+            ..self.clone()
+        }
+    }
+
+    /// This key without the calling convention.
+    fn erased(&self) -> Self {
+        // The key starts with the signature, whose first word is the
+        // calling convention (see `walk::encode_signature`): the erased
+        // key is the rest, sharing the words, and its hash continues from
+        // the hash of that rest's template part.
+        let names = &self.words[self.template_len as usize..self.len as usize];
+        let (template_hash, hash) = key_hashes(None, self.body_hash, names);
+        Self {
+            start: 1,
+            hash,
+            template_hash,
+            ..self.clone()
+        }
+    }
+
+    fn stable_hash(&self) -> u64 {
+        let mut bytes = Vec::with_capacity(self.words().len() * 4);
+        for word in self.words() {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, u64::from(KEY_FORMAT_VERSION))
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.start == other.start && self.words() == other.words()
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        write_fast_hash(self.hash, state);
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // `start` orders erased keys after the others, so that `Ord` agrees
+        // with `Eq` in a `Fingerprint` that holds an erased key (possible
+        // only through `Fingerprint::with_call_conv_erased`).
+        (self.start, self.words()).cmp(&(other.start, other.words()))
+    }
+}
+
+/// What the three kinds of key offer, so that one table can hold keys of
+/// any one kind. Sealed: the three types of this module are the only kinds.
+pub trait CanonicalKey: Clone + Eq + Hash + Ord + core::fmt::Debug + sealed::Sealed {
+    /// The key words. Equal words mean interchangeable functions (for the
+    /// kind's notion of interchangeable).
+    fn key(&self) -> &[u32];
+    /// The in-memory hash: keyed with a per-process random seed.
+    fn fast_hash(&self) -> u64;
+}
+
+mod sealed {
+    /// Implemented by the three kinds of key only.
+    pub trait Sealed {}
+    impl Sealed for super::Fingerprint {}
+    impl Sealed for super::Template {}
+    impl Sealed for super::ErasedConvention {}
+}
+
+/// Declares a kind of key: the newtype over [`Key`], its `Eq`, `Hash`, `Ord`
+/// and `Debug`, its accessors, and [`CanonicalKey`].
+macro_rules! key_kind {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Key);
+
+        impl $name {
+            /// The canonical key words.
+            pub fn key(&self) -> &[u32] {
+                self.0.words()
+            }
+
+            /// Number of instructions the walk encoded (reachable, in the
+            /// layout).
+            pub fn instructions(&self) -> u32 {
+                self.0.instructions
+            }
+
+            /// The in-memory hash: keyed with a per-process random seed,
+            /// so it is different in every process. Use `stable_hash` for
+            /// anything that is stored or compared across processes.
+            pub fn fast_hash(&self) -> u64 {
+                self.0.hash
+            }
+
+            /// A 64-bit hash of the key that is the same in every process
+            /// and on every machine for a given version of jitfold and
+            /// Cranelift (XXH3 over the little-endian bytes of the key,
+            /// seeded with [`KEY_FORMAT_VERSION`]).
+            pub fn stable_hash(&self) -> u64 {
+                self.0.stable_hash()
+            }
+        }
+
+        impl CanonicalKey for $name {
+            fn key(&self) -> &[u32] {
+                self.key()
+            }
+
+            fn fast_hash(&self) -> u64 {
+                self.fast_hash()
+            }
+        }
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(
+                    f,
+                    concat!(stringify!($name), "({:016x}, {} words)"),
+                    self.stable_hash(),
+                    self.key().len()
+                )
+            }
+        }
+    };
+}
+
+key_kind! {
+    /// The canonical fingerprint of one function: its exact key and a keyed
+    /// hash of it. Equal fingerprints mean one function can be compiled in
+    /// place of the other (see the [module docs](super)).
+    ///
+    /// Holds no reference to the function it came from; memory use is the
+    /// key (a few words per instruction) plus six words. Cloning it, taking
+    /// its [template](Fingerprint::to_template) and erasing its calling
+    /// convention share the key instead of copying it.
+    Fingerprint
+}
+
+key_kind! {
+    /// The key of a function without the names behind its name slots (see
+    /// the [module docs](super)): functions with equal templates compile to
+    /// the same machine code up to the targets of relocations against those
+    /// names. [`Template::with_names`] gives the names back.
+    Template
+}
+
+key_kind! {
+    /// The exact key of a function with the calling convention of its own
+    /// signature erased: equal for two functions exactly when they are the
+    /// same function except, possibly, for that calling convention (the
+    /// parameter and return types, extensions and purposes still count).
+    ErasedConvention
+}
+
+impl Fingerprint {
+    /// Fingerprints `func` with a fresh [`Fingerprinter`](super::Fingerprinter).
+    /// To fingerprint many functions, keep one `Fingerprinter` and reuse its
+    /// scratch memory.
+    pub fn of(func: &Function) -> Self {
+        super::Fingerprinter::new().fingerprint(func)
+    }
+
+    /// Whether `borrowed` is this fingerprint (the same key, not erased).
+    pub(crate) fn is(&self, borrowed: &BorrowedFingerprint<'_>) -> bool {
+        self.0.hash == borrowed.hashes.hash && self.0.start == 0 && self.key() == borrowed.words
+    }
+
+    /// This function's [`Template`]. Shares the key words.
+    pub fn to_template(&self) -> Template {
+        Template(self.0.template())
+    }
+
+    /// This fingerprint with the calling convention of the function's own
+    /// signature erased. Shares the key words.
+    pub fn erase_call_conv(&self) -> ErasedConvention {
+        ErasedConvention(self.0.erased())
+    }
+
+    /// The template of this fingerprint, as a `Fingerprint`. Transitional:
+    /// to be removed when `src/module`, `cache.rs`, `report.rs` and the
+    /// benches move to [`Fingerprint::to_template`] and [`Template`].
+    pub fn template(&self) -> Fingerprint {
+        Fingerprint(self.0.template())
+    }
+
+    /// [`Fingerprint::erase_call_conv`] as a `Fingerprint` (never equal to
+    /// one whose convention is not erased). Transitional: to be removed
+    /// when `src/module` moves to [`ErasedConvention`].
+    pub fn with_call_conv_erased(&self) -> Fingerprint {
+        Fingerprint(self.0.erased())
+    }
+
+    /// [`Template::with_names`] of a template held as a `Fingerprint` (from
+    /// [`Fingerprint::template`]). Transitional: to be removed when
+    /// `src/module` moves to [`Template`].
+    pub fn with_names(template: &Fingerprint, names: &[SymbolName]) -> Fingerprint {
+        debug_assert_eq!(template.0.len, template.0.template_len, "not a template");
+        Template(template.0.clone()).with_names(names)
+    }
+}
+
+impl Template {
+    /// The exact fingerprint of the function this template was taken from,
+    /// with its names replaced slot for slot by `names` (the same as
+    /// fingerprinting that function after renaming those external names, as
+    /// long as `names` are distinct).
+    pub fn with_names(&self, names: &[SymbolName]) -> Fingerprint {
+        // Only `Fingerprint::with_names`, transitional, can hand this an
+        // erased key.
+        debug_assert_eq!(self.0.start, 0, "calling convention erased");
+        let mut words = self.key().to_vec();
+        walk::encode_names(&mut words, names);
+        let hashes = KeyHashes::of(&words, self.0.template_len);
+        Fingerprint(Key::of_exact(
+            words.into(),
+            self.0.instructions,
+            self.0.template_len,
+            hashes,
+        ))
+    }
+}
+
+/// The in-memory hashes of a key (see [`key_hashes`]).
+#[derive(Clone, Copy, Default)]
+pub(super) struct KeyHashes {
+    hash: u64,
+    template_hash: u64,
+    /// Of the template part after the calling convention.
+    body_hash: u64,
+}
+
+impl KeyHashes {
+    /// The hashes of the exact key `words` whose template part is
+    /// `words[..template_len]`.
+    pub(super) fn of(words: &[u32], template_len: u32) -> Self {
+        let (template, names) = words.split_at(template_len as usize);
+        // The key starts with the calling convention (an empty key, of no
+        // function, has none).
+        let (call_conv, body) = match template.split_first() {
+            Some((call_conv, body)) => (Some(*call_conv), body),
+            None => (None, template),
+        };
+        let body_hash = process_hasher().hash_one(body);
+        let (template_hash, hash) = key_hashes(call_conv, body_hash, names);
+        Self {
+            hash,
+            template_hash,
+            body_hash,
+        }
+    }
+}
+
+/// A [`Fingerprint`] whose key stays in the
+/// [`Fingerprinter`](super::Fingerprinter) that computed it
+/// ([`Walk::key`](super::Walk::key)): the same key and hashes, without the
+/// copy. [`DedupCache::lookup_borrowed`](crate::DedupCache::lookup_borrowed)
+/// takes it, so a cache hit allocates nothing.
+#[derive(Clone, Copy)]
+pub struct BorrowedFingerprint<'a> {
+    words: &'a [u32],
+    instructions: u32,
+    template_len: u32,
+    hashes: KeyHashes,
+}
+
+impl<'a> BorrowedFingerprint<'a> {
+    pub(super) fn new(
+        words: &'a [u32],
+        instructions: u32,
+        template_len: u32,
+        hashes: KeyHashes,
+    ) -> Self {
+        Self {
+            words,
+            instructions,
+            template_len,
+            hashes,
+        }
+    }
+
+    /// The canonical key, as [`Fingerprint::key`].
+    pub fn key(&self) -> &'a [u32] {
+        self.words
+    }
+
+    /// The in-memory hash, as [`Fingerprint::fast_hash`].
+    pub fn fast_hash(&self) -> u64 {
+        self.hashes.hash
+    }
+
+    /// Number of instructions the walk encoded.
+    pub fn instructions(&self) -> u32 {
+        self.instructions
+    }
+
+    /// The owned fingerprint: equal to what
+    /// [`Fingerprinter::fingerprint`](super::Fingerprinter::fingerprint)
+    /// returns for the same function.
+    pub fn to_fingerprint(&self) -> Fingerprint {
+        Fingerprint(Key::of_exact(
+            self.words.into(),
+            self.instructions,
+            self.template_len,
+            self.hashes,
+        ))
+    }
+
+    /// The template, as [`Fingerprint::to_template`] of
+    /// [`BorrowedFingerprint::to_fingerprint`], copying only the template's
+    /// words.
+    pub fn to_template(&self) -> Template {
+        let words: Arc<[u32]> = self.words[..self.template_len as usize].into();
+        Template(Key {
+            len: self.template_len,
+            hash: self.hashes.template_hash,
+            ..Key::of_exact(words, self.instructions, self.template_len, self.hashes)
+        })
+    }
+}
+
+/// The in-memory hashes of a key given as its calling convention (`None`
+/// when erased), the hash of the rest of its template part, and its names:
+/// the template's hash, and the whole key's, which continues from it.
+fn key_hashes(call_conv: Option<u32>, body_hash: u64, names: &[u32]) -> (u64, u64) {
+    let template_hash = process_hasher().hash_one((call_conv, body_hash));
+    (
+        template_hash,
+        process_hasher().hash_one((template_hash, names)),
+    )
+}
+
+/// One hasher per process, randomly seeded once, so every fingerprint of this
+/// process hashes the same way.
+pub(super) fn process_hasher() -> &'static hashbrown::DefaultHashBuilder {
+    static HASHER: OnceLock<hashbrown::DefaultHashBuilder> = OnceLock::new();
+    HASHER.get_or_init(hashbrown::DefaultHashBuilder::default)
+}
+
+/// What `Hash` feeds a hasher for a key whose fast hash is `fast_hash`; a
+/// borrowed key looked up in a table of fingerprints must hash the same way.
+pub(crate) fn write_fast_hash<H: Hasher>(fast_hash: u64, state: &mut H) {
+    state.write_u64(fast_hash);
+}
