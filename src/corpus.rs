@@ -193,7 +193,7 @@ pub enum FileOutcome {
     },
     /// The parser rejected the file.
     ParseError(String),
-    /// The file names a target ISA that Cranelift 0.135.8 cannot build.
+    /// The file names a target ISA that this Cranelift cannot build.
     UnsupportedIsa(String),
     /// The file could not be read.
     ReadError(String),

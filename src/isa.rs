@@ -6,6 +6,7 @@
 //!   Cranelift does not implement (e.g. `i686`), an architecture left out of
 //!   this build, and invalid settings are each a distinct [`IsaError`].
 
+use crate::fingerprint::CRANELIFT_VERSION;
 use core::fmt;
 use core::str::FromStr;
 use cranelift_codegen::isa::{self, LookupError, OwnedTargetIsa};
@@ -30,7 +31,10 @@ impl fmt::Display for IsaError {
         match self {
             IsaError::BadTriple(name, e) => write!(f, "`{name}` is not a target triple: {e}"),
             IsaError::Unsupported(name) => {
-                write!(f, "Cranelift 0.135.8 has no backend for `{name}`")
+                write!(
+                    f,
+                    "Cranelift {CRANELIFT_VERSION} has no backend for `{name}`"
+                )
             }
             IsaError::Disabled(name) => write!(
                 f,
@@ -59,7 +63,7 @@ pub fn flags(settings: &[(&str, &str)]) -> Result<settings::Flags, IsaError> {
 /// on x86-64).
 pub fn jit_flags() -> settings::Flags {
     flags(&[("opt_level", "speed"), ("preserve_frame_pointers", "true")])
-        .expect("both settings exist in Cranelift 0.135.8")
+        .expect("both settings exist in the Cranelift jitfold is built against")
 }
 
 /// The ISA for a triple such as `x86_64`, `aarch64` or

@@ -666,3 +666,17 @@ fn a_walk_is_one_consistent_value() {
         assert_eq!(fp, Fingerprint::of(func));
     }
 }
+
+/// The one Cranelift version string is the version of every Cranelift
+/// crate jitfold is built with.
+#[test]
+fn the_cranelift_version_is_the_one_built_against() {
+    assert_eq!(
+        jitfold::fingerprint::CRANELIFT_VERSION,
+        cranelift_frontend::VERSION
+    );
+    assert_eq!(
+        jitfold::fingerprint::CRANELIFT_VERSION,
+        cranelift_jit::VERSION
+    );
+}

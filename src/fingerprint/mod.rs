@@ -127,6 +127,11 @@ pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint,
 use keys::{KeyHashes, process_hasher};
 pub use walk::{Fingerprinter, Walk};
 
+/// The version of Cranelift that jitfold is built against (Cargo pins every
+/// Cranelift crate to it): the key format and the audit in `walk.rs` are
+/// for this version, and messages that name Cranelift name it from here.
+pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
+
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
 pub const KEY_FORMAT_VERSION: u32 = 3;

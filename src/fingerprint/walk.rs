@@ -14,8 +14,9 @@
 //!
 //! # Which numberings Cranelift's code generation depends on
 //!
-//! Audited in Cranelift 0.135.8's source (paths under `cranelift-codegen`
-//! `src/`). Where code generation reads a table by index or by identity,
+//! Audited in the source of Cranelift
+//! [`CRANELIFT_VERSION`](super::CRANELIFT_VERSION) (paths under
+//! `cranelift-codegen` `src/`). Where code generation reads a table by index or by identity,
 //! the key keeps that; where it reads only content, the key numbers by
 //! first use (or by content), so renumbered twins share a key. Two facts
 //! decide most rows: the mid-end's GVN compares instructions field by

@@ -29,6 +29,7 @@
 //!   parser.
 
 use crate::corpus::{CorpusError, check_entity_numbers, find_clif_files, quiet_catch};
+use crate::fingerprint::CRANELIFT_VERSION;
 use cranelift_codegen::ir::{Function, UserFuncName};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -39,7 +40,7 @@ use std::path::{Path, PathBuf};
 /// Why run lines were not run. Ordered for stable reports.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SkipReason {
-    /// The file does not parse with cranelift-reader 0.135.8 (mostly CLIF
+    /// The file does not parse with this cranelift-reader (mostly CLIF
     /// syntax newer than it).
     FileDoesNotParse,
     /// The target asks for an ISA flag (named) that the host CPU lacks.
@@ -49,7 +50,7 @@ pub enum SkipReason {
     PinnedRegister,
     /// The file's flags cannot be used by a JIT (named).
     NotJittable(String),
-    /// The run line does not parse with cranelift-reader 0.135.8.
+    /// The run line does not parse with this cranelift-reader.
     RunLineDoesNotParse,
     /// The run line names another function than the one it follows.
     RunLineNamesOther,
@@ -60,7 +61,7 @@ pub enum SkipReason {
     /// `%__cranelift_throw`, which throws an exception).
     NeedsRunnerFunction(String),
     /// A function of the file does not compile under plain Cranelift
-    /// 0.135.8 on this host (verifier error, unsupported feature, a call to
+    /// on this host (verifier error, unsupported feature, a call to
     /// a function the file does not define, or a Cranelift panic).
     DoesNotCompile,
 }
@@ -69,13 +70,19 @@ impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SkipReason::FileDoesNotParse => {
-                write!(f, "file does not parse with cranelift-reader 0.135.8")
+                write!(
+                    f,
+                    "file does not parse with cranelift-reader {CRANELIFT_VERSION}"
+                )
             }
             SkipReason::HostLacks(flag) => write!(f, "host CPU lacks ISA flag {flag}"),
             SkipReason::PinnedRegister => write!(f, "file enables the pinned register"),
             SkipReason::NotJittable(what) => write!(f, "flags a JIT cannot use: {what}"),
             SkipReason::RunLineDoesNotParse => {
-                write!(f, "run line does not parse with cranelift-reader 0.135.8")
+                write!(
+                    f,
+                    "run line does not parse with cranelift-reader {CRANELIFT_VERSION}"
+                )
             }
             SkipReason::RunLineNamesOther => {
                 write!(f, "run line names another function than the one it follows")
@@ -85,7 +92,10 @@ impl fmt::Display for SkipReason {
                 write!(f, "calls {name}, a host function of Cranelift's runner")
             }
             SkipReason::DoesNotCompile => {
-                write!(f, "file does not compile with plain Cranelift 0.135.8")
+                write!(
+                    f,
+                    "file does not compile with plain Cranelift {CRANELIFT_VERSION}"
+                )
             }
         }
     }

@@ -1,6 +1,7 @@
 //! `jitfold runtests`: Cranelift's run tests, plain and through jitfold.
 
 use jitfold::DedupOptions;
+use jitfold::fingerprint::CRANELIFT_VERSION;
 use jitfold::runtests::{LineOutcome, ModeResult, Regression, SkipReason, Suite, regressions};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -230,7 +231,7 @@ fn print_tables(
         println!("  {n:>6}  {reason}");
     }
     if !baseline.compile_errors.is_empty() {
-        println!("\nnot compiled under plain Cranelift 0.135.8:");
+        println!("\nnot compiled under plain Cranelift {CRANELIFT_VERSION}:");
         for (u, message) in &baseline.compile_errors {
             let unit = &suite.units[*u];
             println!("  {} [{}]: {message}", unit.file.display(), unit.target);
@@ -238,13 +239,13 @@ fn print_tables(
     }
     let base_failures = failures(suite, baseline);
     if list_failures {
-        println!("\nlines failing under plain Cranelift 0.135.8:");
+        println!("\nlines failing under plain Cranelift {CRANELIFT_VERSION}:");
         for (line, message) in &base_failures {
             println!("  {line}\n      {message}");
         }
     } else if !base_failures.is_empty() {
         println!(
-            "\n{} line(s) fail under plain Cranelift 0.135.8 (--failures lists them)",
+            "\n{} line(s) fail under plain Cranelift {CRANELIFT_VERSION} (--failures lists them)",
             base_failures.len()
         );
     }
