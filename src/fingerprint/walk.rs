@@ -113,8 +113,9 @@ const EMPTY_SLOT: u32 = 1 << 31;
 /// Computes fingerprints, reusing its scratch memory across functions.
 ///
 /// Keeping one `Fingerprinter` per thread and calling
-/// [`Fingerprinter::fingerprint`] for each function avoids allocating the
-/// numbering tables again for every function.
+/// [`Fingerprinter::walk`] (or [`Fingerprinter::fingerprint`]) for each
+/// function avoids allocating the numbering tables again for every
+/// function.
 pub struct Fingerprinter {
     out: Vec<u32>,
     blocks: Numbering<Block>,
@@ -1213,7 +1214,9 @@ pub(super) fn encode_names(out: &mut Vec<u32>, names: &[SymbolName]) {
     out.push(names.len() as u32);
     for name in names {
         match name {
-            SymbolName::User(user) => out.extend([0, user.namespace, user.index]),
+            SymbolName::User(ir::UserExternalName { namespace, index }) => {
+                out.extend([0, *namespace, *index]);
+            }
             SymbolName::TestCase(name) => {
                 out.push(1);
                 encode_bytes(out, name);
