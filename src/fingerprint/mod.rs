@@ -296,7 +296,7 @@ impl KeyHashes {
 
 /// A [`Fingerprint`] whose key stays in the [`Fingerprinter`] that computed
 /// it ([`Fingerprinter::fingerprint_borrowed`]): the same key and hashes,
-/// without the copy. [`DedupCache::lookup_borrowed`](crate::DedupCache::lookup_borrowed)
+/// without the copy. [`DedupCache::get_borrowed`](crate::DedupCache::get_borrowed)
 /// takes it, so a cache hit allocates nothing.
 #[derive(Clone, Copy)]
 pub struct BorrowedFingerprint<'a> {
