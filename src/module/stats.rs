@@ -16,6 +16,7 @@ use std::time::Duration;
 /// `defined == compiled + reused + adapted + aliased + trampolined +
 /// bytes_defined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Functions defined through `define_function` (and `_with_control_plane`).
     pub defined: u64,
