@@ -22,8 +22,9 @@ mod common;
 use common::{corpus_dirs, mean_ns};
 use cranelift_codegen::ir::Function;
 use criterion::Criterion;
+use jitfold::Fingerprinter;
+use jitfold::plan::{ClassFacts, CompiledCache, Policy, Walk};
 use jitfold::refine::{CallGraph, Node, Target, refine};
-use jitfold::{DedupCache, Fingerprinter, Lookup};
 use std::hint::black_box;
 
 const GENERICS: u32 = 1_000;
@@ -106,27 +107,38 @@ fn synthetic(shape: Shape) -> (Vec<u32>, Vec<Vec<Target>>) {
     (templates, slots)
 }
 
-/// Fingerprints every function and sorts them into exact classes, as
-/// exact deduplication does; with `graph`, also adds each exact class as a
-/// node (right after fingerprinting, from the fingerprinter's names, as
-/// batch mode does) and refines at the end. Returns the classes found.
+/// Walks every function and sorts them into exact classes, as the
+/// planner ([`jitfold::plan`]) does: each is a duplicate of a class or
+/// starts one; with `graph`, also adds each new class as a node (right
+/// after walking it, as batch mode does) and refines at the end. Returns
+/// the classes found.
 fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
-    let mut cache = DedupCache::new();
+    let policy = Policy {
+        reuse: false,
+        machine_trampolines: true,
+    };
+    let mut compiled = CompiledCache::<()>::new();
     let mut calls = graph.then(|| CallGraph::with_capacity(funcs.len()));
     for f in funcs {
-        let key = fp.fingerprint(f);
-        let template = calls.as_ref().map(|_| key.template());
-        let lookup = cache.insert(key);
-        if let Some(calls) = &mut calls {
-            if let (Lookup::New(_), Some(template)) = (lookup, &template) {
-                calls.add_node(template, fp.last_names(), fp.last_address_taken());
+        let walk = Walk::of(fp, f);
+        let class = match compiled.plan(&walk.planned(f), policy).duplicate_of {
+            Some(class) => class,
+            None => {
+                if let Some(calls) = &mut calls {
+                    let template = walk.fingerprint.template();
+                    calls.add_node(&template, &walk.names, &walk.address_taken);
+                }
+                let facts = ClassFacts::default();
+                compiled.add_class(walk.fingerprint, facts).class()
             }
-            calls.add_function_with_func_name(&f.name, lookup.class().as_u32());
+        };
+        if let Some(calls) = &mut calls {
+            calls.add_function_with_func_name(&f.name, class.as_u32());
         }
     }
     match calls {
         Some(calls) => calls.refine().classes,
-        None => cache.classes(),
+        None => compiled.exact().classes(),
     }
 }
 

@@ -7,10 +7,11 @@
 //! - `compile_all`: `Context::compile` for each function;
 //! - `cranelift_cache`: `Context::compile_with_cache` with an in-memory
 //!   store that starts empty;
-//! - `jitfold_reuse`: fingerprint each function; an exact duplicate takes
-//!   its class's code, a function whose template was compiled takes a
-//!   retargeted copy ([`MachineCode::retarget`]), anything else is compiled
-//!   (caches start empty).
+//! - `jitfold_reuse`: walk each function and do what jitfold's planner
+//!   ([`jitfold::plan`]) says: an exact duplicate takes its class's code, a
+//!   function whose template was compiled takes a retargeted copy
+//!   ([`MachineCode::retarget`]), anything else is compiled (caches start
+//!   empty).
 //!
 //! Besides criterion's runs of each way over a whole module, the three
 //! ways are timed function by function in rotating order (best of three
@@ -31,7 +32,8 @@ use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{Context, entity::SecondaryMap};
 use criterion::Criterion;
 use jitfold::compile::{MachineCode, compile, with_quiet_panics};
-use jitfold::{ClassId, DedupCache, Fingerprinter, Lookup, SymbolName};
+use jitfold::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
+use jitfold::{ClassId, Fingerprinter, SymbolName};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -84,38 +86,48 @@ impl Way for CraneliftCache {
     }
 }
 
-/// jitfold: exact duplicates take their class's code, functions with a
-/// known template a retargeted copy, the others are compiled.
+/// jitfold, as [the planner](jitfold::plan) decides for a module with
+/// machine-code trampolines: exact duplicates take their class's code,
+/// functions with a known template a retargeted copy, the others are
+/// compiled (an adapter too: its own compilation, which costs more than an
+/// adapter's).
 #[derive(Default)]
 struct JitfoldReuse {
     fp: Fingerprinter,
-    exact: DedupCache,
-    templates: DedupCache,
+    compiled: CompiledCache<(Vec<SymbolName>, MachineCode)>,
     exact_code: SecondaryMap<ClassId, Option<MachineCode>>,
-    template_code: SecondaryMap<ClassId, Option<(Vec<SymbolName>, MachineCode)>>,
 }
+
+const POLICY: Policy = Policy {
+    reuse: true,
+    machine_trampolines: true,
+};
 
 impl Way for JitfoldReuse {
     fn code_for(&mut self, f: &Function, isa: &dyn TargetIsa) -> (usize, bool) {
-        let key = self.fp.fingerprint(f);
-        let template = key.template();
-        let class = match self.exact.insert(key) {
-            Lookup::Duplicate(class) => {
+        let walk = Walk::of(&mut self.fp, f);
+        let plan = self.compiled.plan(&walk.planned(f), POLICY);
+        let (code, copied) = match plan.steps().next().expect("a plan has a step") {
+            Step::Duplicate(class) => {
                 return (self.exact_code[class].as_ref().unwrap().bytes.len(), true);
             }
-            Lookup::New(class) => class,
-        };
-        let (code, copied) = match self.templates.insert(template) {
-            Lookup::Duplicate(t) => {
-                let (names, code) = self.template_code[t].as_ref().unwrap();
-                (code.retarget(names, self.fp.last_names()).unwrap(), true)
+            Step::Reuse(t) => {
+                let (names, code) = self.compiled.template_code(t);
+                (code.retarget(names, &walk.names).unwrap(), true)
             }
-            Lookup::New(t) => {
-                let code = compile(f, isa).unwrap().code;
-                self.template_code[t] = Some((self.fp.last_names().to_vec(), code.clone()));
-                (code, false)
-            }
+            Step::Adapter(_) | Step::Compile => (compile(f, isa).unwrap().code, false),
         };
+        let class = self
+            .compiled
+            .add_class(walk.fingerprint, ClassFacts::default())
+            .class();
+        if let (false, Some(template)) = (copied, plan.keep_template) {
+            self.compiled
+                .keep_template(template, (walk.names, code.clone()));
+        }
+        if let (false, Some(body)) = (copied, plan.keep_body) {
+            self.compiled.keep_body(body, class, f.signature.call_conv);
+        }
         let bytes = code.bytes.len();
         self.exact_code[class] = Some(code);
         (bytes, copied)

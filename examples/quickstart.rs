@@ -11,7 +11,7 @@ use jitfold::DedupModule;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Where you had `JITModule::new(builder)`, change only the type (or
-    // wrap a module you made: `DedupModule::wrap(jit, DedupOptions {..})`).
+    // wrap a module you made: `DedupModule::wrap(jit, DedupOptions::batch())`).
     let mut module = DedupModule::<JITModule>::new(JITBuilder::new(default_libcall_names())?);
 
     let mut sig = module.make_signature();

@@ -13,7 +13,7 @@ use cranelift_codegen::ir::{AbiParam, InstBuilder, Value, condcodes::IntCC, type
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
-use jitfold::{DedupModule, DedupOptions, Mode};
+use jitfold::{DedupModule, DedupOptions};
 use std::collections::HashMap;
 
 const PROGRAM: &str = "
@@ -260,13 +260,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let jit = JITModule::new(JITBuilder::new(default_libcall_names())?);
     // Batch mode: everything is grouped at finalize, so `poly_again` (which
     // calls the twin `plus_three`) merges into `poly` as well.
-    let mut module = DedupModule::wrap(
-        jit,
-        DedupOptions {
-            mode: Mode::Batch,
-            ..Default::default()
-        },
-    );
+    let mut module = DedupModule::wrap(jit, DedupOptions::batch());
     let ids = compile(&mut module, &defs)?;
     module.finalize_definitions()?;
 

@@ -85,8 +85,8 @@ impl DedupCache {
     }
 
     /// Like [`DedupCache::insert`], but a fingerprint already present is
-    /// not counted as a hit (for a caller that counted it with
-    /// [`DedupCache::lookup`] before).
+    /// not counted as a hit (for a caller that counts its outcomes
+    /// elsewhere).
     pub fn get_or_insert(&mut self, fp: Fingerprint) -> Lookup {
         match self.classes.entry(fp) {
             hashbrown::hash_map::Entry::Occupied(e) => Lookup::Duplicate(*e.get()),
@@ -122,23 +122,15 @@ impl DedupCache {
         }
     }
 
-    /// The class of `fp`, if present, counted as a hit. A miss is not
-    /// counted: insert the fingerprint once it is known to be usable (e.g.
-    /// after it compiled).
-    pub fn lookup(&mut self, fp: &Fingerprint) -> Option<ClassId> {
-        let class = *self.classes.get(fp)?;
-        Some(self.count_hit(class))
-    }
-
-    /// [`DedupCache::lookup`] of a fingerprint whose key is borrowed.
-    pub fn lookup_borrowed(&mut self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
-        let class = *self.classes.get(&Probe(fp))?;
-        Some(self.count_hit(class))
-    }
-
-    /// The class of `fp`, if present. Does not count as a hit or a miss.
+    /// The class of `fp`, if present. Does not count as a hit or a miss
+    /// (a lookup writes nothing).
     pub fn get(&self, fp: &Fingerprint) -> Option<ClassId> {
         self.classes.get(fp).copied()
+    }
+
+    /// [`DedupCache::get`] of a fingerprint whose key is borrowed.
+    pub fn get_borrowed(&self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
+        self.classes.get(&Probe(fp)).copied()
     }
 
     /// Number of classes (distinct keys) in the cache.
@@ -209,24 +201,24 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         let mut cache = DedupCache::new();
-        // A lookup miss is not counted; the insert after it is.
-        assert_eq!(cache.lookup(a), None);
+        // A lookup is not counted; the insert after it is.
+        assert_eq!(cache.get(a), None);
         let first = cache.get_or_insert(a.clone());
         assert_eq!(first, Lookup::New(ClassId::from_u32(0)));
         assert_eq!((cache.hits(), cache.misses()), (0, 1));
-        // A hit counts once: when looked up, not again when the caller
-        // records it with `get_or_insert`.
-        assert_eq!(cache.lookup(b), Some(first.class()));
+        // A lookup counts nothing, nor does `get_or_insert` of a
+        // fingerprint present.
+        assert_eq!(cache.get(b), Some(first.class()));
         assert_eq!(
             cache.get_or_insert(b.clone()),
             Lookup::Duplicate(first.class())
         );
-        assert_eq!((cache.hits(), cache.misses()), (1, 1));
-        assert_eq!(cache.members(first.class()), 2);
+        assert_eq!((cache.hits(), cache.misses()), (0, 1));
+        assert_eq!(cache.members(first.class()), 1);
         // `insert` counts both ways.
         assert_eq!(cache.insert(b.clone()), Lookup::Duplicate(first.class()));
         assert_eq!(cache.insert(c.clone()), Lookup::New(ClassId::from_u32(1)));
-        assert_eq!((cache.hits(), cache.misses()), (2, 2));
+        assert_eq!((cache.hits(), cache.misses()), (1, 2));
         assert_eq!(cache.classes(), 2);
         assert_eq!(cache.get(c), Some(ClassId::from_u32(1)));
     }
@@ -240,18 +232,18 @@ mod tests {
         let mut cache = DedupCache::new();
         let a = walk.fingerprint(&funcs[0]);
         let class = cache.insert(a.clone()).class();
-        // The same function again, borrowed: found, counted as a hit.
+        // The same function again, borrowed: found.
         let borrowed = walk.fingerprint_borrowed(&funcs[0]);
         assert_eq!(borrowed.key(), a.key());
         assert_eq!(borrowed.fast_hash(), a.fast_hash());
         assert_eq!(borrowed.to_fingerprint(), a);
-        assert_eq!(cache.lookup_borrowed(&borrowed), Some(class));
+        assert_eq!(cache.get_borrowed(&borrowed), Some(class));
         assert_eq!(walk.last_fingerprint(), a);
-        assert_eq!(cache.hits(), 1);
+        assert_eq!(cache.hits(), 0);
         // Another calling convention: not found; nor is `a` with its
         // convention erased, which shares `a`'s words.
         let b = walk.fingerprint_borrowed(&funcs[1]);
-        assert_eq!(cache.lookup_borrowed(&b), None);
+        assert_eq!(cache.get_borrowed(&b), None);
         let b = b.to_fingerprint();
         assert_ne!(b, a);
         let mut erased = DedupCache::new();
@@ -261,9 +253,9 @@ mod tests {
             Some(ClassId::from_u32(0))
         );
         assert_eq!(
-            erased.lookup_borrowed(&walk.fingerprint_borrowed(&funcs[0])),
+            erased.get_borrowed(&walk.fingerprint_borrowed(&funcs[0])),
             None
         );
-        assert_eq!(cache.hits(), 1);
+        assert_eq!(cache.hits(), 0);
     }
 }

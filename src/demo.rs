@@ -413,19 +413,7 @@ pub fn compare(
         let results = unsafe { run(&workload, lookup) };
         let s = dedup.stats();
         runs.push(Run {
-            label: format!(
-                "jitfold {}{}{}",
-                match opts.mode {
-                    crate::Mode::Eager => "eager",
-                    crate::Mode::Batch => "batch",
-                },
-                if opts.distinct_addresses {
-                    ", distinct"
-                } else {
-                    ""
-                },
-                if opts.reuse { "" } else { ", no reuse" }
-            ),
+            label: format!("jitfold {opts}"),
             functions: workload.functions.len(),
             compiled: s.compiled,
             reused: s.reused,

@@ -25,6 +25,7 @@ pub mod fingerprint;
 pub mod fuzzing;
 pub mod isa;
 pub mod module;
+pub mod plan;
 pub mod refine;
 pub mod report;
 #[cfg(feature = "runtests")]

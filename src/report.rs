@@ -26,9 +26,14 @@
 //!   that fail to compile for the ISA are listed and counted in neither the
 //!   baseline nor the dedup figures. With `--verify`, every later member of a
 //!   class is compared with the class's first member.
-//! - With `--reuse`, `reused` counts the functions that start a new class but
-//!   whose [template](crate::Fingerprint::template) an earlier class has:
-//!   `reused == classes - template classes`. With `--compile`, the dedup
+//! - What becomes of each function is what [the planner](crate::plan)
+//!   decides for a module on an ISA with machine-code trampolines: a
+//!   duplicate, reused code (with `--reuse`), an adapter, or compiled.
+//!   `reused` counts the functions whose plan reuses the code of an earlier
+//!   compiled function with their [template](crate::Fingerprint::template)
+//!   (as in a module, code is kept from compiled functions only, not from
+//!   adapters or reused code). An adapter counts as compiled (its own
+//!   compile time, which overstates an adapter's). With `--compile`, the dedup
 //!   time then counts compiling one function per template plus retargeting
 //!   the code for each reused function, and with `--verify` every reused
 //!   function's own compilation is compared with the retargeted copy.
@@ -39,12 +44,13 @@
 //!   building the graph and refining is measured separately from
 //!   fingerprinting.
 
-use crate::cache::{ClassId, DedupCache, Lookup};
+use crate::cache::{ClassId, DedupCache};
 use crate::compile::{self, MachineCode, Renaming, compile, with_quiet_panics};
 use crate::corpus::{
     CorpusError, FileOutcome, find_clif_files, load_file, qualify_test_case_names,
 };
 use crate::fingerprint::{Fingerprinter, SymbolName};
+use crate::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
 use crate::refine::CallGraph;
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
@@ -398,25 +404,24 @@ struct Partition {
 }
 
 /// Fingerprints, exact classes, templates and the call graph, file by file.
-/// Each kind of work is timed as one span per file, so that reading the
-/// clock does not weigh on small functions.
+/// What becomes of each function (duplicate, reused code, adapter,
+/// compiled) is what [the planner](crate::plan) decides for a module with
+/// machine-code trampolines. Each kind of work is timed as one span per
+/// file, so that reading the clock does not weigh on small functions.
 struct Grouping {
     fingerprinter: Fingerprinter,
-    cache: DedupCache,
-    templates: DedupCache,
+    /// What a module would have compiled so far: exact classes (every
+    /// function is either a duplicate of one or starts one) and templates.
+    compiled: CompiledCache<()>,
     members: SecondaryMap<ClassId, Vec<FunctionName>>,
-    reuse: bool,
+    policy: Policy,
     graph: Option<CallGraph>,
     graph_time: Duration,
     reused: usize,
-    /// Time of the template lookups that reuse needs.
+    /// Time of the planning that reuse needs.
     reuse_time: Duration,
-    // Scratch, per file: fingerprints, then each function's names and
-    // address-taken flags as a range of `names` and `taken`.
-    fingerprints: Vec<crate::Fingerprint>,
-    names: Vec<SymbolName>,
-    taken: Vec<bool>,
-    ranges: Vec<core::ops::Range<usize>>,
+    // Scratch, per file: each function's walk.
+    walks: Vec<Walk>,
 }
 
 impl Grouping {
@@ -424,18 +429,17 @@ impl Grouping {
     fn new(options: &ReportOptions, files: usize) -> Self {
         Self {
             fingerprinter: Fingerprinter::new(),
-            cache: DedupCache::new(),
-            templates: DedupCache::new(),
+            compiled: CompiledCache::new(),
             members: SecondaryMap::new(),
-            reuse: options.reuse,
+            policy: Policy {
+                reuse: options.reuse,
+                machine_trampolines: true,
+            },
             graph: options.merge_calls.then(|| CallGraph::with_capacity(files)),
             graph_time: Duration::ZERO,
             reused: 0,
             reuse_time: Duration::ZERO,
-            fingerprints: Vec::new(),
-            names: Vec::new(),
-            taken: Vec::new(),
-            ranges: Vec::new(),
+            walks: Vec::new(),
         }
     }
 
@@ -445,74 +449,79 @@ impl Grouping {
         valid: Vec<(Function, FunctionName)>,
         compiling: Option<(&mut Compiling, &mut ClassCode)>,
     ) {
-        let keep_names = self.reuse || self.graph.is_some();
-        // 1. Fingerprints, with the names when they are needed.
-        self.fingerprints.clear();
-        self.names.clear();
-        self.taken.clear();
-        self.ranges.clear();
+        // 1. Walks.
+        self.walks.clear();
         let start = Instant::now();
         for (func, _) in &valid {
-            self.fingerprints.push(self.fingerprinter.fingerprint(func));
-            if keep_names {
-                let first = self.names.len();
-                self.names
-                    .extend_from_slice(self.fingerprinter.last_names());
-                self.taken
-                    .extend_from_slice(self.fingerprinter.last_address_taken());
-                self.ranges.push(first..self.names.len());
-            }
+            self.walks.push(Walk::of(&mut self.fingerprinter, func));
         }
         report.fingerprint_time += start.elapsed();
-        // 2. Exact classes; a template for each new class (sharing the key).
-        let mut lookups = Vec::with_capacity(valid.len());
-        for fp in self.fingerprints.drain(..) {
-            report.functions += 1;
-            report.instructions += u64::from(fp.instructions());
-            // Taking the template shares the key; it is kept for new classes.
-            let template = keep_names.then(|| fp.template());
-            let lookup = self.cache.insert(fp);
-            lookups.push((lookup, template.filter(|_| !lookup.is_duplicate())));
-        }
-        // 3. Template classes, for reuse.
+        // 2. Plans, function by function: each function is a duplicate or
+        //    starts a class (a node of the call graph).
+        let mut planned = Vec::with_capacity(valid.len());
         let start = Instant::now();
-        let template_lookups: Vec<Option<Lookup>> = lookups
-            .iter()
-            .map(|(_, template)| {
-                template
-                    .as_ref()
-                    .filter(|_| self.reuse)
-                    .map(|t| self.templates.insert(t.clone()))
-            })
-            .collect();
+        for (walk, (func, _)) in self.walks.iter().zip(&valid) {
+            report.functions += 1;
+            report.instructions += u64::from(walk.fingerprint.instructions());
+            let plan = self.compiled.plan(&walk.planned(func), self.policy);
+            // Nothing declines here: the first step is what happens.
+            let step = plan.steps().next().expect("a plan has a step");
+            let (class, kept_template) = match step {
+                Step::Duplicate(class) => (class, None),
+                Step::Reuse(_) | Step::Adapter(_) | Step::Compile => {
+                    let class = self
+                        .compiled
+                        .add_class(walk.fingerprint.clone(), ClassFacts::default())
+                        .class();
+                    let compiled = step == Step::Compile;
+                    let kept = plan
+                        .keep_template
+                        .filter(|_| compiled)
+                        .and_then(|t| self.compiled.keep_template(t, ()));
+                    if let (Some(body), true) = (plan.keep_body, compiled) {
+                        self.compiled
+                            .keep_body(body, class, func.signature.call_conv);
+                    }
+                    (class, kept)
+                }
+            };
+            if let Step::Reuse(_) = step {
+                self.reused += 1;
+            }
+            planned.push((class, step, kept_template));
+        }
         self.reuse_time += start.elapsed();
-        // 4. The call graph: a node per exact class, every function's name.
+        // 3. The call graph: a node per exact class, every function's name.
         if let Some(graph) = &mut self.graph {
             let start = Instant::now();
-            for (i, ((lookup, template), (func, _))) in lookups.iter_mut().zip(&valid).enumerate() {
-                let class = lookup.class().as_u32();
-                if let Some(template) = template.take() {
-                    let range = self.ranges[i].clone();
-                    let node =
-                        graph.add_node(&template, &self.names[range.clone()], &self.taken[range]);
+            for ((class, step, _), (walk, (func, _))) in
+                planned.iter().zip(self.walks.iter().zip(&valid))
+            {
+                let class = class.as_u32();
+                if !matches!(step, Step::Duplicate(_)) {
+                    let template = walk.fingerprint.template();
+                    let node = graph.add_node(&template, &walk.names, &walk.address_taken);
                     debug_assert_eq!(node, class, "a node per exact class");
                 }
                 graph.add_function_with_func_name(&func.name, class);
             }
             self.graph_time += start.elapsed();
         }
-        // 5. Reuse and compilation, function by function.
+        // 4. Compilation, function by function.
         let mut compiling = compiling;
-        for (i, ((lookup, _), (func, name))) in lookups.into_iter().zip(valid).enumerate() {
-            let reuse = template_lookups[i]
-                .map(|template| (template, self.names[self.ranges[i].clone()].to_vec()));
-            if let Some((Lookup::Duplicate(_), _)) = reuse {
-                self.reused += 1;
-            }
+        for ((class, step, kept_template), (walk, (func, name))) in
+            planned.into_iter().zip(self.walks.iter().zip(valid))
+        {
             if let Some((c, code)) = compiling.as_mut() {
-                c.compile(code, &func, &name, lookup, reuse);
+                let planned = Planned {
+                    class,
+                    step,
+                    kept_template,
+                    names: &walk.names,
+                };
+                c.compile(code, &func, &name, planned);
             }
-            self.members[lookup.class()].push(name);
+            self.members[class].push(name);
         }
     }
 
@@ -520,7 +529,7 @@ impl Grouping {
     /// `report` (whose `reused` is `Some` with `--reuse` and `refine` with
     /// `--merge calls`).
     fn finish(&mut self, report: &mut Report) {
-        let classes = self.cache.classes();
+        let classes = self.compiled.exact().classes();
         report.classes += classes;
         if let Some(reused) = &mut report.reused {
             *reused += self.reused;
@@ -533,13 +542,23 @@ impl Grouping {
             summary.time += self.graph_time + start.elapsed();
         }
         let members = core::mem::take(&mut self.members);
-        report.groups.extend(group_list(&self.cache, members));
+        report
+            .groups
+            .extend(group_list(self.compiled.exact(), members));
     }
 }
 
-/// A function that starts a class, with `--reuse`: its template's lookup and
-/// its names in slot order.
-type Reuse = (Lookup, Vec<SymbolName>);
+/// What the plan of one function made of it, for `--compile`.
+struct Planned<'a> {
+    /// Its exact class.
+    class: ClassId,
+    /// The step taken.
+    step: Step,
+    /// The template class whose code it is to keep, when compiled.
+    kept_template: Option<ClassId>,
+    /// Its names in slot order.
+    names: &'a [SymbolName],
+}
 
 /// The state of `--compile` and `--verify` while files are read.
 struct Compiling<'a> {
@@ -574,8 +593,7 @@ impl Compiling<'_> {
         code: &mut ClassCode,
         func: &Function,
         name: &FunctionName,
-        lookup: Lookup,
-        reuse: Option<Reuse>,
+        planned: Planned<'_>,
     ) {
         let compiled = match compile(func, self.isa) {
             Ok(c) => c,
@@ -591,25 +609,9 @@ impl Compiling<'_> {
         self.summary.functions += 1;
         self.summary.baseline_time += compiled.time;
         self.summary.baseline_code_bytes += bytes;
-        match lookup {
-            Lookup::New(class) => {
-                self.summary.dedup_code_bytes += bytes;
-                match reuse {
-                    None => self.summary.dedup_time += compiled.time,
-                    Some((Lookup::New(template), names)) => {
-                        self.summary.dedup_time += compiled.time;
-                        let kept = self.kept(name, func, &compiled.code);
-                        code.template_code[template] = Some((kept, names));
-                    }
-                    Some((Lookup::Duplicate(template), names)) => {
-                        self.reuse(code, template, name, func, &names, &compiled);
-                    }
-                }
-                if self.verify.is_some() {
-                    code.representatives[class] = Some(self.kept(name, func, &compiled.code));
-                }
-            }
-            Lookup::Duplicate(class) => {
+        let class = planned.class;
+        match planned.step {
+            Step::Duplicate(class) => {
                 let (Some(verify), Some(rep)) = (&mut self.verify, &code.representatives[class])
                 else {
                     return;
@@ -621,7 +623,24 @@ impl Compiling<'_> {
                         .mismatches
                         .push((name.clone(), rep.name.clone(), what));
                 }
+                return;
             }
+            Step::Reuse(template) => {
+                self.summary.dedup_code_bytes += bytes;
+                self.reuse(code, template, name, func, planned.names, &compiled);
+            }
+            // An adapter is counted as compiled: its own compile time.
+            Step::Adapter(_) | Step::Compile => {
+                self.summary.dedup_code_bytes += bytes;
+                self.summary.dedup_time += compiled.time;
+                if let Some(template) = planned.kept_template {
+                    let kept = self.kept(name, func, &compiled.code);
+                    code.template_code[template] = Some((kept, planned.names.to_vec()));
+                }
+            }
+        }
+        if self.verify.is_some() {
+            code.representatives[class] = Some(self.kept(name, func, &compiled.code));
         }
     }
 

@@ -183,11 +183,11 @@ fn all_options() -> Vec<DedupOptions> {
     let mut all = DedupOptions::ALL.to_vec();
     all.push(DedupOptions::default());
     for mode in [Mode::Eager, Mode::Batch] {
-        all.push(DedupOptions {
-            mode,
-            distinct_addresses: false,
-            ..DedupOptions::default()
-        });
+        all.push(
+            DedupOptions::default()
+                .with_mode(mode)
+                .with_distinct_addresses(false),
+        );
     }
     all
 }
@@ -314,10 +314,7 @@ fn twins_comparing_addresses_behave_as_plain_cranelift_by_default() {
     let expected = results(&|id| plain.get_finalized_function(id), &ids);
     assert_eq!(expected, [0, 0, 1, 1, 0, 0, 0]);
     for mode in [Mode::Eager, Mode::Batch] {
-        let options = DedupOptions {
-            mode,
-            ..DedupOptions::default()
-        };
+        let options = DedupOptions::default().with_mode(mode);
         let mut d = DedupModule::wrap(jit(), options);
         let ids = define_all(&mut d);
         d.finalize_definitions().unwrap();
@@ -335,10 +332,7 @@ fn object_symbols_follow_the_same_rule() {
     for distinct_addresses in [true, false] {
         let isa = jitfold::isa::isa_by_name("x86_64", jitfold::isa::flags(&[]).unwrap()).unwrap();
         let builder = ObjectBuilder::new(isa, "addresses", default_libcall_names()).unwrap();
-        let options = DedupOptions {
-            distinct_addresses,
-            ..DedupOptions::default()
-        };
+        let options = DedupOptions::default().with_distinct_addresses(distinct_addresses);
         let mut d = DedupModule::wrap(ObjectModule::new(builder), options);
         let ids = program(&mut d, |_| {});
         let product = d.finish();

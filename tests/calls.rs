@@ -325,12 +325,10 @@ fn eager_mode_joins_classes_when_a_callee_turns_out_to_be_a_duplicate() {
             .flat_map(|&id| [0, 3, 8].map(|n| call1(plain.get_finalized_function(id), n)))
             .collect();
         for distinct_addresses in [false, true] {
-            let options = DedupOptions {
-                mode: Mode::Eager,
-                distinct_addresses,
-                check: true,
-                ..DedupOptions::default()
-            };
+            let options = DedupOptions::default()
+                .with_mode(Mode::Eager)
+                .with_distinct_addresses(distinct_addresses)
+                .with_check(true);
             let mut d = DedupModule::wrap(jit(), options);
             let q = late(&mut d, b_before_g);
             d.finalize_definitions().unwrap();

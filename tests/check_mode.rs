@@ -79,10 +79,7 @@ fn built(
 #[test]
 fn check_mode_lets_real_duplicates_reuse_and_adapters_through() {
     for options in DedupOptions::ALL {
-        let options = DedupOptions {
-            check: true,
-            ..options
-        };
+        let options = options.with_check(true);
         let mut m = dedup(options);
         let conv = m.isa().default_call_conv();
         let [h1, h2, f, twin, other_callee, r0, r1] =
@@ -135,11 +132,7 @@ fn check_mode_catches_a_wrong_cache() {
         .flat_map(|p| [Mode::Eager, Mode::Batch].map(|mode| (p, mode)));
     for (poison, mode) in cases {
         for check in [false, true] {
-            let options = DedupOptions {
-                mode,
-                check,
-                ..DedupOptions::default()
-            };
+            let options = DedupOptions::default().with_mode(mode).with_check(check);
             let mut m = dedup(options);
             let conv = m.isa().default_call_conv();
             let wrong_conv = match poison {
@@ -209,11 +202,7 @@ fn check_mode_lets_twins_in_another_block_layout_through() {
     );
     for mode in [Mode::Eager, Mode::Batch] {
         let builder = JITBuilder::with_isa(isa.clone(), default_libcall_names());
-        let options = DedupOptions {
-            mode,
-            check: true,
-            ..DedupOptions::default()
-        };
+        let options = DedupOptions::default().with_mode(mode).with_check(true);
         let mut m = DedupModule::wrap(JITModule::new(builder), options);
         let ids: Vec<FuncId> = [&func, &other]
             .iter()

@@ -22,10 +22,7 @@ fn jit() -> JITModule {
 fn modules(mut each: impl FnMut(&mut dyn FnMut() -> Box<dyn AnyModule>, &str)) {
     each(&mut || Box::new(jit()), "plain");
     for mode in [Mode::Eager, Mode::Batch] {
-        let options = DedupOptions {
-            mode,
-            ..DedupOptions::default()
-        };
+        let options = DedupOptions::default().with_mode(mode);
         each(
             &mut || Box::new(DedupModule::wrap(jit(), options)),
             &format!("{mode:?}"),
@@ -238,10 +235,7 @@ fn undefined_and_undeclared_ids() {
 #[test]
 fn unfinalized_and_referenced_but_undefined() {
     for mode in [Mode::Eager, Mode::Batch] {
-        let options = DedupOptions {
-            mode,
-            ..DedupOptions::default()
-        };
+        let options = DedupOptions::default().with_mode(mode);
         let mut d = DedupModule::wrap(jit(), options);
         let f = d.declare("f", false);
         let g = d.declare("g", false);
@@ -275,10 +269,7 @@ fn unfinalized_and_referenced_but_undefined() {
 /// Several batch failures are one `BatchDefinitionsFailed` listing each.
 #[test]
 fn several_batch_failures_are_listed() {
-    let options = DedupOptions {
-        mode: Mode::Batch,
-        ..DedupOptions::default()
-    };
+    let options = DedupOptions::batch();
     let mut d = DedupModule::wrap(jit(), options);
     let f = d.declare("f", false);
     let g = d.declare("g", false);

@@ -40,11 +40,11 @@ fn plain() -> JITModule {
 }
 
 fn dedup(mode: Mode, distinct_addresses: bool) -> DedupModule<JITModule> {
-    dedup_with(DedupOptions {
-        mode,
-        distinct_addresses,
-        ..DedupOptions::default()
-    })
+    dedup_with(
+        DedupOptions::default()
+            .with_mode(mode)
+            .with_distinct_addresses(distinct_addresses),
+    )
 }
 
 fn dedup_with(options: DedupOptions) -> DedupModule<JITModule> {

@@ -60,12 +60,10 @@ fn aarch64_duplicates_become_branch_trampolines() {
     for mode in [Mode::Eager, Mode::Batch] {
         let mut m = DedupModule::wrap(
             object_module("aarch64"),
-            DedupOptions {
-                mode,
-                distinct_addresses: false,
-                check: true,
-                ..DedupOptions::default()
-            },
+            DedupOptions::default()
+                .with_mode(mode)
+                .with_distinct_addresses(false)
+                .with_check(true),
         );
         let ids = define_twins(&mut m);
         m.flush().unwrap();
@@ -82,12 +80,11 @@ fn aarch64_duplicates_become_branch_trampolines() {
 fn riscv64(mode: Mode, reuse: bool) -> DedupModule<ObjectModule> {
     DedupModule::wrap(
         object_module("riscv64"),
-        DedupOptions {
-            mode,
-            distinct_addresses: false,
-            reuse,
-            check: true,
-        },
+        DedupOptions::default()
+            .with_mode(mode)
+            .with_distinct_addresses(false)
+            .with_reuse(reuse)
+            .with_check(true),
     )
 }
 

@@ -16,10 +16,7 @@ fn every_name_is_in_the_perf_map_at_its_address() {
     // environment while it is changed.
     unsafe { std::env::set_var("PERF_BUILDID_DIR", "/tmp") };
     for distinct_addresses in [true, false] {
-        let options = DedupOptions {
-            distinct_addresses,
-            ..DedupOptions::default()
-        };
+        let options = DedupOptions::default().with_distinct_addresses(distinct_addresses);
         let mut d = DedupModule::wrap(
             JITModule::new(JITBuilder::new(default_libcall_names()).unwrap()),
             options,

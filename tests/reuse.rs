@@ -205,11 +205,7 @@ fn reuse_works_for_callers_defined_before_their_callees() {
     for mode in [Mode::Eager, Mode::Batch] {
         let mut d = DedupModule::wrap(
             jit(),
-            DedupOptions {
-                mode,
-                check: true,
-                ..DedupOptions::default()
-            },
+            DedupOptions::default().with_mode(mode).with_check(true),
         );
         let mut s = d.make_signature();
         s.params.push(AbiParam::new(I64));

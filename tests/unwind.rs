@@ -174,12 +174,13 @@ fn covered_on(isa: &str) {
         (Mode::Eager, false, true),
         (Mode::Batch, false, false),
     ] {
-        all.push(DedupOptions {
-            mode,
-            distinct_addresses,
-            reuse,
-            check: false,
-        });
+        all.push(
+            DedupOptions::default()
+                .with_mode(mode)
+                .with_distinct_addresses(distinct_addresses)
+                .with_reuse(reuse)
+                .with_check(false),
+        );
     }
     for options in all {
         let mut d = DedupModule::wrap(object_module(isa), options);

@@ -334,7 +334,7 @@ impl KeyHashes {
 /// A [`Fingerprint`] whose key stays in the
 /// [`Fingerprinter`](super::Fingerprinter) that computed it
 /// ([`Walk::key`](super::Walk::key)): the same key and hashes, without the
-/// copy. [`DedupCache::lookup_borrowed`](crate::DedupCache::lookup_borrowed)
+/// copy. [`DedupCache::get_borrowed`](crate::DedupCache::get_borrowed)
 /// takes it, so a cache hit allocates nothing.
 #[derive(Clone, Copy)]
 pub struct BorrowedFingerprint<'a> {

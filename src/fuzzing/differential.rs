@@ -376,14 +376,14 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         oracle.check_merged(
             &merged_pairs(&dedup, &ids),
             options.distinct_addresses,
-            &format!("{options:?}"),
+            &format!("{options}"),
         )?;
         let pointers = ids
             .iter()
             .map(|&id| dedup.try_get_finalized_function(id))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
-        let got = call_all(program, &pointers).map_err(|e| format!("{options:?}: {e}"))?;
+        let got = call_all(program, &pointers).map_err(|e| format!("{options}: {e}"))?;
         if got != expected {
             let at = first_difference(&got, &expected);
             let (f, input) = (

@@ -66,11 +66,10 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Notes the functions whose addresses the function fingerprinted last
+    /// Notes the functions whose addresses the function walked as `walk`
     /// uses as data.
-    pub(super) fn note_addresses_taken_by_last(&mut self) {
-        let walk = &self.fingerprinter;
-        for (name, &taken) in walk.last_names().iter().zip(walk.last_address_taken()) {
+    pub(super) fn note_addresses_taken(&mut self, walk: &crate::plan::Walk) {
+        for (name, &taken) in walk.names.iter().zip(&walk.address_taken) {
             if let (true, crate::fingerprint::SymbolName::User(u)) = (taken, name)
                 && u.namespace == 0
             {

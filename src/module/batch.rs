@@ -133,8 +133,8 @@ impl<M: Module> DedupModule<M> {
                 failures.push((*id, e));
             } else if root_defined {
                 match self.define_trampoline(*id, root) {
-                    Ok(true) => {}
-                    Ok(false) => unreachable!("duplicates are planned only with trampolines"),
+                    Ok(Some(outcome)) => self.stats.count(&outcome),
+                    Ok(None) => unreachable!("duplicates are planned only with trampolines"),
                     Err(e) => failures.push((*id, e)),
                 }
             } else {
@@ -225,23 +225,19 @@ impl<M: Module> DedupModule<M> {
             }
             self.canonicalize_references(func);
             let isa = self.inner.isa();
-            let fp = match verify::fingerprint_checked(&mut self.fingerprinter, func, isa) {
-                Ok(fp) => fp.to_fingerprint(),
+            let walk = match verify::walk_checked(&mut self.fingerprinter, func, isa) {
+                Ok(walk) => walk,
                 Err(e) => {
                     self.fail(*id, e, failures);
                     node_of.push(None);
                     continue;
                 }
             };
-            let node = match exact.get(&fp) {
+            let node = match exact.get(&walk.fingerprint) {
                 Some(class) => class.as_u32(),
                 None => {
-                    let node = graph.add_node(
-                        &fp,
-                        self.fingerprinter.last_names(),
-                        self.fingerprinter.last_address_taken(),
-                    );
-                    exact.insert(fp);
+                    let node = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
+                    exact.insert(walk.fingerprint);
                     node
                 }
             };
@@ -302,19 +298,15 @@ impl<M: Module> DedupModule<M> {
                 }
                 self.canonicalize_references(&mut pending[i].1);
                 let isa = self.inner.isa();
-                let fp = match verify::fingerprint_checked(
-                    &mut self.fingerprinter,
-                    &pending[i].1,
-                    isa,
-                ) {
-                    Ok(fp) => fp.to_fingerprint(),
+                let fp = match verify::walk_checked(&mut self.fingerprinter, &pending[i].1, isa) {
+                    Ok(walk) => walk.fingerprint,
                     Err(e) => {
                         self.fail(id, e, failures);
                         continue;
                     }
                 };
-                let canonical = if let Some(class) = self.cache.get(&fp) {
-                    self.classes[class].canonical
+                let canonical = if let Some(class) = self.compiled.class_of(&fp) {
+                    self.canonical_of(class)
                 } else if let Some(&(j, first_verified)) = first_of.get(&fp) {
                     if !first_verified {
                         if let Err(e) = self.verify_uncompiled(&pending[j].1) {

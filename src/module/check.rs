@@ -243,21 +243,23 @@ impl<M: Module> DedupModule<M> {
         };
         let mut func = func.clone();
         self.canonicalize_references(&mut func);
-        let fp = self.fingerprinter.fingerprint(&func);
+        let fp = crate::plan::Walk::of(&mut self.fingerprinter, &func).fingerprint;
         match what {
             Poison::Exact => {
-                self.cache.insert_alias(fp, class);
+                self.compiled.add_alias(fp, class);
             }
             Poison::Template => {
-                let template = self.code_templates.iter().position(|t| t.source == target);
+                let codes = self.compiled.template_codes();
+                let template = codes.iter().position(|t| t.source == target);
                 if let Some(template) = template {
                     let class = ClassId::from_u32(template as u32);
-                    self.templates.insert_alias(fp.template(), class);
+                    self.compiled.alias_template(fp.template(), class);
                 }
             }
             Poison::Body => {
-                self.adaptable_bodies
-                    .insert(fp.with_call_conv_erased(), target);
+                let call_conv = self.call_conv(target);
+                self.compiled
+                    .replace_body(fp.with_call_conv_erased(), class, call_conv);
             }
         }
     }

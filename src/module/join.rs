@@ -120,9 +120,9 @@ impl<M: Module> DedupModule<M> {
                 let mut renamed = names.names.clone();
                 renamed[slot] = new_name.clone();
                 let key = Fingerprint::with_names(&names.template, &renamed);
-                match self.cache.get(&key) {
+                match self.compiled.class_of(&key) {
                     None => {
-                        self.cache.insert_alias(key, class);
+                        self.compiled.add_alias(key, class);
                         if let Some(names) = &mut self.joins.names[class] {
                             names.names = renamed;
                         }
@@ -130,8 +130,8 @@ impl<M: Module> DedupModule<M> {
                         self.stats.joined += 1;
                     }
                     Some(other) if other != class => {
-                        let this = self.classes[class].canonical;
-                        let that = self.classes[other].canonical;
+                        let this = self.canonical_of(class);
+                        let that = self.canonical_of(other);
                         let that = self.joins.call_target(that).unwrap_or(that);
                         if this != that && !self.joins.call_alias.contains_key(&this) {
                             log::debug!(

@@ -115,8 +115,9 @@ mod verify;
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::plan::{ClassFacts, CompiledCache, Outcome, Plan, Policy, Step, Walk};
 use cranelift_codegen::control::ControlPlane;
-use cranelift_codegen::entity::{EntityRef, PrimaryMap, SecondaryMap};
+use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{Context, isa};
 use cranelift_module::{
@@ -153,26 +154,15 @@ enum State {
     Bytes,
 }
 
-/// The compiled function of a class.
-struct ClassInfo {
-    canonical: FuncId,
-    code_bytes: u64,
-    compile_time: Duration,
-}
-
 /// A `Module` that compiles each distinct function once; see the
 /// [module docs](self).
 pub struct DedupModule<M: Module> {
     inner: M,
     options: DedupOptions,
-    cache: DedupCache,
-    /// Templates of compiled functions whose code can be reused, numbered
-    /// like `code_templates`.
-    templates: DedupCache,
-    code_templates: Vec<CodeTemplate>,
-    /// Compiled adaptable functions by fingerprint with the calling
-    /// convention erased.
-    adaptable_bodies: HashMap<Fingerprint, FuncId>,
+    /// What was compiled, as any module could use it (see [`crate::plan`]).
+    compiled: CompiledCache<CodeTemplate>,
+    /// The function that started each class in this module.
+    class_canonical: SecondaryMap<ClassId, Option<FuncId>>,
     fingerprinter: Fingerprinter,
     /// Whether the ISA has a machine-code trampoline (see [`trampoline`]),
     /// which every duplicate then gets.
@@ -182,7 +172,6 @@ pub struct DedupModule<M: Module> {
     declared_functions: usize,
     /// Number of data ids declared in the inner module.
     declared_data: usize,
-    classes: PrimaryMap<ClassId, ClassInfo>,
     /// Late merges of eager mode (see `join.rs`).
     joins: Joins,
     pending: Vec<(FuncId, Function)>,
@@ -234,16 +223,13 @@ impl<M: Module> DedupModule<M> {
         Self {
             inner,
             options,
-            cache: DedupCache::new(),
-            templates: DedupCache::new(),
-            code_templates: Vec::new(),
-            adaptable_bodies: HashMap::new(),
+            compiled: CompiledCache::new(),
+            class_canonical: SecondaryMap::new(),
             fingerprinter: Fingerprinter::new(),
             machine_trampolines,
             functions: SecondaryMap::new(),
             declared_functions,
             declared_data,
-            classes: PrimaryMap::new(),
             joins: Joins::default(),
             pending: Vec::new(),
             pending_control: HashMap::new(),
@@ -292,9 +278,11 @@ impl<M: Module> DedupModule<M> {
         &self.stats
     }
 
-    /// The cache of fingerprints of compiled functions.
+    /// The cache of fingerprints of compiled functions. (Its hit count
+    /// stays 0: looking up does not write; duplicates are counted in
+    /// [`Stats`].)
     pub fn cache(&self) -> &DedupCache {
-        &self.cache
+        self.compiled.exact()
     }
 
     /// The function whose code `id` runs: `id` itself unless it is a
@@ -410,80 +398,95 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Defines `id` now: as a duplicate if its fingerprint is known, from
-    /// reused code if its template is, else by compiling it in the inner
-    /// module.
+    /// What the planner may do in this module.
+    fn policy(&self) -> Policy {
+        Policy {
+            reuse: self.options.reuse,
+            machine_trampolines: self.machine_trampolines,
+        }
+    }
+
+    /// The function that started `class` in this module.
+    fn canonical_of(&self, class: ClassId) -> FuncId {
+        self.class_canonical[class].expect("every class has its first function")
+    }
+
+    /// The facts of the class `id` was compiled (or reused) as, if any.
+    fn facts_of(&self, id: FuncId) -> Option<ClassFacts> {
+        match self.functions[id] {
+            State::Compiled(class) => Some(self.compiled.facts(class)),
+            State::Undefined | State::Pending | State::Duplicate { .. } | State::Bytes => None,
+        }
+    }
+
+    /// Defines `id` now, as [the planner](crate::plan) says: the first
+    /// step of its plan that works (a duplicate, reused code, an adapter,
+    /// or compiling it in the inner module). Counts the outcome.
     fn define_now(
         &mut self,
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
-        // Looked up with the key where the walk left it: a duplicate
-        // copies nothing.
-        let class = {
-            let walked =
-                verify::fingerprint_checked(&mut self.fingerprinter, &ctx.func, self.inner.isa())?;
-            self.cache.lookup_borrowed(&walked)
-        };
+        let walk = verify::walk_checked(&mut self.fingerprinter, &ctx.func, self.inner.isa())?;
         // Whatever `id` becomes, its code has these addresses in it (a
         // duplicate's are its canonical function's, the same names).
-        self.note_addresses_taken_by_last();
+        self.note_addresses_taken(&walk);
+        let plan = self.compiled.plan(&walk.planned(&ctx.func), self.policy());
         // Whatever is defined without compiling it is verified first, once.
         let mut verified = false;
-        if let Some(class) = class {
-            let canonical = self.classes[class].canonical;
-            self.verify_once(&ctx.func, &mut verified)?;
-            if self.options.check {
-                self.check_duplicate(id, &ctx.func, canonical)?;
-            }
-            if self.define_trampoline(id, canonical)? {
+        for step in plan.steps() {
+            let outcome = match step {
+                Step::Duplicate(class) => {
+                    self.define_duplicate(id, &ctx.func, class, &mut verified)?
+                }
+                Step::Reuse(template) => {
+                    self.define_reused(id, &walk, template, &ctx.func, &mut verified)?
+                }
+                Step::Adapter(class) => {
+                    self.define_adapter(id, &walk, class, &ctx.func, &mut verified)?
+                }
+                Step::Compile => break,
+            };
+            if let Some(outcome) = outcome {
+                self.stats.count(&outcome);
                 return Ok(());
             }
         }
-        let fp = self.fingerprinter.last_fingerprint();
-        let class_names = ClassNames::of(
-            &fp,
-            self.fingerprinter.last_names(),
-            self.fingerprinter.last_address_taken(),
-        );
-        // Code is reused for a function with the same template but other
-        // names, or for an exact duplicate that gets no machine-code
-        // trampoline. A function without names has no other names, so with
-        // machine-code trampolines its code is never reused: neither looked
-        // up nor kept.
-        let reusable = self.options.reuse
-            && (!self.fingerprinter.last_names().is_empty() || !self.machine_trampolines);
-        let template = reusable.then(|| fp.template());
-        if let Some(template) = &template
-            && self.define_reused(
-                id,
-                &fp,
-                template,
-                class_names.clone(),
-                &ctx.func,
-                &mut verified,
-            )?
-        {
-            return Ok(());
+        let outcome = self.compile(id, ctx, ctrl_plane, &walk, plan)?;
+        self.stats.count(&outcome);
+        Ok(())
+    }
+
+    /// Defines `id` as a duplicate of the compiled function of `class`
+    /// (verified and, in check mode, checked first). `None` when the ISA
+    /// has no trampoline for it.
+    fn define_duplicate(
+        &mut self,
+        id: FuncId,
+        func: &Function,
+        class: ClassId,
+        verified: &mut bool,
+    ) -> ModuleResult<Option<Outcome>> {
+        let canonical = self.canonical_of(class);
+        self.verify_once(func, verified)?;
+        if self.options.check {
+            self.check_duplicate(id, func, canonical)?;
         }
-        // Computed once: looked up now, recorded if `id` gets compiled.
-        let observes_frame = self.fingerprinter.last_observes_own_frame();
-        let body_key = adapter::adaptable(&ctx.func, fp.instructions(), observes_frame)
-            .then(|| fp.with_call_conv_erased());
-        if let Some(body_key) = &body_key
-            && self.define_adapter(
-                id,
-                &fp,
-                body_key,
-                class_names.clone(),
-                &ctx.func,
-                &mut verified,
-            )?
-        {
-            return Ok(());
-        }
-        let names = reusable.then(|| self.fingerprinter.last_names().to_vec());
+        self.define_trampoline(id, canonical)
+    }
+
+    /// Compiles `id` in the inner module (the plan's last step), keeping
+    /// what the plan says to keep for later functions.
+    fn compile(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+        walk: &Walk,
+        plan: Plan,
+    ) -> ModuleResult<Outcome> {
+        let class_names = ClassNames::of(&walk.fingerprint, &walk.names, &walk.address_taken);
         // Compiling rewrites `ctx.func`; the check lays out the original.
         let original = self.options.check.then(|| ctx.func.clone());
         let start = Instant::now();
@@ -492,60 +495,57 @@ impl<M: Module> DedupModule<M> {
             inner.define_function_with_control_plane(id, ctx, ctrl_plane)
         }))
         .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
-        let compile_time = start.elapsed();
+        let time = start.elapsed();
         result?;
         let code_bytes = ctx
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         self.note_references(ctx);
-        if let Some(body_key) = body_key {
-            self.adaptable_bodies.entry(body_key).or_insert(id);
-        }
-        if let (Some(template), Some(names)) = (template, names)
-            && self.templates.get(&template).is_none()
-            && let Some(code) =
-                CodeTemplate::capture(id, ctx, &names, compile_time, self.inner.isa())
+        let mut kept_bytes = None;
+        if let Some(template) = plan.keep_template
+            && let Some(code) = CodeTemplate::capture(id, ctx, &walk.names, time, self.inner.isa())
         {
-            self.stats.reuse_memory_bytes += code.heap_bytes() as u64;
-            self.templates.insert(template);
-            self.code_templates.push(code);
+            kept_bytes = Some(code.heap_bytes() as u64);
+            self.compiled.keep_template(template, code);
         }
         log::debug!(
-            "{} ({id}): compiled, {code_bytes} bytes in {compile_time:?}",
+            "{} ({id}): compiled, {code_bytes} bytes in {time:?}",
             self.function_name(id)
         );
         self.code_size[id] = code_bytes as u32;
-        self.stats.compiled += 1;
-        self.stats.code_bytes += code_bytes;
-        self.stats.code_bytes_without_dedup += code_bytes;
-        self.stats.compile_time += compile_time;
-        self.start_class(id, fp, class_names, code_bytes, compile_time);
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: time,
+        };
+        let class = self.start_class(id, walk.fingerprint.clone(), class_names, facts);
+        if let Some(body) = plan.keep_body {
+            let call_conv = self.call_conv(id);
+            self.compiled.keep_body(body, class, call_conv);
+        }
         if let Some(original) = original {
             self.keep_reference_code(id, &original, crate::compile::MachineCode::of(ctx));
         }
-        Ok(())
+        Ok(Outcome::Compiled {
+            code_bytes,
+            time,
+            kept_bytes,
+        })
     }
 
     /// Records `id`, just defined with fingerprint `fp` (and `names`, for
     /// late merges), as the first of its class (unless the class exists
-    /// already, when the ISA has no trampolines).
+    /// already, when the ISA has no trampolines). Returns the class.
     fn start_class(
         &mut self,
         id: FuncId,
         fp: Fingerprint,
         names: Option<ClassNames>,
-        code_bytes: u64,
-        time: Duration,
-    ) {
-        let class = match self.cache.get_or_insert(fp) {
+        facts: ClassFacts,
+    ) -> ClassId {
+        let class = match self.compiled.add_class(fp, facts) {
             Lookup::Duplicate(class) => class,
             Lookup::New(class) => {
-                let pushed = self.classes.push(ClassInfo {
-                    canonical: id,
-                    code_bytes,
-                    compile_time: time,
-                });
-                debug_assert_eq!(class, pushed, "classes are numbered like the cache's");
+                self.class_canonical[class] = Some(id);
                 if let Some(names) = names {
                     self.joins.record(class, names);
                 }
@@ -554,27 +554,24 @@ impl<M: Module> DedupModule<M> {
         };
         self.functions[id] = State::Compiled(class);
         self.unfinalized.push(id);
+        class
     }
 
-    /// Defines `id` (fingerprint `fp`) from the code of a compiled function
-    /// with the same template, if there is one and it can be retargeted to
-    /// the names of the function fingerprinted last. Returns whether it did.
+    /// Defines `id` (walked as `walk`) from the code kept for template
+    /// class `template`, if it can be retargeted to `id`'s names; `None`
+    /// otherwise.
     fn define_reused(
         &mut self,
         id: FuncId,
-        fp: &Fingerprint,
-        template: &Fingerprint,
-        names: Option<ClassNames>,
+        walk: &Walk,
+        template: ClassId,
         func: &Function,
         verified: &mut bool,
-    ) -> ModuleResult<bool> {
-        let Some(class) = self.templates.get(template) else {
-            return Ok(false);
-        };
-        let code = &self.code_templates[class.index()];
-        let own_names = self.fingerprinter.last_names();
+    ) -> ModuleResult<Option<Outcome>> {
+        let code = self.compiled.template_code(template);
+        let own_names = &walk.names;
         let Some(relocs) = code.instantiate(id, own_names) else {
-            return Ok(false);
+            return Ok(None);
         };
         self.verify_once(func, verified)?;
         let own = if self.options.check {
@@ -591,9 +588,8 @@ impl<M: Module> DedupModule<M> {
         let source = code.source;
         if code.unwind.is_some() {
             self.frames
-                .push((id, unwind::Frame::Template(class.index())));
+                .push((id, unwind::Frame::Template(template.index())));
         }
-        self.templates.lookup(template);
         for reloc in &relocs {
             self.note_reference(&reloc.name);
         }
@@ -605,35 +601,28 @@ impl<M: Module> DedupModule<M> {
             relocs.len()
         );
         self.code_size[id] = code_bytes as u32;
-        self.stats.reused += 1;
-        self.stats.code_bytes += code_bytes;
-        self.stats.code_bytes_without_dedup += code_bytes;
-        self.stats.compile_time_saved += saved;
-        self.start_class(id, fp.clone(), names, code_bytes, saved);
+        let names = ClassNames::of(&walk.fingerprint, &walk.names, &walk.address_taken);
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: saved,
+        };
+        self.start_class(id, walk.fingerprint.clone(), names, facts);
         self.keep_reference_code(id, func, own);
-        Ok(true)
+        Ok(Some(Outcome::Reused { code_bytes, saved }))
     }
 
-    /// Defines `id` (fingerprint `fp`, adaptable, `body_key` its
-    /// fingerprint with the calling convention erased) as an [`adapter`] to
-    /// a compiled function that differs from it only in its calling
-    /// convention, if there is one. Returns whether it did.
+    /// Defines `id` (walked as `walk`) as an [`adapter`] to the compiled
+    /// function of `class`, which differs from it only in its calling
+    /// convention.
     fn define_adapter(
         &mut self,
         id: FuncId,
-        fp: &Fingerprint,
-        body_key: &Fingerprint,
-        names: Option<ClassNames>,
+        walk: &Walk,
+        class: ClassId,
         func: &Function,
         verified: &mut bool,
-    ) -> ModuleResult<bool> {
-        let Some(&target) = self.adaptable_bodies.get(body_key) else {
-            return Ok(false);
-        };
-        if self.call_conv(id) == self.call_conv(target) {
-            // Then the fingerprints are equal: a duplicate, not an adapter.
-            return Ok(false);
-        }
+    ) -> ModuleResult<Option<Outcome>> {
+        let target = self.canonical_of(class);
         self.verify_once(func, verified)?;
         let own = if self.options.check {
             Some(self.check_adapter(id, func, target)?)
@@ -648,16 +637,19 @@ impl<M: Module> DedupModule<M> {
             self.function_name(target)
         );
         self.code_size[id] = code_bytes as u32;
-        self.stats.adapted += 1;
-        self.stats.code_bytes += code_bytes;
-        if let State::Compiled(class) = self.functions[target] {
-            let info = &self.classes[class];
-            self.stats.code_bytes_without_dedup += info.code_bytes;
-            self.stats.compile_time_saved += info.compile_time.saturating_sub(time);
-        }
-        self.start_class(id, fp.clone(), names, code_bytes, time);
+        let target_facts = self.facts_of(target);
+        let names = ClassNames::of(&walk.fingerprint, &walk.names, &walk.address_taken);
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: time,
+        };
+        self.start_class(id, walk.fingerprint.clone(), names, facts);
         self.keep_reference_code(id, func, own);
-        Ok(true)
+        Ok(Some(Outcome::Adapted {
+            code_bytes,
+            time,
+            target: target_facts,
+        }))
     }
 
     /// The calling convention `id` was declared with.
@@ -671,7 +663,7 @@ impl<M: Module> DedupModule<M> {
 
     /// Defines `id` in the inner module as an [`adapter`] (with `id`'s
     /// declared signature) calling `target`. Returns the result, the
-    /// compile time (also added to the stats) and the code size.
+    /// compile time and the code size.
     fn compile_adapter(&mut self, id: FuncId, target: FuncId) -> (ModuleResult<()>, Duration, u64) {
         let decls = self.inner.declarations();
         let own = decls.get_function_decl(id).signature.clone();
@@ -686,7 +678,6 @@ impl<M: Module> DedupModule<M> {
         let result = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
             .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
         let time = start.elapsed();
-        self.stats.compile_time += time;
         let code_bytes = ctx
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
@@ -696,26 +687,31 @@ impl<M: Module> DedupModule<M> {
         (result, time, code_bytes)
     }
 
-    /// Defines `id` as a trampoline to `canonical`. Returns `false` (and
+    /// Defines `id` as a trampoline to `canonical`. Returns `None` (and
     /// defines nothing) when the ISA has no trampoline form.
-    fn define_trampoline(&mut self, id: FuncId, canonical: FuncId) -> ModuleResult<bool> {
-        let trampoline_bytes = match trampoline::trampoline_to(self.inner.isa(), canonical) {
-            Some(t) => {
-                self.inner.define_function_bytes(
-                    id,
-                    t.alignment,
-                    &t.bytes,
-                    std::slice::from_ref(&t.reloc),
-                )?;
-                self.frames
-                    .push((id, unwind::Frame::Entry(t.bytes.len() as u32)));
-                t.bytes.len() as u64
-            }
-            None => match self.define_tail_trampoline(id, canonical) {
-                Some(bytes) => bytes,
-                None => return Ok(false),
-            },
-        };
+    fn define_trampoline(
+        &mut self,
+        id: FuncId,
+        canonical: FuncId,
+    ) -> ModuleResult<Option<Outcome>> {
+        let (trampoline_bytes, trampoline_time) =
+            match trampoline::trampoline_to(self.inner.isa(), canonical) {
+                Some(t) => {
+                    self.inner.define_function_bytes(
+                        id,
+                        t.alignment,
+                        &t.bytes,
+                        std::slice::from_ref(&t.reloc),
+                    )?;
+                    self.frames
+                        .push((id, unwind::Frame::Entry(t.bytes.len() as u32)));
+                    (t.bytes.len() as u64, Duration::ZERO)
+                }
+                None => match self.define_tail_trampoline(id, canonical) {
+                    Some(compiled) => compiled,
+                    None => return Ok(None),
+                },
+            };
         self.functions[id] = State::Duplicate { canonical };
         self.code_size[id] = trampoline_bytes as u32;
         self.unfinalized.push(id);
@@ -732,36 +728,30 @@ impl<M: Module> DedupModule<M> {
                 "keeps its own address"
             }
         );
-        if shares {
-            self.stats.aliased += 1;
-        } else {
-            self.stats.trampolined += 1;
-        }
-        self.stats.trampoline_bytes += trampoline_bytes;
-        if let State::Compiled(class) = self.functions[canonical] {
-            let info = &self.classes[class];
-            self.stats.code_bytes_without_dedup += info.code_bytes;
-            self.stats.compile_time_saved += info.compile_time;
-        }
-        Ok(true)
+        Ok(Some(Outcome::Duplicate {
+            shares_address: shares,
+            trampoline_bytes,
+            trampoline_time,
+            of: self.facts_of(canonical),
+        }))
     }
 
     /// On an ISA without a machine-code trampoline, defines `id` as a CLIF
     /// `return_call` to `canonical` when both use the `tail` convention
     /// (the callee then returns straight to the caller, as after a jump).
-    /// Returns the code size, or `None` (and defines nothing) when the
-    /// conventions are not both `tail` or the ISA cannot compile it.
-    fn define_tail_trampoline(&mut self, id: FuncId, canonical: FuncId) -> Option<u64> {
+    /// Returns the code size and compile time, or `None` (and defines
+    /// nothing) when the conventions are not both `tail` or the ISA cannot
+    /// compile it.
+    fn define_tail_trampoline(&mut self, id: FuncId, canonical: FuncId) -> Option<(u64, Duration)> {
         let tail = isa::CallConv::Tail;
         if self.call_conv(id) != tail || self.call_conv(canonical) != tail {
             return None;
         }
         match self.compile_adapter(id, canonical) {
-            (Ok(()), _, code_bytes) => Some(code_bytes),
+            (Ok(()), time, code_bytes) => Some((code_bytes, time)),
             (Err(_), _, _) => None,
         }
     }
-
     /// Checks that every local function and data object referenced by a
     /// definition is defined (the JIT would panic while relocating otherwise).
     fn check_references_defined(&self) -> ModuleResult<()> {

@@ -81,7 +81,7 @@ impl DedupModule<ObjectModule> {
             .copied()
             .collect();
         let target = unwind::Target::of(self.inner.isa());
-        let templates = std::mem::take(&mut self.code_templates);
+        let templates = self.compiled.take_template_codes();
         let mut product = self.inner.finish();
         for (duplicate, canonical) in aliases {
             let (Some((dup_symbol, _)), Some((canonical_symbol, _))) =

@@ -17,7 +17,14 @@ pub enum Mode {
 
 /// Options of a [`DedupModule`]. The default is eager, an address of its
 /// own for every function id, reuse on, check mode off.
-#[derive(Clone, Copy, Debug)]
+///
+/// More options will come, so the struct cannot be written out in full
+/// outside this crate: start from [`DedupOptions::eager`] (the default) or
+/// [`DedupOptions::batch`] and change what differs with the `with_`
+/// methods. Its [`Display`](core::fmt::Display) is the one name of a set of
+/// options (`eager`, `batch, distinct, no reuse, check`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DedupOptions {
     /// When functions are compiled.
     pub mode: Mode,
@@ -52,6 +59,42 @@ pub struct DedupOptions {
 
 impl Default for DedupOptions {
     fn default() -> Self {
+        Self::eager()
+    }
+}
+
+impl core::fmt::Display for DedupOptions {
+    /// The mode (`eager` or `batch`), then what differs from sharing
+    /// addresses without reuse or checks: `, distinct`, `, no reuse`,
+    /// `, check`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let Self {
+            mode,
+            distinct_addresses,
+            reuse,
+            check,
+        } = *self;
+        f.write_str(match mode {
+            Mode::Eager => "eager",
+            Mode::Batch => "batch",
+        })?;
+        for (on, what) in [
+            (distinct_addresses, ", distinct"),
+            (!reuse, ", no reuse"),
+            (check, ", check"),
+        ] {
+            if on {
+                f.write_str(what)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DedupOptions {
+    /// The default options: eager, distinct addresses, reuse on, check
+    /// mode off.
+    pub const fn eager() -> Self {
         Self {
             mode: Mode::Eager,
             distinct_addresses: true,
@@ -59,9 +102,35 @@ impl Default for DedupOptions {
             check: false,
         }
     }
-}
 
-impl DedupOptions {
+    /// The default options in batch mode.
+    pub const fn batch() -> Self {
+        Self::eager().with_mode(Mode::Batch)
+    }
+
+    /// These options in `mode`.
+    pub const fn with_mode(self, mode: Mode) -> Self {
+        Self { mode, ..self }
+    }
+
+    /// These options with [`DedupOptions::distinct_addresses`] set.
+    pub const fn with_distinct_addresses(self, distinct_addresses: bool) -> Self {
+        Self {
+            distinct_addresses,
+            ..self
+        }
+    }
+
+    /// These options with [`DedupOptions::reuse`] set.
+    pub const fn with_reuse(self, reuse: bool) -> Self {
+        Self { reuse, ..self }
+    }
+
+    /// These options with [`DedupOptions::check`] set.
+    pub const fn with_check(self, check: bool) -> Self {
+        Self { check, ..self }
+    }
+
     /// Every combination of mode and address identity with reuse on, and
     /// each mode with reuse off: for tests and comparisons that must cover
     /// every option. [Check mode](DedupOptions::check) is on in the four

@@ -1,5 +1,6 @@
 //! What a [`DedupModule`](super::DedupModule) did, counted as it happens.
 
+use crate::plan::Outcome;
 use core::fmt;
 use core::ops::AddAssign;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use std::time::Duration;
 /// `defined == compiled + reused + adapted + aliased + trampolined +
 /// bytes_defined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Functions defined through `define_function` (and `_with_control_plane`).
     pub defined: u64,
@@ -56,6 +58,63 @@ pub struct Stats {
     /// callee turned out to be a duplicate, and compiled functions found
     /// equal to another (later calls to them go to the other).
     pub joined: u64,
+}
+
+impl Stats {
+    /// Counts what carrying out one plan did: the one place where
+    /// definitions are counted by kind.
+    pub fn count(&mut self, outcome: &Outcome) {
+        match *outcome {
+            Outcome::Duplicate {
+                shares_address,
+                trampoline_bytes,
+                trampoline_time,
+                of,
+            } => {
+                if shares_address {
+                    self.aliased += 1;
+                } else {
+                    self.trampolined += 1;
+                }
+                self.trampoline_bytes += trampoline_bytes;
+                self.compile_time += trampoline_time;
+                if let Some(of) = of {
+                    self.code_bytes_without_dedup += of.code_bytes;
+                    self.compile_time_saved += of.compile_time;
+                }
+            }
+            Outcome::Reused { code_bytes, saved } => {
+                self.reused += 1;
+                self.code_bytes += code_bytes;
+                self.code_bytes_without_dedup += code_bytes;
+                self.compile_time_saved += saved;
+            }
+            Outcome::Adapted {
+                code_bytes,
+                time,
+                target,
+            } => {
+                self.adapted += 1;
+                self.code_bytes += code_bytes;
+                self.compile_time += time;
+                if let Some(target) = target {
+                    self.code_bytes_without_dedup += target.code_bytes;
+                    self.compile_time_saved += target.compile_time.saturating_sub(time);
+                }
+            }
+            Outcome::Compiled {
+                code_bytes,
+                time,
+                kept_bytes,
+            } => {
+                self.compiled += 1;
+                self.code_bytes += code_bytes;
+                self.code_bytes_without_dedup += code_bytes;
+                self.compile_time += time;
+                self.reuse_memory_bytes += kept_bytes.unwrap_or(0);
+            }
+        }
+    }
 }
 
 impl fmt::Display for Stats {

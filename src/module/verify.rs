@@ -15,7 +15,7 @@
 //!    verifier, as the inner module would. A function it rejects gets
 //!    `ModuleError::Compilation(CodegenError::Verifier(..))`, the error the
 //!    inner module returns for it, and the caller defines nothing.
-//! 2. [`fingerprint_checked`] never lets a panic of the walk
+//! 2. [`walk_checked`] never lets a panic of the walk
 //!    escape: a walk that panics on a malformed function (say, a jump to a
 //!    block that does not exist) becomes the verifier's error for that
 //!    function (the verifier then runs whatever the flags say, since it is
@@ -28,7 +28,8 @@
 //! does that (verifying them twice would cost a third of a compile).
 
 use super::{DedupError, DedupModule};
-use crate::fingerprint::{BorrowedFingerprint, Fingerprinter};
+use crate::fingerprint::Fingerprinter;
+use crate::plan::Walk;
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -58,19 +59,16 @@ impl<M: Module> DedupModule<M> {
     }
 }
 
-/// The fingerprint of `func` by `walk`, borrowed from it, or an error if
-/// the walk panics on it (see 2 above); `isa` is the module's.
-pub(super) fn fingerprint_checked<'w>(
-    walk: &'w mut Fingerprinter,
+/// The walk of `func` by `walker`, or an error if the walk panics on it
+/// (see 2 above); `isa` is the module's.
+pub(super) fn walk_checked(
+    walker: &mut Fingerprinter,
     func: &Function,
     isa: &dyn TargetIsa,
-) -> ModuleResult<BorrowedFingerprint<'w>> {
+) -> ModuleResult<Walk> {
     // The walk's only state is scratch memory that every walk resets, so
     // it is sound to use it again after a caught panic.
-    let outcome = catch_unwind(AssertUnwindSafe(move || {
-        let walk = walk;
-        walk.fingerprint_borrowed(func)
-    }));
+    let outcome = catch_unwind(AssertUnwindSafe(|| Walk::of(walker, func)));
     outcome.or_else(|panic| {
         let message = crate::compile::panic_message(&panic);
         verify(func, isa)?;

@@ -23,7 +23,7 @@ use super::suite::{LineError, SkipReason, Suite, Unit};
 use super::{host, invoke};
 use crate::compile::panic_message;
 use crate::corpus::{UnboundName, bind_names};
-use crate::module::{DedupModule, DedupOptions, Mode, Stats};
+use crate::module::{DedupModule, DedupOptions, Stats};
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Signature;
 use cranelift_codegen::isa::OwnedTargetIsa;
@@ -45,24 +45,11 @@ pub enum RunMode {
 }
 
 impl RunMode {
-    /// A short name: `plain`, or `eager`/`batch` with `+distinct` and
-    /// `-reuse` as the options say.
+    /// A short name: `plain`, or the options' name (their `Display`).
     pub fn name(&self) -> String {
         match self {
             RunMode::Plain => "plain".to_string(),
-            RunMode::Jitfold(o) => format!(
-                "{}{}{}",
-                match o.mode {
-                    Mode::Eager => "eager",
-                    Mode::Batch => "batch",
-                },
-                if o.distinct_addresses {
-                    "+distinct"
-                } else {
-                    ""
-                },
-                if o.reuse { "" } else { "-reuse" }
-            ),
+            RunMode::Jitfold(o) => o.to_string(),
         }
     }
 }

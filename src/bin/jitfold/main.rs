@@ -105,7 +105,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     // Every mode as an embedder runs it: check mode (on in some of `ALL`,
     // for tests) compiles every merged function again, which is what the
     // demo measures jitfold against.
-    let options = jitfold::DedupOptions::ALL.map(|o| jitfold::DedupOptions { check: false, ..o });
+    let options = jitfold::DedupOptions::ALL.map(|o| o.with_check(false));
     let runs = match jitfold::demo::compare(args.units, args.stubs, &options) {
         Ok(runs) => runs,
         Err(e) => {

@@ -1,0 +1,338 @@
+//! The policy, decided in one place: what to do with a function, given its
+//! walk and what was compiled before.
+//!
+//! [`CompiledCache::plan`] reads the cache (never writes it) and returns a
+//! [`Plan`]: the ways to define the function that apply, in the order they
+//! are tried: duplicate of a compiled class, a copy of the code of a
+//! function with the same template, an adapter for a function that differs
+//! only in its calling convention, and compiling it, which always applies.
+//! Whoever carries a plan out ([`crate::DedupModule`], the report, the
+//! benchmarks) tries its [`Plan::steps`] in order and takes the first that
+//! works; a step may decline only for a reason the plan cannot see (an ISA
+//! without a trampoline form, code whose relocations cannot be retargeted).
+//! What happened is an [`Outcome`], from which the statistics are counted in
+//! one place ([`crate::Stats::count`]).
+//!
+//! # What this module guarantees
+//!
+//! 1. A plan depends only on the walk of the function, the [`Policy`] and
+//!    the cache: planning is pure, and a lookup needs no `&mut`.
+//! 2. A duplicate is planned only for a fingerprint that is a key of a
+//!    compiled class. With machine-code trampolines, a duplicate is the
+//!    whole plan (it cannot decline).
+//! 3. Code is reused only with [`Policy::reuse`], for a function with the
+//!    template of a function whose code was kept; a function without names
+//!    has no other names, so with machine-code trampolines its code is
+//!    neither looked up nor kept.
+//! 4. An adapter is planned only for an adaptable function
+//!    ([`crate::module::adapter::adaptable`]) whose fingerprint with the
+//!    calling convention erased is a compiled function's, of another
+//!    calling convention.
+//! 5. The cache holds only what holds in any module: keys, code templates,
+//!    code sizes and compile times (function ids belong to the module).
+//!    Class ids are the exact cache's; every class has its facts.
+
+use crate::cache::{ClassId, DedupCache, Lookup};
+use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
+use cranelift_codegen::entity::{EntityRef, SecondaryMap};
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::CallConv;
+use hashbrown::HashMap;
+use std::time::Duration;
+
+/// What the walk of one function found: everything the planner (and the
+/// module's bookkeeping) needs from it.
+#[derive(Clone, Debug)]
+pub struct Walk {
+    /// The exact key.
+    pub fingerprint: Fingerprint,
+    /// The names the function uses, in slot order.
+    pub names: Vec<SymbolName>,
+    /// For each name, whether the function uses its address as data.
+    pub address_taken: Vec<bool>,
+    /// Whether the function observes its own frame.
+    pub observes_own_frame: bool,
+}
+
+impl Walk {
+    /// Walks `func` with `walker`. (The one place that reads the walk's
+    /// results.)
+    pub fn of(walker: &mut Fingerprinter, func: &Function) -> Walk {
+        let fingerprint = walker.fingerprint(func);
+        Walk {
+            fingerprint,
+            names: walker.last_names().to_vec(),
+            address_taken: walker.last_address_taken().to_vec(),
+            observes_own_frame: walker.last_observes_own_frame(),
+        }
+    }
+
+    /// What the planner needs of this walk of `func`.
+    pub fn planned<'a>(&'a self, func: &Function) -> Planned<'a> {
+        Planned {
+            fingerprint: &self.fingerprint,
+            names: &self.names,
+            call_conv: func.signature.call_conv,
+            adaptable: crate::module::adapter::adaptable(
+                func,
+                self.fingerprint.instructions(),
+                self.observes_own_frame,
+            ),
+        }
+    }
+}
+
+/// What the planner reads about a function.
+#[derive(Clone, Copy, Debug)]
+pub struct Planned<'a> {
+    /// Its exact key.
+    pub fingerprint: &'a Fingerprint,
+    /// Its names in slot order.
+    pub names: &'a [SymbolName],
+    /// Its calling convention.
+    pub call_conv: CallConv,
+    /// Whether an adapter may stand for it.
+    pub adaptable: bool,
+}
+
+/// What the options and the target allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Reuse compiled code for functions with the same template.
+    pub reuse: bool,
+    /// The ISA has a machine-code trampoline, so that every duplicate can
+    /// be defined as one.
+    pub machine_trampolines: bool,
+}
+
+/// A way to define a function, as [`Plan::steps`] lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A duplicate of the compiled function of this class.
+    Duplicate(ClassId),
+    /// A copy of the code kept for this template class, retargeted.
+    Reuse(ClassId),
+    /// An adapter calling the compiled function of this class.
+    Adapter(ClassId),
+    /// Compile it.
+    Compile,
+}
+
+/// The ways to define one function, in the order to try them, and what to
+/// keep should it be compiled.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The class it is an exact duplicate of.
+    pub duplicate_of: Option<ClassId>,
+    /// The template class whose code it may reuse.
+    pub reuse: Option<ClassId>,
+    /// The class it may be an adapter for.
+    pub adapter_for: Option<ClassId>,
+    /// Its template, when its code is to be kept for reuse if compiled.
+    pub keep_template: Option<Fingerprint>,
+    /// Its fingerprint with the calling convention erased, when it is to be
+    /// found by adapters if compiled.
+    pub keep_body: Option<Fingerprint>,
+}
+
+impl Plan {
+    /// The steps to try, in order; the last is [`Step::Compile`].
+    pub fn steps(&self) -> impl Iterator<Item = Step> + use<> {
+        [
+            self.duplicate_of.map(Step::Duplicate),
+            self.reuse.map(Step::Reuse),
+            self.adapter_for.map(Step::Adapter),
+            Some(Step::Compile),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// What carrying out a plan did, with what the statistics count.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome {
+    /// Defined as a duplicate (a trampoline, or an alias).
+    Duplicate {
+        /// Whether its id shares its canonical function's address.
+        shares_address: bool,
+        /// Bytes of its trampoline.
+        trampoline_bytes: u64,
+        /// Time spent compiling the trampoline (one in CLIF, on an ISA
+        /// without a machine-code form).
+        trampoline_time: Duration,
+        /// The class whose code it runs, if compiled.
+        of: Option<ClassFacts>,
+    },
+    /// Defined from a retargeted copy of kept code.
+    Reused {
+        /// Bytes of code.
+        code_bytes: u64,
+        /// What compiling the kept code took.
+        saved: Duration,
+    },
+    /// Defined as an adapter.
+    Adapted {
+        /// Bytes of the adapter.
+        code_bytes: u64,
+        /// Time spent compiling it.
+        time: Duration,
+        /// The class it calls, if compiled.
+        target: Option<ClassFacts>,
+    },
+    /// Compiled.
+    Compiled {
+        /// Bytes of code.
+        code_bytes: u64,
+        /// Time spent compiling.
+        time: Duration,
+        /// Heap bytes of the code kept for reuse, if kept.
+        kept_bytes: Option<u64>,
+    },
+}
+
+/// What holds for a class in any module.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassFacts {
+    /// Bytes of its code.
+    pub code_bytes: u64,
+    /// Time its code took to compile.
+    pub compile_time: Duration,
+}
+
+/// Compiled results, independent of any module: exact keys with their
+/// classes' facts, templates with their kept code (`T`), and the keys of
+/// adaptable functions with the calling convention erased.
+pub struct CompiledCache<T> {
+    exact: DedupCache,
+    facts: SecondaryMap<ClassId, ClassFacts>,
+    templates: DedupCache,
+    /// The code of each template class, numbered like `templates` (pushed
+    /// in [`CompiledCache::keep_template`] only, with the insert).
+    code: Vec<T>,
+    bodies: HashMap<Fingerprint, (ClassId, CallConv)>,
+}
+
+impl<T> Default for CompiledCache<T> {
+    fn default() -> Self {
+        Self {
+            exact: DedupCache::new(),
+            facts: SecondaryMap::new(),
+            templates: DedupCache::new(),
+            code: Vec::new(),
+            bodies: HashMap::new(),
+        }
+    }
+}
+
+impl<T> CompiledCache<T> {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The plan for the function `f` under `policy` (see the module docs).
+    pub fn plan(&self, f: &Planned<'_>, policy: Policy) -> Plan {
+        let duplicate_of = self.exact.get(f.fingerprint);
+        if duplicate_of.is_some() && policy.machine_trampolines {
+            return Plan {
+                duplicate_of,
+                reuse: None,
+                adapter_for: None,
+                keep_template: None,
+                keep_body: None,
+            };
+        }
+        let reusable = policy.reuse && (!f.names.is_empty() || !policy.machine_trampolines);
+        let template = reusable.then(|| f.fingerprint.template());
+        let reuse = template.as_ref().and_then(|t| self.templates.get(t));
+        let body = f.adaptable.then(|| f.fingerprint.with_call_conv_erased());
+        let adapter_for = body
+            .as_ref()
+            .and_then(|b| self.bodies.get(b))
+            .filter(|(_, call_conv)| *call_conv != f.call_conv)
+            .map(|(class, _)| *class);
+        Plan {
+            duplicate_of,
+            reuse,
+            adapter_for,
+            keep_template: template.filter(|_| reuse.is_none()),
+            keep_body: body,
+        }
+    }
+
+    /// The class of `fp`, if it is a key.
+    pub fn class_of(&self, fp: &Fingerprint) -> Option<ClassId> {
+        self.exact.get(fp)
+    }
+
+    /// The facts of `class`.
+    pub fn facts(&self, class: ClassId) -> ClassFacts {
+        self.facts[class]
+    }
+
+    /// The kept code of template class `template`.
+    pub fn template_code(&self, template: ClassId) -> &T {
+        &self.code[template.index()]
+    }
+
+    /// Every kept code, by template class index.
+    pub fn template_codes(&self) -> &[T] {
+        &self.code
+    }
+
+    /// Takes every kept code out (the templates stay keys).
+    pub fn take_template_codes(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.code)
+    }
+
+    /// The exact keys and their classes.
+    pub fn exact(&self) -> &DedupCache {
+        &self.exact
+    }
+
+    /// Records a function just defined with fingerprint `fp` (and `facts`,
+    /// should it start a class); returns its class, new or not.
+    pub fn add_class(&mut self, fp: Fingerprint, facts: ClassFacts) -> Lookup {
+        let found = self.exact.get_or_insert(fp);
+        if let Lookup::New(class) = found {
+            self.facts[class] = facts;
+        }
+        found
+    }
+
+    /// Makes `fp` a second key of `class`; false (changing nothing) if it
+    /// is a key already or the class does not exist.
+    pub fn add_alias(&mut self, fp: Fingerprint, class: ClassId) -> bool {
+        self.exact.insert_alias(fp, class)
+    }
+
+    /// Keeps `code` for `template` (absent: see [`Plan::keep_template`]);
+    /// returns its template class, or `None` (keeping nothing) if the
+    /// template has code already.
+    pub fn keep_template(&mut self, template: Fingerprint, code: T) -> Option<ClassId> {
+        match self.templates.get_or_insert(template) {
+            Lookup::Duplicate(_) => None,
+            Lookup::New(class) => {
+                self.code.push(code);
+                Some(class)
+            }
+        }
+    }
+
+    /// Makes `template` a second key of template class `class`.
+    pub fn alias_template(&mut self, template: Fingerprint, class: ClassId) -> bool {
+        self.templates.insert_alias(template, class)
+    }
+
+    /// Records `body` (a fingerprint with the calling convention erased)
+    /// as `class`'s, of convention `call_conv`, unless it has one.
+    pub fn keep_body(&mut self, body: Fingerprint, class: ClassId, call_conv: CallConv) {
+        self.bodies.entry(body).or_insert((class, call_conv));
+    }
+
+    /// Makes `body` `class`'s, whatever it was (a test hook's poison).
+    pub fn replace_body(&mut self, body: Fingerprint, class: ClassId, call_conv: CallConv) {
+        self.bodies.insert(body, (class, call_conv));
+    }
+}
