@@ -33,7 +33,7 @@
 //!    Class ids are the exact cache's; every class has its facts.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
-use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName};
+use crate::fingerprint::{BorrowedFingerprint, Fingerprint, Fingerprinter, SymbolName};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::CallConv;
@@ -55,23 +55,69 @@ pub struct Walk {
 }
 
 impl Walk {
-    /// Walks `func` with `walker`. (The one place that reads the walk's
-    /// results.)
+    /// Walks `func` with `walker`, keeping what it found.
     pub fn of(walker: &mut Fingerprinter, func: &Function) -> Walk {
-        let fingerprint = walker.fingerprint(func);
-        Walk {
-            fingerprint,
-            names: walker.last_names().to_vec(),
-            address_taken: walker.last_address_taken().to_vec(),
-            observes_own_frame: walker.last_observes_own_frame(),
+        WalkRef::of(walker, func).to_owned()
+    }
+
+    /// This walk, borrowed.
+    pub fn as_ref(&self) -> WalkRef<'_> {
+        WalkRef {
+            fingerprint: self.fingerprint.borrowed(),
+            names: &self.names,
+            address_taken: &self.address_taken,
+            observes_own_frame: self.observes_own_frame,
         }
     }
 
     /// What the planner needs of this walk of `func`.
     pub fn planned<'a>(&'a self, func: &Function) -> Planned<'a> {
+        self.as_ref().planned(func)
+    }
+}
+
+/// [`Walk`] borrowed from the [`Fingerprinter`] that walked (until its next
+/// walk): what a cache hit needs, without copying the key.
+#[derive(Clone, Copy)]
+pub struct WalkRef<'a> {
+    /// The exact key.
+    pub fingerprint: BorrowedFingerprint<'a>,
+    /// The names the function uses, in slot order.
+    pub names: &'a [SymbolName],
+    /// For each name, whether the function uses its address as data.
+    pub address_taken: &'a [bool],
+    /// Whether the function observes its own frame.
+    pub observes_own_frame: bool,
+}
+
+impl<'a> WalkRef<'a> {
+    /// Walks `func` with `walker`. (The one place that reads the walk's
+    /// results.)
+    pub fn of(walker: &'a mut Fingerprinter, func: &Function) -> WalkRef<'a> {
+        let walk = walker.walk(func);
+        WalkRef {
+            fingerprint: walk.key(),
+            names: walk.names(),
+            address_taken: walk.address_taken(),
+            observes_own_frame: walk.observes_own_frame(),
+        }
+    }
+
+    /// The walk, owned.
+    pub fn to_owned(&self) -> Walk {
+        Walk {
+            fingerprint: self.fingerprint.to_fingerprint(),
+            names: self.names.to_vec(),
+            address_taken: self.address_taken.to_vec(),
+            observes_own_frame: self.observes_own_frame,
+        }
+    }
+
+    /// What the planner needs of this walk of `func`.
+    pub fn planned(&self, func: &Function) -> Planned<'a> {
         Planned {
-            fingerprint: &self.fingerprint,
-            names: &self.names,
+            fingerprint: self.fingerprint,
+            names: self.names,
             call_conv: func.signature.call_conv,
             adaptable: crate::module::adapter::adaptable(
                 func,
@@ -83,10 +129,10 @@ impl Walk {
 }
 
 /// What the planner reads about a function.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct Planned<'a> {
-    /// Its exact key.
-    pub fingerprint: &'a Fingerprint,
+    /// Its exact key, where the walk left it (a cache hit copies nothing).
+    pub fingerprint: BorrowedFingerprint<'a>,
     /// Its names in slot order.
     pub names: &'a [SymbolName],
     /// Its calling convention.
@@ -233,7 +279,7 @@ impl<T> CompiledCache<T> {
 
     /// The plan for the function `f` under `policy` (see the module docs).
     pub fn plan(&self, f: &Planned<'_>, policy: Policy) -> Plan {
-        let duplicate_of = self.exact.get(f.fingerprint);
+        let duplicate_of = self.exact.get_borrowed(&f.fingerprint);
         if duplicate_of.is_some() && policy.machine_trampolines {
             return Plan {
                 duplicate_of,
@@ -243,10 +289,13 @@ impl<T> CompiledCache<T> {
                 keep_body: None,
             };
         }
+        // Not a cache hit: the function will be defined another way, which
+        // keeps or looks up keys derived from this one.
+        let fingerprint = f.fingerprint.to_fingerprint();
         let reusable = policy.reuse && (!f.names.is_empty() || !policy.machine_trampolines);
-        let template = reusable.then(|| f.fingerprint.template());
+        let template = reusable.then(|| fingerprint.template());
         let reuse = template.as_ref().and_then(|t| self.templates.get(t));
-        let body = f.adaptable.then(|| f.fingerprint.with_call_conv_erased());
+        let body = f.adaptable.then(|| fingerprint.with_call_conv_erased());
         let adapter_for = body
             .as_ref()
             .and_then(|b| self.bodies.get(b))

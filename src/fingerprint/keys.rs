@@ -246,6 +246,24 @@ impl Fingerprint {
         self.0.hash == borrowed.hashes.hash && self.0.start == 0 && self.key() == borrowed.words
     }
 
+    /// This fingerprint as a [`BorrowedFingerprint`], which looks it up
+    /// the same way. (For the exact fingerprint of a function, not one from
+    /// the transitional [`Fingerprint::with_call_conv_erased`], whose key
+    /// starts after the calling convention.)
+    pub fn borrowed(&self) -> BorrowedFingerprint<'_> {
+        debug_assert_eq!(self.0.start, 0, "an erased key has no borrowed form");
+        BorrowedFingerprint::new(
+            &self.0.words[..self.0.len as usize],
+            self.0.instructions,
+            self.0.template_len,
+            KeyHashes {
+                hash: self.0.hash,
+                template_hash: self.0.template_hash,
+                body_hash: self.0.body_hash,
+            },
+        )
+    }
+
     /// This function's [`Template`]. Shares the key words.
     pub fn to_template(&self) -> Template {
         Template(self.0.template())

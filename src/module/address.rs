@@ -68,8 +68,8 @@ impl<M: Module> DedupModule<M> {
 
     /// Notes the functions whose addresses the function walked as `walk`
     /// uses as data.
-    pub(super) fn note_addresses_taken(&mut self, walk: &crate::plan::Walk) {
-        for (name, &taken) in walk.names.iter().zip(&walk.address_taken) {
+    pub(super) fn note_addresses_taken(&mut self, walk: &crate::plan::WalkRef<'_>) {
+        for (name, &taken) in walk.names.iter().zip(walk.address_taken) {
             if let (true, crate::fingerprint::SymbolName::User(u)) = (taken, name)
                 && u.namespace == 0
             {

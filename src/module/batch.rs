@@ -226,7 +226,7 @@ impl<M: Module> DedupModule<M> {
             self.canonicalize_references(func);
             let isa = self.inner.isa();
             let walk = match verify::walk_checked(&mut self.fingerprinter, func, isa) {
-                Ok(walk) => walk,
+                Ok(walk) => walk.to_owned(),
                 Err(e) => {
                     self.fail(*id, e, failures);
                     node_of.push(None);
@@ -299,7 +299,7 @@ impl<M: Module> DedupModule<M> {
                 self.canonicalize_references(&mut pending[i].1);
                 let isa = self.inner.isa();
                 let fp = match verify::walk_checked(&mut self.fingerprinter, &pending[i].1, isa) {
-                    Ok(walk) => walk.fingerprint,
+                    Ok(walk) => walk.fingerprint.to_fingerprint(),
                     Err(e) => {
                         self.fail(id, e, failures);
                         continue;

@@ -115,7 +115,7 @@ mod verify;
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::plan::{ClassFacts, CompiledCache, Outcome, Plan, Policy, Step, Walk};
+use crate::plan::{ClassFacts, CompiledCache, Outcome, Plan, Policy, Step, WalkRef};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{self, Function};
@@ -428,7 +428,24 @@ impl<M: Module> DedupModule<M> {
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
-        let walk = verify::walk_checked(&mut self.fingerprinter, &ctx.func, self.inner.isa())?;
+        // The walk's results stay where the walk left them, so that a
+        // cache hit copies nothing; the fingerprinter is out of `self`
+        // meanwhile.
+        let mut walker = std::mem::take(&mut self.fingerprinter);
+        let result = self.define_walked(id, ctx, ctrl_plane, &mut walker);
+        self.fingerprinter = walker;
+        result
+    }
+
+    /// [`DedupModule::define_now`] with `walker` as the fingerprinter.
+    fn define_walked(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+        walker: &mut Fingerprinter,
+    ) -> ModuleResult<()> {
+        let walk = verify::walk_checked(walker, &ctx.func, self.inner.isa())?;
         // Whatever `id` becomes, its code has these addresses in it (a
         // duplicate's are its canonical function's, the same names).
         self.note_addresses_taken(&walk);
@@ -483,10 +500,11 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
-        walk: &Walk,
+        walk: &WalkRef<'_>,
         plan: Plan,
     ) -> ModuleResult<Outcome> {
-        let class_names = ClassNames::of(&walk.fingerprint, &walk.names, &walk.address_taken);
+        let fingerprint = walk.fingerprint.to_fingerprint();
+        let class_names = ClassNames::of(&fingerprint, walk.names, walk.address_taken);
         // Compiling rewrites `ctx.func`; the check lays out the original.
         let original = self.options.check.then(|| ctx.func.clone());
         let start = Instant::now();
@@ -503,7 +521,7 @@ impl<M: Module> DedupModule<M> {
         self.note_references(ctx);
         let mut kept_bytes = None;
         if let Some(template) = plan.keep_template
-            && let Some(code) = CodeTemplate::capture(id, ctx, &walk.names, time, self.inner.isa())
+            && let Some(code) = CodeTemplate::capture(id, ctx, walk.names, time, self.inner.isa())
         {
             kept_bytes = Some(code.heap_bytes() as u64);
             self.compiled.keep_template(template, code);
@@ -517,7 +535,7 @@ impl<M: Module> DedupModule<M> {
             code_bytes,
             compile_time: time,
         };
-        let class = self.start_class(id, walk.fingerprint.clone(), class_names, facts);
+        let class = self.start_class(id, fingerprint, class_names, facts);
         if let Some(body) = plan.keep_body {
             let call_conv = self.call_conv(id);
             self.compiled.keep_body(body, class, call_conv);
@@ -563,13 +581,13 @@ impl<M: Module> DedupModule<M> {
     fn define_reused(
         &mut self,
         id: FuncId,
-        walk: &Walk,
+        walk: &WalkRef<'_>,
         template: ClassId,
         func: &Function,
         verified: &mut bool,
     ) -> ModuleResult<Option<Outcome>> {
         let code = self.compiled.template_code(template);
-        let own_names = &walk.names;
+        let own_names = walk.names;
         let Some(relocs) = code.instantiate(id, own_names) else {
             return Ok(None);
         };
@@ -601,12 +619,13 @@ impl<M: Module> DedupModule<M> {
             relocs.len()
         );
         self.code_size[id] = code_bytes as u32;
-        let names = ClassNames::of(&walk.fingerprint, &walk.names, &walk.address_taken);
+        let fingerprint = walk.fingerprint.to_fingerprint();
+        let names = ClassNames::of(&fingerprint, walk.names, walk.address_taken);
         let facts = ClassFacts {
             code_bytes,
             compile_time: saved,
         };
-        self.start_class(id, walk.fingerprint.clone(), names, facts);
+        self.start_class(id, fingerprint, names, facts);
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Reused { code_bytes, saved }))
     }
@@ -617,7 +636,7 @@ impl<M: Module> DedupModule<M> {
     fn define_adapter(
         &mut self,
         id: FuncId,
-        walk: &Walk,
+        walk: &WalkRef<'_>,
         class: ClassId,
         func: &Function,
         verified: &mut bool,
@@ -638,12 +657,13 @@ impl<M: Module> DedupModule<M> {
         );
         self.code_size[id] = code_bytes as u32;
         let target_facts = self.facts_of(target);
-        let names = ClassNames::of(&walk.fingerprint, &walk.names, &walk.address_taken);
+        let fingerprint = walk.fingerprint.to_fingerprint();
+        let names = ClassNames::of(&fingerprint, walk.names, walk.address_taken);
         let facts = ClassFacts {
             code_bytes,
             compile_time: time,
         };
-        self.start_class(id, walk.fingerprint.clone(), names, facts);
+        self.start_class(id, fingerprint, names, facts);
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Adapted {
             code_bytes,

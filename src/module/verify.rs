@@ -29,7 +29,7 @@
 
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
-use crate::plan::Walk;
+use crate::plan::WalkRef;
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -61,14 +61,17 @@ impl<M: Module> DedupModule<M> {
 
 /// The walk of `func` by `walker`, or an error if the walk panics on it
 /// (see 2 above); `isa` is the module's.
-pub(super) fn walk_checked(
-    walker: &mut Fingerprinter,
+pub(super) fn walk_checked<'w>(
+    walker: &'w mut Fingerprinter,
     func: &Function,
     isa: &dyn TargetIsa,
-) -> ModuleResult<Walk> {
+) -> ModuleResult<WalkRef<'w>> {
     // The walk's only state is scratch memory that every walk resets, so
     // it is sound to use it again after a caught panic.
-    let outcome = catch_unwind(AssertUnwindSafe(|| Walk::of(walker, func)));
+    let outcome = catch_unwind(AssertUnwindSafe(move || {
+        let walker = walker;
+        WalkRef::of(walker, func)
+    }));
     outcome.or_else(|panic| {
         let message = crate::compile::panic_message(&panic);
         verify(func, isa)?;
