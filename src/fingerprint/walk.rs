@@ -289,37 +289,6 @@ impl Fingerprinter {
         }
     }
 
-    /// [`Walk::key`] of [`Fingerprinter::walk`]. Transitional: to be
-    /// removed when `src/module` moves to `walk`.
-    pub fn fingerprint_borrowed(&mut self, func: &Function) -> BorrowedFingerprint<'_> {
-        self.walk(func).key()
-    }
-
-    /// [`Walk::fingerprint`] of the last walk (before the first, of no
-    /// function: an empty key, which no function has). Transitional: to be
-    /// removed when `src/module` moves to `walk`.
-    pub fn last_fingerprint(&self) -> Fingerprint {
-        self.last_walk().fingerprint()
-    }
-
-    /// [`Walk::names`] of the last walk. Transitional: to be removed when
-    /// `src/module` moves to `walk`.
-    pub fn last_names(&self) -> &[SymbolName] {
-        self.last_walk().names()
-    }
-
-    /// [`Walk::address_taken`] of the last walk. Transitional: to be
-    /// removed when `src/module` moves to `walk`.
-    pub fn last_address_taken(&self) -> &[bool] {
-        self.last_walk().address_taken()
-    }
-
-    /// [`Walk::observes_own_frame`] of the last walk. Transitional: to be
-    /// removed when `src/module` moves to `walk`.
-    pub fn last_observes_own_frame(&self) -> bool {
-        self.last_walk().observes_own_frame()
-    }
-
     /// Runs the walk, leaving the key in `self.out`; returns the number of
     /// instructions encoded and the length of the template part of the key.
     fn encode(&mut self, func: &Function) -> (u32, u32) {

@@ -41,10 +41,9 @@ pub const MIN_INSTRUCTIONS: u32 = 16;
 /// Whether `func` may run behind an adapter (see the module docs); its
 /// instruction count is `instructions`, and `observes_own_frame` tells
 /// whether one of its reachable instructions reads its frame, switches
-/// stacks or catches exceptions, as
-/// [`Fingerprinter::last_observes_own_frame`] does after fingerprinting it.
+/// stacks or catches exceptions, as [`Walk::observes_own_frame`] tells.
 ///
-/// [`Fingerprinter::last_observes_own_frame`]: crate::Fingerprinter::last_observes_own_frame
+/// [`Walk::observes_own_frame`]: crate::Walk::observes_own_frame
 pub fn adaptable(func: &Function, instructions: u32, observes_own_frame: bool) -> bool {
     let struct_by_value = func
         .signature
@@ -107,9 +106,9 @@ mod tests {
 
     /// [`adaptable`] as `DedupModule` asks it, after fingerprinting `f`.
     fn adaptable_after_walk(f: &Function) -> bool {
-        let mut walk = crate::Fingerprinter::new();
-        let instructions = walk.fingerprint(f).instructions();
-        adaptable(f, instructions, walk.last_observes_own_frame())
+        let mut walker = crate::Fingerprinter::new();
+        let walk = walker.walk(f);
+        adaptable(f, walk.instructions(), walk.observes_own_frame())
     }
 
     #[test]
