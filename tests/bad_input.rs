@@ -5,16 +5,14 @@
 //! failure, and keeps failing until the failed ids are defined again or
 //! given up.
 
-use common::build::{call1, define, emit_call};
+use common::build::{call1, declare, define, emit_call, sig};
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
-use cranelift_codegen::ir::{
-    self, AbiParam, Block, Function, InstBuilder, Signature, UserFuncName, types::*,
-};
+use cranelift_codegen::ir::{self, Block, Function, InstBuilder, UserFuncName, types::*};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
+use cranelift_module::{FuncId, Module, ModuleError, default_libcall_names};
 use jitfold::{DedupModule, DedupOptions, Mode};
 
 mod common;
@@ -25,19 +23,6 @@ fn jit() -> JITModule {
 
 fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
     DedupModule::wrap(jit(), options)
-}
-
-fn sig(m: &impl Module, conv: CallConv) -> Signature {
-    let mut s = m.make_signature();
-    s.call_conv = conv;
-    s.params.push(AbiParam::new(I64));
-    s.returns.push(AbiParam::new(I64));
-    s
-}
-
-fn declare(m: &mut impl Module, name: &str, conv: CallConv) -> FuncId {
-    let s = sig(m, conv);
-    m.declare_function(name, Linkage::Local, &s).unwrap()
 }
 
 /// Twenty arithmetic steps on `x` (enough for an adapter), returned.

@@ -2,10 +2,10 @@
 //! and adapters through, and turns a wrong cache into an error naming both
 //! functions instead of a false merge.
 
-use common::build::{call1, define, emit_call};
-use cranelift_codegen::ir::{self, AbiParam, InstBuilder, Signature, types::*};
+use common::build::{built, call1, declare, define, emit_call};
+use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_codegen::isa::CallConv;
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitfold::module::Poison;
@@ -16,19 +16,6 @@ mod common;
 fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
     let builder = JITBuilder::with_flags(&[], default_libcall_names()).unwrap();
     DedupModule::wrap(JITModule::new(builder), options)
-}
-
-fn sig(m: &impl Module, conv: CallConv) -> Signature {
-    let mut s = m.make_signature();
-    s.call_conv = conv;
-    s.params.push(AbiParam::new(I64));
-    s.returns.push(AbiParam::new(I64));
-    s
-}
-
-fn declare(m: &mut impl Module, name: &str, conv: CallConv) -> FuncId {
-    let s = sig(m, conv);
-    m.declare_function(name, Linkage::Local, &s).unwrap()
 }
 
 /// `(x * k + 1) * k + 2 ...`: twenty steps, enough for an adapter.
@@ -54,26 +41,6 @@ fn body(
         let r = chain(b, x, k);
         b.ins().return_(&[r]);
     }
-}
-
-/// The function `body` builds for `id`, without defining it.
-fn built(
-    m: &mut DedupModule<JITModule>,
-    id: FuncId,
-    body: impl FnOnce(&mut FunctionBuilder, &mut DedupModule<JITModule>, &[ir::Value]),
-) -> ir::Function {
-    let mut func = ir::Function::new();
-    func.signature = m.declarations().get_function_decl(id).signature.clone();
-    let mut fctx = FunctionBuilderContext::new();
-    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
-    let entry = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let params = b.block_params(entry).to_vec();
-    body(&mut b, m, &params);
-    b.seal_all_blocks();
-    b.finalize(m.target_config());
-    func
 }
 
 #[test]

@@ -114,7 +114,7 @@ mod unwind;
 mod verify;
 
 use crate::cache::{ClassId, DedupCache, Lookup};
-use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::fingerprint::Fingerprinter;
 use crate::plan::{ClassFacts, CompiledCache, Outcome, Plan, Policy, Step, WalkRef};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
@@ -503,8 +503,6 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         plan: Plan,
     ) -> ModuleResult<Outcome> {
-        let fingerprint = walk.fingerprint.to_fingerprint();
-        let class_names = ClassNames::of(&fingerprint, walk.names, walk.address_taken);
         // Compiling rewrites `ctx.func`; the check lays out the original.
         let original = self.options.check.then(|| ctx.func.clone());
         let start = Instant::now();
@@ -535,7 +533,7 @@ impl<M: Module> DedupModule<M> {
             code_bytes,
             compile_time: time,
         };
-        let class = self.start_class(id, fingerprint, class_names, facts);
+        let class = self.start_class(id, walk, facts);
         if let Some(body) = plan.keep_body {
             let call_conv = self.call_conv(id);
             self.compiled.keep_body(body, class, call_conv);
@@ -550,16 +548,12 @@ impl<M: Module> DedupModule<M> {
         })
     }
 
-    /// Records `id`, just defined with fingerprint `fp` (and `names`, for
+    /// Records `id`, just defined (walked as `walk`; its names kept for
     /// late merges), as the first of its class (unless the class exists
     /// already, when the ISA has no trampolines). Returns the class.
-    fn start_class(
-        &mut self,
-        id: FuncId,
-        fp: Fingerprint,
-        names: Option<ClassNames>,
-        facts: ClassFacts,
-    ) -> ClassId {
+    fn start_class(&mut self, id: FuncId, walk: &WalkRef<'_>, facts: ClassFacts) -> ClassId {
+        let fp = walk.fingerprint.to_fingerprint();
+        let names = ClassNames::of(&fp, walk.names, walk.address_taken);
         let class = match self.compiled.add_class(fp, facts) {
             Lookup::Duplicate(class) => class,
             Lookup::New(class) => {
@@ -619,13 +613,11 @@ impl<M: Module> DedupModule<M> {
             relocs.len()
         );
         self.code_size[id] = code_bytes as u32;
-        let fingerprint = walk.fingerprint.to_fingerprint();
-        let names = ClassNames::of(&fingerprint, walk.names, walk.address_taken);
         let facts = ClassFacts {
             code_bytes,
             compile_time: saved,
         };
-        self.start_class(id, fingerprint, names, facts);
+        self.start_class(id, walk, facts);
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Reused { code_bytes, saved }))
     }
@@ -657,13 +649,11 @@ impl<M: Module> DedupModule<M> {
         );
         self.code_size[id] = code_bytes as u32;
         let target_facts = self.facts_of(target);
-        let fingerprint = walk.fingerprint.to_fingerprint();
-        let names = ClassNames::of(&fingerprint, walk.names, walk.address_taken);
         let facts = ClassFacts {
             code_bytes,
             compile_time: time,
         };
-        self.start_class(id, fingerprint, names, facts);
+        self.start_class(id, walk, facts);
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Adapted {
             code_bytes,

@@ -1,8 +1,31 @@
 //! Building and calling functions through any `Module`.
 
 use cranelift_codegen::ir::{self, InstBuilder};
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_module::{FuncId, Module, ModuleError};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError};
+
+/// The function `id` of `m` would be: its declared signature, and a body
+/// that `body` builds (given the builder positioned in the entry block
+/// and the parameters). Not defined.
+pub fn built<M: Module>(
+    m: &mut M,
+    id: FuncId,
+    body: impl FnOnce(&mut FunctionBuilder, &mut M, &[ir::Value]),
+) -> ir::Function {
+    let mut func = ir::Function::new();
+    func.signature = m.declarations().get_function_decl(id).signature.clone();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    body(&mut b, m, &params);
+    b.seal_all_blocks();
+    b.finalize(m.target_config());
+    func
+}
 
 /// Defines `id` in `m` with its declared signature: `body` gets the builder
 /// positioned in the entry block and the parameters.
@@ -12,17 +35,23 @@ pub fn define<M: Module>(
     body: impl FnOnce(&mut FunctionBuilder, &mut M, &[ir::Value]),
 ) -> Result<(), ModuleError> {
     let mut ctx = m.make_context();
-    ctx.func.signature = m.declarations().get_function_decl(id).signature.clone();
-    let mut fctx = FunctionBuilderContext::new();
-    let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-    let entry = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let params = b.block_params(entry).to_vec();
-    body(&mut b, m, &params);
-    b.seal_all_blocks();
-    b.finalize(m.target_config());
+    ctx.func = built(m, id, body);
     m.define_function(id, &mut ctx)
+}
+
+/// `(i64) -> i64` in calling convention `conv`.
+pub fn sig(m: &impl Module, conv: CallConv) -> ir::Signature {
+    let mut s = m.make_signature();
+    s.call_conv = conv;
+    s.params.push(ir::AbiParam::new(ir::types::I64));
+    s.returns.push(ir::AbiParam::new(ir::types::I64));
+    s
+}
+
+/// Declares a local function `name` of [`sig`]`(conv)`.
+pub fn declare(m: &mut impl Module, name: &str, conv: CallConv) -> FuncId {
+    let s = sig(m, conv);
+    m.declare_function(name, Linkage::Local, &s).unwrap()
 }
 
 /// Emits a call of `callee` (declared in `m`, of one result) with `arg`;
