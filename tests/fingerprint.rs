@@ -628,6 +628,39 @@ fn references_to_missing_entities_do_not_panic() {
     assert_ne!(broken, Fingerprint::of(&Function::new()));
 }
 
+/// Nor do references to declarations that do not exist, as far as the
+/// builder makes them (it looks up a callee's signature for `call`, but not
+/// for `func_addr`): a function address, a callee's signature and a global
+/// value. They are written as missing, not numbered (numbering would size a
+/// table by the entity's number, which may be anything).
+#[test]
+fn references_to_missing_declarations_do_not_panic() {
+    use cranelift_codegen::cursor::{Cursor, FuncCursor};
+    use cranelift_codegen::ir::{
+        AbiParam, ExtFuncData, ExternalName, FuncRef, GlobalValue, InstBuilder, SigRef, types::I64,
+    };
+    let huge = 4_000_000_000;
+    let mut func = Function::new();
+    func.signature.returns.push(AbiParam::new(I64));
+    let callee = func.import_function(ExtFuncData {
+        name: ExternalName::testcase("g"),
+        signature: SigRef::from_u32(huge),
+        colocated: false,
+        patchable: false,
+    });
+    let entry = func.dfg.make_block();
+    func.layout.append_block(entry);
+    let mut pos = FuncCursor::new(&mut func).at_bottom(entry);
+    let missing = pos.ins().func_addr(I64, FuncRef::from_u32(huge));
+    let unsigned = pos.ins().func_addr(I64, callee);
+    let symbol = pos.ins().symbol_value(I64, GlobalValue::from_u32(huge));
+    let sum = pos.ins().iadd(missing, unsigned);
+    let sum = pos.ins().iadd(sum, symbol);
+    pos.ins().return_(&[sum]);
+    let broken = Fingerprint::of(&func);
+    assert_ne!(broken, Fingerprint::of(&Function::new()));
+}
+
 /// Collecting value labels keeps `vmctx` alive to the end of the function,
 /// which changes the code: whether they are collected is in the key (what
 /// they say is not).

@@ -106,6 +106,10 @@ const ALREADY_NUMBERED: u32 = 1 << 31;
 const COLD_BLOCK: u32 = 1 << 31;
 /// Set in an instruction's first word when user stack map entries follow.
 const HAS_STACK_MAP: u32 = 1 << 31;
+/// What a reference to an entity that does not exist writes (only in
+/// functions that fail the verifier). Such references are never numbered:
+/// their index may be anything, and numbering indexes a table by it.
+const MISSING: u32 = u32::MAX;
 /// Set in a use of a sized stack slot of size 0 and alignment 1, which is
 /// not in the frame layout; the rest is the number of slots before it.
 const EMPTY_SLOT: u32 = 1 << 31;
@@ -482,11 +486,13 @@ impl Fingerprinter {
         if known != 0 {
             return known - 1;
         }
+        // A reference to no signature (only in functions that fail the
+        // verifier) is not numbered: its index may be anything.
+        let Some(signature) = func.dfg.signatures.get(sig) else {
+            return MISSING;
+        };
         let content = self.declarations.start(DECLARED_SIGNATURE);
-        match func.dfg.signatures.get(sig) {
-            Some(s) => encode_signature(content, s),
-            None => content.push(u32::MAX),
-        }
+        encode_signature(content, signature);
         let n = self.declarations.intern(&mut self.out);
         self.sigs.seen[sig] = n + 1;
         n
@@ -507,8 +513,8 @@ impl Fingerprinter {
             patchable,
         }) = func.dfg.ext_funcs.get(func_ref)
         else {
-            self.func_refs.seen[func_ref] = u32::MAX;
-            return u32::MAX - 1;
+            // As in `sig_ref`: not numbered.
+            return MISSING;
         };
         // The signature first: its definition, if new, precedes this one.
         let sig = self.sig_ref(func, *signature);
@@ -576,6 +582,11 @@ impl Fingerprinter {
     }
 
     fn global_value(&mut self, func: &Function, gv: GlobalValue) {
+        if !func.global_values.is_valid(gv) {
+            // Not numbered, as in `sig_ref`.
+            self.out.push(MISSING);
+            return;
+        }
         let (n, new) = self.global_values.number(gv);
         self.out.push(n);
         if !new {
@@ -684,6 +695,11 @@ impl Fingerprinter {
     }
 
     fn dynamic_type(&mut self, func: &Function, dt: DynamicType) {
+        if !func.dfg.dynamic_types.is_valid(dt) {
+            // Not numbered, as in `sig_ref`.
+            self.out.push(MISSING);
+            return;
+        }
         let (n, new) = self.dynamic_types.number(dt);
         self.out.push(n);
         if !new {
@@ -728,22 +744,20 @@ impl Fingerprinter {
         );
         match data.alias_region() {
             None => self.out.push(0),
+            Some(region) if !func.dfg.alias_regions.is_valid(region) => {
+                // Not numbered, as in `sig_ref`.
+                self.out.push(MISSING);
+            }
             Some(region) => {
                 let (n, new) = self.regions.number(region);
                 self.out.push(n + 1);
                 if new {
                     // The description is only for printing CLIF.
-                    let regions = &func.dfg.alias_regions;
-                    let user_id = if regions.is_valid(region) {
-                        let ir::AliasRegionData {
-                            user_id,
-                            description: _,
-                        } = &regions[region];
-                        *user_id
-                    } else {
-                        u32::MAX
-                    };
-                    self.out.push(user_id);
+                    let ir::AliasRegionData {
+                        user_id,
+                        description: _,
+                    } = &func.dfg.alias_regions[region];
+                    self.out.push(*user_id);
                 }
             }
         }
@@ -937,7 +951,11 @@ impl Fingerprinter {
                 // mid-end merges two of them only if they name the same
                 // `FuncRef` (see the module docs).
                 let callee = self.func_ref(func, func_ref);
-                let (identity, _) = self.func_addrs.number(func_ref);
+                let identity = if func.dfg.ext_funcs.is_valid(func_ref) {
+                    self.func_addrs.number(func_ref).0
+                } else {
+                    MISSING
+                };
                 self.out.extend([callee, identity]);
                 if let Some(taken) = self
                     .address_taken
