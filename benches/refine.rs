@@ -125,8 +125,7 @@ fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
             Some(class) => class,
             None => {
                 if let Some(calls) = &mut calls {
-                    let template = walk.fingerprint.template();
-                    calls.add_node(&template, &walk.names, &walk.address_taken);
+                    calls.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
                 }
                 let facts = ClassFacts::default();
                 compiled.add_class(walk.fingerprint, facts).class()

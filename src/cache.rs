@@ -12,7 +12,7 @@
 //! - The hash table is keyed per process (see [`crate::fingerprint`]), so
 //!   adversarial inputs cannot make lookups quadratic.
 
-use crate::fingerprint::{BorrowedFingerprint, Fingerprint, write_fast_hash};
+use crate::fingerprint::{BorrowedFingerprint, CanonicalKey, Fingerprint, write_fast_hash};
 use cranelift_codegen::entity::{PrimaryMap, entity_impl};
 use hashbrown::HashMap;
 
@@ -60,23 +60,42 @@ impl hashbrown::Equivalent<Fingerprint> for Probe<'_, '_> {
     }
 }
 
-/// A map from fingerprints to classes, with hit and miss counts.
-#[derive(Default)]
-pub struct DedupCache {
-    classes: HashMap<Fingerprint, ClassId>,
+/// A map from keys of one kind (exact fingerprints by default, or
+/// templates, or fingerprints with the calling convention erased) to
+/// classes, with hit and miss counts.
+pub struct DedupCache<K = Fingerprint> {
+    classes: HashMap<K, ClassId>,
     members: PrimaryMap<ClassId, u32>,
     hits: u64,
     misses: u64,
 }
 
-impl DedupCache {
+impl<K> Default for DedupCache<K> {
+    fn default() -> Self {
+        Self {
+            classes: HashMap::new(),
+            members: PrimaryMap::new(),
+            hits: 0,
+            misses: 0,
+        }
+    }
+}
+
+impl DedupCache<Fingerprint> {
+    /// [`DedupCache::get`] of a fingerprint whose key is borrowed.
+    pub fn get_borrowed(&self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
+        self.classes.get(&Probe(fp)).copied()
+    }
+}
+
+impl<K: CanonicalKey> DedupCache<K> {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Looks `fp` up and inserts it if absent. Counts a hit or a miss.
-    pub fn insert(&mut self, fp: Fingerprint) -> Lookup {
+    pub fn insert(&mut self, fp: K) -> Lookup {
         let found = self.get_or_insert(fp);
         if let Lookup::Duplicate(class) = found {
             self.count_hit(class);
@@ -87,7 +106,7 @@ impl DedupCache {
     /// Like [`DedupCache::insert`], but a fingerprint already present is
     /// not counted as a hit (for a caller that counts its outcomes
     /// elsewhere).
-    pub fn get_or_insert(&mut self, fp: Fingerprint) -> Lookup {
+    pub fn get_or_insert(&mut self, fp: K) -> Lookup {
         match self.classes.entry(fp) {
             hashbrown::hash_map::Entry::Occupied(e) => Lookup::Duplicate(*e.get()),
             hashbrown::hash_map::Entry::Vacant(e) => {
@@ -109,7 +128,7 @@ impl DedupCache {
     /// Makes `fp` a second key of `class` (a fingerprint known to belong to
     /// a function equal to the class's). Returns false, changing nothing,
     /// if `fp` is already in the cache or `class` does not exist.
-    pub fn insert_alias(&mut self, fp: Fingerprint, class: ClassId) -> bool {
+    pub fn insert_alias(&mut self, fp: K, class: ClassId) -> bool {
         if !self.members.is_valid(class) {
             return false;
         }
@@ -124,13 +143,8 @@ impl DedupCache {
 
     /// The class of `fp`, if present. Does not count as a hit or a miss
     /// (a lookup writes nothing).
-    pub fn get(&self, fp: &Fingerprint) -> Option<ClassId> {
+    pub fn get(&self, fp: &K) -> Option<ClassId> {
         self.classes.get(fp).copied()
-    }
-
-    /// [`DedupCache::get`] of a fingerprint whose key is borrowed.
-    pub fn get_borrowed(&self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
-        self.classes.get(&Probe(fp)).copied()
     }
 
     /// Number of classes (distinct keys) in the cache.
@@ -154,7 +168,7 @@ impl DedupCache {
     }
 
     /// Every fingerprint in the cache with its class, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Fingerprint, ClassId)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&K, ClassId)> {
         self.classes.iter().map(|(fp, &class)| (fp, class))
     }
 
@@ -162,7 +176,7 @@ impl DedupCache {
     pub fn heap_bytes(&self) -> usize {
         let keys: usize = self.classes.keys().map(|fp| fp.key().len() * 4).sum();
         let table = self.classes.capacity()
-            * (core::mem::size_of::<Fingerprint>() + core::mem::size_of::<ClassId>() + 1);
+            * (core::mem::size_of::<K>() + core::mem::size_of::<ClassId>() + 1);
         keys + table + self.members.len() * 4
     }
 }
@@ -245,12 +259,8 @@ mod tests {
         let b = b.to_fingerprint();
         assert_ne!(b, a);
         let mut erased = DedupCache::new();
-        erased.insert(a.with_call_conv_erased());
-        assert_eq!(
-            erased.get(&b.with_call_conv_erased()),
-            Some(ClassId::from_u32(0))
-        );
-        assert_eq!(erased.get_borrowed(&walk.walk(&funcs[0]).key()), None);
+        erased.insert(a.erase_call_conv());
+        assert_eq!(erased.get(&b.erase_call_conv()), Some(ClassId::from_u32(0)));
         assert_eq!(cache.hits(), 0);
     }
 }

@@ -33,7 +33,9 @@
 //!    Class ids are the exact cache's; every class has its facts.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
-use crate::fingerprint::{BorrowedFingerprint, Fingerprint, Fingerprinter, SymbolName};
+use crate::fingerprint::{
+    BorrowedFingerprint, ErasedConvention, Fingerprint, Fingerprinter, SymbolName, Template,
+};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::CallConv;
@@ -175,10 +177,10 @@ pub struct Plan {
     /// The class it may be an adapter for.
     pub adapter_for: Option<ClassId>,
     /// Its template, when its code is to be kept for reuse if compiled.
-    pub keep_template: Option<Fingerprint>,
+    pub keep_template: Option<Template>,
     /// Its fingerprint with the calling convention erased, when it is to be
     /// found by adapters if compiled.
-    pub keep_body: Option<Fingerprint>,
+    pub keep_body: Option<ErasedConvention>,
 }
 
 impl Plan {
@@ -252,11 +254,11 @@ pub struct ClassFacts {
 pub struct CompiledCache<T> {
     exact: DedupCache,
     facts: SecondaryMap<ClassId, ClassFacts>,
-    templates: DedupCache,
+    templates: DedupCache<Template>,
     /// The code of each template class, numbered like `templates` (pushed
     /// in [`CompiledCache::keep_template`] only, with the insert).
     code: Vec<T>,
-    bodies: HashMap<Fingerprint, (ClassId, CallConv)>,
+    bodies: HashMap<ErasedConvention, (ClassId, CallConv)>,
 }
 
 impl<T> Default for CompiledCache<T> {
@@ -293,9 +295,9 @@ impl<T> CompiledCache<T> {
         // keeps or looks up keys derived from this one.
         let fingerprint = f.fingerprint.to_fingerprint();
         let reusable = policy.reuse && (!f.names.is_empty() || !policy.machine_trampolines);
-        let template = reusable.then(|| fingerprint.template());
+        let template = reusable.then(|| fingerprint.to_template());
         let reuse = template.as_ref().and_then(|t| self.templates.get(t));
-        let body = f.adaptable.then(|| fingerprint.with_call_conv_erased());
+        let body = f.adaptable.then(|| fingerprint.erase_call_conv());
         let adapter_for = body
             .as_ref()
             .and_then(|b| self.bodies.get(b))
@@ -359,7 +361,7 @@ impl<T> CompiledCache<T> {
     /// Keeps `code` for `template` (absent: see [`Plan::keep_template`]);
     /// returns its template class, or `None` (keeping nothing) if the
     /// template has code already.
-    pub fn keep_template(&mut self, template: Fingerprint, code: T) -> Option<ClassId> {
+    pub fn keep_template(&mut self, template: Template, code: T) -> Option<ClassId> {
         match self.templates.get_or_insert(template) {
             Lookup::Duplicate(_) => None,
             Lookup::New(class) => {
@@ -370,18 +372,18 @@ impl<T> CompiledCache<T> {
     }
 
     /// Makes `template` a second key of template class `class`.
-    pub fn alias_template(&mut self, template: Fingerprint, class: ClassId) -> bool {
+    pub fn alias_template(&mut self, template: Template, class: ClassId) -> bool {
         self.templates.insert_alias(template, class)
     }
 
     /// Records `body` (a fingerprint with the calling convention erased)
     /// as `class`'s, of convention `call_conv`, unless it has one.
-    pub fn keep_body(&mut self, body: Fingerprint, class: ClassId, call_conv: CallConv) {
+    pub fn keep_body(&mut self, body: ErasedConvention, class: ClassId, call_conv: CallConv) {
         self.bodies.entry(body).or_insert((class, call_conv));
     }
 
     /// Makes `body` `class`'s, whatever it was (a test hook's poison).
-    pub fn replace_body(&mut self, body: Fingerprint, class: ClassId, call_conv: CallConv) {
+    pub fn replace_body(&mut self, body: ErasedConvention, class: ClassId, call_conv: CallConv) {
         self.bodies.insert(body, (class, call_conv));
     }
 }

@@ -30,7 +30,7 @@
 //!   decides for a module on an ISA with machine-code trampolines: a
 //!   duplicate, reused code (with `--reuse`), an adapter, or compiled.
 //!   `reused` counts the functions whose plan reuses the code of an earlier
-//!   compiled function with their [template](crate::Fingerprint::template)
+//!   compiled function with their [template](crate::Fingerprint::to_template)
 //!   (as in a module, code is kept from compiled functions only, not from
 //!   adapters or reused code). An adapter counts as compiled (its own
 //!   compile time, which overstates an adapter's). With `--compile`, the dedup
@@ -499,8 +499,7 @@ impl Grouping {
             {
                 let class = class.as_u32();
                 if !matches!(step, Step::Duplicate(_)) {
-                    let template = walk.fingerprint.template();
-                    let node = graph.add_node(&template, &walk.names, &walk.address_taken);
+                    let node = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
                     debug_assert_eq!(node, class, "a node per exact class");
                 }
                 graph.add_function_with_func_name(&func.name, class);

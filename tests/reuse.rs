@@ -382,10 +382,4 @@ fn with_names_equals_fingerprinting_the_renamed_function() {
     assert_eq!(template.with_names(&renamed_names), renamed_exact);
     assert_eq!(template.with_names(&names), exact);
     assert_ne!(renamed_exact, exact);
-    // The transitional `Fingerprint::with_names`, on the template
-    // `Fingerprint::template` makes, agrees while it exists.
-    assert_eq!(
-        jitfold::Fingerprint::with_names(&exact.template(), &renamed_names),
-        renamed_exact
-    );
 }

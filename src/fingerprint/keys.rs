@@ -247,11 +247,10 @@ impl Fingerprint {
     }
 
     /// This fingerprint as a [`BorrowedFingerprint`], which looks it up
-    /// the same way. (For the exact fingerprint of a function, not one from
-    /// the transitional [`Fingerprint::with_call_conv_erased`], whose key
-    /// starts after the calling convention.)
+    /// the same way.
     pub fn borrowed(&self) -> BorrowedFingerprint<'_> {
-        debug_assert_eq!(self.0.start, 0, "an erased key has no borrowed form");
+        // An exact key starts at the first word (only `ErasedConvention`
+        // holds a key that does not).
         BorrowedFingerprint::new(
             &self.0.words[..self.0.len as usize],
             self.0.instructions,
@@ -274,28 +273,6 @@ impl Fingerprint {
     pub fn erase_call_conv(&self) -> ErasedConvention {
         ErasedConvention(self.0.erased())
     }
-
-    /// The template of this fingerprint, as a `Fingerprint`. Transitional:
-    /// to be removed when `src/module`, `cache.rs`, `report.rs` and the
-    /// benches move to [`Fingerprint::to_template`] and [`Template`].
-    pub fn template(&self) -> Fingerprint {
-        Fingerprint(self.0.template())
-    }
-
-    /// [`Fingerprint::erase_call_conv`] as a `Fingerprint` (never equal to
-    /// one whose convention is not erased). Transitional: to be removed
-    /// when `src/module` moves to [`ErasedConvention`].
-    pub fn with_call_conv_erased(&self) -> Fingerprint {
-        Fingerprint(self.0.erased())
-    }
-
-    /// [`Template::with_names`] of a template held as a `Fingerprint` (from
-    /// [`Fingerprint::template`]). Transitional: to be removed when
-    /// `src/module` moves to [`Template`].
-    pub fn with_names(template: &Fingerprint, names: &[SymbolName]) -> Fingerprint {
-        debug_assert_eq!(template.0.len, template.0.template_len, "not a template");
-        Template(template.0.clone()).with_names(names)
-    }
 }
 
 impl Template {
@@ -304,9 +281,7 @@ impl Template {
     /// fingerprinting that function after renaming those external names, as
     /// long as `names` are distinct).
     pub fn with_names(&self, names: &[SymbolName]) -> Fingerprint {
-        // Only `Fingerprint::with_names`, transitional, can hand this an
-        // erased key.
-        debug_assert_eq!(self.0.start, 0, "calling convention erased");
+        // A template is never erased, so its key starts at the first word.
         let mut words = self.key().to_vec();
         walk::encode_names(&mut words, names);
         let hashes = KeyHashes::of(&words, self.0.template_len);

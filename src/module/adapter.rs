@@ -24,10 +24,10 @@
 //!   followed by `return` of every result, unchanged.
 //! - The caller ([`DedupModule`](super::DedupModule)) adapts a function
 //!   only to a compiled function whose fingerprint equals its own with the
-//!   calling convention erased ([`Fingerprint::with_call_conv_erased`]),
+//!   calling convention erased ([`Fingerprint::erase_call_conv`]),
 //!   both being adaptable.
 //!
-//! [`Fingerprint::with_call_conv_erased`]: crate::Fingerprint::with_call_conv_erased
+//! [`Fingerprint::erase_call_conv`]: crate::Fingerprint::erase_call_conv
 
 use cranelift_codegen::ir::{
     self, ArgumentPurpose, Function, InstBuilder, Signature, UserFuncName,

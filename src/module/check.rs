@@ -253,13 +253,13 @@ impl<M: Module> DedupModule<M> {
                 let template = codes.iter().position(|t| t.source == target);
                 if let Some(template) = template {
                     let class = ClassId::from_u32(template as u32);
-                    self.compiled.alias_template(fp.template(), class);
+                    self.compiled.alias_template(fp.to_template(), class);
                 }
             }
             Poison::Body => {
                 let call_conv = self.call_conv(target);
                 self.compiled
-                    .replace_body(fp.with_call_conv_erased(), class, call_conv);
+                    .replace_body(fp.erase_call_conv(), class, call_conv);
             }
         }
     }

@@ -8,7 +8,7 @@
 //!
 //! 1. A class gets an extra key only if that key is exactly what the walk
 //!    gives the class's function with one callee renamed to its canonical
-//!    function ([`Fingerprint::with_names`]): same template, the callee's
+//!    function ([`Template::with_names`]): same template, the callee's
 //!    slot changed, every other slot unchanged. Only callees named by calls
 //!    alone are renamed, never a name whose address the function takes, and
 //!    never when the canonical name already has a slot of its own (the
@@ -24,7 +24,7 @@
 
 use super::DedupModule;
 use crate::cache::ClassId;
-use crate::fingerprint::{Fingerprint, SymbolName};
+use crate::fingerprint::{Fingerprint, SymbolName, Template};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::UserExternalName;
 use cranelift_module::{FuncId, Module};
@@ -33,7 +33,7 @@ use hashbrown::HashMap;
 /// What re-keying a class needs: its template and names.
 #[derive(Clone)]
 pub(super) struct ClassNames {
-    template: Fingerprint,
+    template: Template,
     names: Vec<SymbolName>,
     taken: Vec<bool>,
 }
@@ -47,7 +47,7 @@ impl ClassNames {
             .zip(taken)
             .any(|(n, &t)| !t && matches!(n, SymbolName::User(u) if u.namespace == 0));
         calls_local.then(|| Self {
-            template: fp.template(),
+            template: fp.to_template(),
             names: names.to_vec(),
             taken: taken.to_vec(),
         })
@@ -119,7 +119,7 @@ impl<M: Module> DedupModule<M> {
                 }
                 let mut renamed = names.names.clone();
                 renamed[slot] = new_name.clone();
-                let key = Fingerprint::with_names(&names.template, &renamed);
+                let key = names.template.with_names(&renamed);
                 match self.compiled.class_of(&key) {
                     None => {
                         self.compiled.add_alias(key, class);

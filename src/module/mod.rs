@@ -13,7 +13,7 @@
 //!    canonical function (see [`trampoline`]), so every reference to the id
 //!    resolves to working code, including references compiled before the id
 //!    was known to be a duplicate.
-//! 2. A function whose [template](crate::Fingerprint::template) was compiled
+//! 2. A function whose [template](crate::Fingerprint::to_template) was compiled
 //!    before (same code, other callees or symbols) is not compiled again
 //!    when [`DedupOptions::reuse`] is on (the default): it is defined from
 //!    a copy of that code with its relocations retargeted to its own names

@@ -1,5 +1,5 @@
 //! Compile once, instantiate many: reusing the machine code of a function
-//! for another function with the same [template](crate::Fingerprint::template).
+//! for another function with the same [template](crate::Fingerprint::to_template).
 //!
 //! # What this module guarantees
 //!

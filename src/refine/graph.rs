@@ -151,7 +151,7 @@ impl CallGraph {
     }
 
     /// Adds a node: functions with this fingerprint (exact or, as
-    /// [`Fingerprint::template`] makes it, a template; only the template is
+    /// [`Fingerprint::to_template`] makes it, a template; only the template is
     /// used), slot names and address-taken flags (see
     /// [`crate::Walk::names`] and [`crate::Walk::address_taken`]). Returns its index;
     /// nodes are numbered from 0 in the order added.

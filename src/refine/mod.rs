@@ -2,7 +2,7 @@
 //! are compared by class instead of by name.
 //!
 //! Each function is a [`Node`]: its template class (functions with equal
-//! [templates](crate::Fingerprint::template)) and, slot by slot, what its
+//! [templates](crate::Fingerprint::to_template)) and, slot by slot, what its
 //! name slots refer to: another function of the set, or something outside
 //! it (an import, a data symbol, a function whose address is used as data),
 //! identified by an interned name.
