@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::build::{define, emit_call};
+use common::build::{define, emit_call, twelve_steps};
 use cranelift_codegen::gimli::{self, UnwindSection};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, types::I64};
 use cranelift_codegen::isa::CallConv;
@@ -68,12 +68,8 @@ fn program<M: Module>(m: &mut M) -> Vec<FuncId> {
     }
     for f in [big_sysv, big_tail] {
         define(m, f, |b, _, p| {
-            let mut a = p[0];
-            for i in 1..=12 {
-                let t = b.ins().imul(a, p[0]);
-                a = b.ins().iadd_imm_s(t, i);
-            }
-            b.ins().return_(&[a]);
+            let r = twelve_steps(b, p[0]);
+            b.ins().return_(&[r]);
         })
         .unwrap();
     }

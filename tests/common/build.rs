@@ -74,3 +74,14 @@ pub fn call1(ptr: *const u8, x: i64) -> i64 {
     let f: extern "C" fn(i64) -> i64 = unsafe { std::mem::transmute(ptr) };
     f(x)
 }
+
+/// Twelve multiply-add steps on `x` (`a = a * x + i`), returned: a body
+/// large enough for an adapter.
+pub fn twelve_steps(b: &mut FunctionBuilder, x: ir::Value) -> ir::Value {
+    let mut a = x;
+    for i in 1..=12 {
+        let t = b.ins().imul(a, x);
+        a = b.ins().iadd_imm_s(t, i);
+    }
+    a
+}
