@@ -176,23 +176,39 @@ impl<'a> Oracle<'a> {
                 first: self.rename(into, &classes, data_by_class),
                 second: self.rename(member, &classes, data_by_class),
             };
-            let mismatch = compare_compiled_code(
-                self.isa,
-                (&self.funcs[into], &a),
-                (&self.funcs[member], &b),
-                &renaming,
-            )
-            .map_err(|e| format!("machine-code oracle: f{into} and f{member}: {e}"))?;
-            if let Some(mismatch) = mismatch {
-                return Err(format!(
-                    "machine-code oracle: {what} merged f{member} into f{into}, \
-                     but their {mismatch}\n{}\n{}",
-                    self.funcs[into].display(),
-                    self.funcs[member].display()
-                ));
-            }
+            let claim = format!("{what} merged f{member} into f{into}");
+            self.same_code((into, &a), (member, &b), &renaming, &claim)?;
         }
         Ok(())
+    }
+
+    /// Compares the code `a.1` of function `a.0` with the code `b.1` of
+    /// function `b.0` (relocation targets brought together by `renaming`);
+    /// a mismatch is an error that says `claim` (why they should be the
+    /// same) and shows both functions.
+    fn same_code(
+        &self,
+        a: (usize, &MachineCode),
+        b: (usize, &MachineCode),
+        renaming: &Renaming,
+        claim: &str,
+    ) -> Result<(), String> {
+        let (first, second) = (a.0, b.0);
+        let mismatch = compare_compiled_code(
+            self.isa,
+            (&self.funcs[first], a.1),
+            (&self.funcs[second], b.1),
+            renaming,
+        )
+        .map_err(|e| format!("machine-code oracle: f{first} and f{second}: {e}"))?;
+        match mismatch {
+            None => Ok(()),
+            Some(mismatch) => Err(format!(
+                "machine-code oracle: {claim}, but their {mismatch}\n{}\n{}",
+                self.funcs[first].display(),
+                self.funcs[second].display()
+            )),
+        }
     }
 
     /// Checks guarantee 3: every function against the first function with
@@ -216,21 +232,8 @@ impl<'a> Oracle<'a> {
             let first = *first;
             let (a, b) = (self.code(first, false)?, self.code(i, false)?);
             let renaming = Renaming::slots(first_names, &names);
-            let mismatch = compare_compiled_code(
-                self.isa,
-                (&self.funcs[first], &a),
-                (&self.funcs[i], &b),
-                &renaming,
-            )
-            .map_err(|e| format!("machine-code oracle: f{first} and f{i}: {e}"))?;
-            if let Some(mismatch) = mismatch {
-                return Err(format!(
-                    "machine-code oracle: f{i} has f{first}'s template (its code \
-                     would be reused), but their {mismatch}\n{}\n{}",
-                    self.funcs[first].display(),
-                    self.funcs[i].display()
-                ));
-            }
+            let claim = format!("f{i} has f{first}'s template (its code would be reused)");
+            self.same_code((first, &a), (i, &b), &renaming, &claim)?;
         }
         Ok(())
     }
