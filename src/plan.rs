@@ -291,13 +291,14 @@ impl<T> CompiledCache<T> {
                 keep_body: None,
             };
         }
-        // Not a cache hit: the function will be defined another way, which
-        // keeps or looks up keys derived from this one.
-        let fingerprint = f.fingerprint.to_fingerprint();
+        // Not a cache hit: the keys derived from this one are copied out
+        // of the walk, and only those the policy needs.
         let reusable = policy.reuse && (!f.names.is_empty() || !policy.machine_trampolines);
-        let template = reusable.then(|| fingerprint.to_template());
+        let template = reusable.then(|| f.fingerprint.to_template());
         let reuse = template.as_ref().and_then(|t| self.templates.get(t));
-        let body = f.adaptable.then(|| fingerprint.erase_call_conv());
+        let body = f
+            .adaptable
+            .then(|| f.fingerprint.to_fingerprint().erase_call_conv());
         let adapter_for = body
             .as_ref()
             .and_then(|b| self.bodies.get(b))
