@@ -16,6 +16,7 @@
 //! differential check.
 
 pub mod cache;
+pub mod code;
 pub mod compile;
 pub mod corpus;
 pub mod demo;

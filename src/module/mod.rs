@@ -539,7 +539,7 @@ impl<M: Module> DedupModule<M> {
             self.compiled.keep_body(body, class, call_conv);
         }
         if let Some(original) = original {
-            self.keep_reference_code(id, &original, crate::compile::MachineCode::of(ctx));
+            self.keep_reference_code(id, &original, crate::code::MachineCode::of(ctx));
         }
         Ok(Outcome::Compiled {
             code_bytes,

@@ -16,7 +16,7 @@
 //!    relocated slot holds a test-case name (which `cranelift-module` cannot
 //!    link); the caller compiles the function instead.
 
-use crate::compile::{MachineCode, RelocTarget};
+use crate::code::{MachineCode, RelocTarget};
 use crate::fingerprint::SymbolName;
 use cranelift_codegen::Context;
 use cranelift_codegen::isa::TargetIsa;
@@ -120,7 +120,7 @@ impl CodeTemplate {
     /// Heap bytes held: the code, its relocations and the names.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.code.bytes.len()
-            + self.code.relocs.len() * size_of::<crate::compile::Relocation>()
+            + self.code.relocs.len() * size_of::<crate::code::Relocation>()
             + self.names.len() * size_of::<SymbolName>()
     }
 }
