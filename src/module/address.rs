@@ -21,7 +21,8 @@
 //!    (a call does not observe the callee's address); calls to a function
 //!    found equal to another after both were compiled go to the other.
 
-use super::{DedupModule, State};
+use super::DedupModule;
+use super::ids::State;
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
 use cranelift_module::{FuncId, Module, ModuleRelocTarget};
 use hashbrown::HashSet;
@@ -39,8 +40,8 @@ impl<M: Module> DedupModule<M> {
     /// `get_finalized_function`, `get_address` and references compiled
     /// into code or data resolve to.
     pub(super) fn address_id(&self, id: FuncId) -> FuncId {
-        match self.state(id) {
-            State::Duplicate { .. } if self.shares_address(id) => self.root_of(id),
+        match self.ids.state(id) {
+            State::Duplicate { .. } if self.shares_address(id) => self.ids.root_of(id),
             _ => id,
         }
     }
@@ -97,7 +98,7 @@ impl<M: Module> DedupModule<M> {
     /// where the duplicate shares its canonical function's address.
     pub(super) fn canonicalize_references(&self, func: &mut Function) {
         let target_of = |id: FuncId, as_data: bool| {
-            let id = match self.state(id) {
+            let id = match self.ids.state(id) {
                 State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
                 _ => id,
             };

@@ -30,17 +30,49 @@
 //!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
 //!    `finalize_definitions`) fails, listing it.
 
-use super::{DedupError, DedupModule, State, verify};
+use super::ids::State;
+use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
 use crate::refine::CallGraph;
+use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleResult};
+use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Functions that failed in this flush, with their errors.
 type Failures = Vec<(FuncId, ModuleError)>;
+
+/// What batch mode keeps between flushes.
+#[derive(Default)]
+pub(super) struct Batch {
+    /// Definitions recorded since the last flush, in order.
+    pending: Vec<(FuncId, Function)>,
+    /// The caller's control plane of each pending definition, for its
+    /// compilation.
+    pending_control: HashMap<FuncId, ControlPlane>,
+    /// Definitions that failed and are still undefined, with their errors'
+    /// text (see 5 above).
+    failed: Vec<(FuncId, String)>,
+}
+
+impl Batch {
+    /// Records the definition of `id` as `func`, to be compiled with
+    /// `ctrl_plane` at the next flush.
+    pub(super) fn record(&mut self, id: FuncId, func: Function, ctrl_plane: ControlPlane) {
+        self.pending.push((id, func));
+        self.pending_control.insert(id, ctrl_plane);
+    }
+
+    /// Forgets that a definition of `id` failed: it is being defined again.
+    pub(super) fn forget_failure(&mut self, id: FuncId) {
+        if !self.failed.is_empty() {
+            self.failed.retain(|(failed, _)| *failed != id);
+        }
+    }
+}
 
 impl<M: Module> DedupModule<M> {
     /// Compiles the definitions recorded in batch mode: groups them by
@@ -54,16 +86,16 @@ impl<M: Module> DedupModule<M> {
     /// failed function is defined again or given up
     /// ([`DedupModule::take_failed_definitions`]), later flushes fail too.
     pub fn flush(&mut self) -> ModuleResult<()> {
-        let mut pending = std::mem::take(&mut self.pending);
+        let mut pending = std::mem::take(&mut self.batch.pending);
         let mut failures = Failures::new();
         if !pending.is_empty() {
             self.define_pending(&mut pending, &mut failures);
             // Planned duplicates are not compiled: their planes are unused.
-            self.pending_control.clear();
+            self.batch.pending_control.clear();
             // What failed is undefined again.
             let undefined = pending
                 .iter()
-                .filter(|(id, _)| self.functions[*id] == State::Undefined)
+                .filter(|(id, _)| self.ids.state(*id) == State::Undefined)
                 .count();
             self.stats.defined -= undefined as u64;
         }
@@ -73,14 +105,14 @@ impl<M: Module> DedupModule<M> {
     /// The batch definitions that failed and are still undefined, with
     /// their errors' text, oldest first.
     pub fn failed_definitions(&self) -> &[(FuncId, String)] {
-        &self.failed
+        &self.batch.failed
     }
 
     /// Gives up the failed batch definitions: they stay undefined, and
     /// flushing no longer reports them. Returns them, as
     /// [`DedupModule::failed_definitions`] listed them.
     pub fn take_failed_definitions(&mut self) -> Vec<(FuncId, String)> {
-        std::mem::take(&mut self.failed)
+        std::mem::take(&mut self.batch.failed)
     }
 
     /// Defines every function of `pending` (see 3 and 4 above), adding
@@ -94,8 +126,8 @@ impl<M: Module> DedupModule<M> {
             }));
             if planned.is_err() {
                 for (id, _) in pending.iter() {
-                    if let State::Duplicate { .. } = self.functions[*id] {
-                        self.functions[*id] = State::Pending;
+                    if let State::Duplicate { .. } = self.ids.state(*id) {
+                        self.ids.plan(*id, State::Pending);
                     }
                 }
             }
@@ -105,13 +137,13 @@ impl<M: Module> DedupModule<M> {
         let planned: Vec<(usize, FuncId)> = pending
             .iter()
             .enumerate()
-            .filter_map(|(i, (id, _))| match self.functions[*id] {
+            .filter_map(|(i, (id, _))| match self.ids.state(*id) {
                 State::Duplicate { canonical } => Some((i, canonical)),
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
             })
             .collect();
         for (id, func) in pending.iter_mut() {
-            if self.functions[*id] == State::Pending {
+            if self.ids.state(*id) == State::Pending {
                 self.define_own(*id, func, failures);
             }
         }
@@ -119,8 +151,8 @@ impl<M: Module> DedupModule<M> {
             let (id, func) = &mut pending[i];
             // Planning may chain duplicates (a group's first member can turn
             // out to be a duplicate in a later round); follow to the root.
-            let root = self.root_of(canonical);
-            let root_defined = matches!(self.functions[root], State::Compiled(_) | State::Bytes);
+            let root = self.ids.root_of(canonical);
+            let root_defined = matches!(self.ids.state(root), State::Compiled(_) | State::Bytes);
             // Checked while still planned as a duplicate, so that its own
             // name maps to the root's.
             let checked = if root_defined && self.options.check {
@@ -128,7 +160,7 @@ impl<M: Module> DedupModule<M> {
             } else {
                 Ok(())
             };
-            self.functions[*id] = State::Undefined;
+            self.ids.plan(*id, State::Undefined);
             if let Err(e) = checked {
                 failures.push((*id, e));
             } else if root_defined {
@@ -146,13 +178,13 @@ impl<M: Module> DedupModule<M> {
 
     /// Defines `id` as `define_now` does in eager mode (`func` is taken).
     fn define_own(&mut self, id: FuncId, func: &mut Function, failures: &mut Failures) {
-        self.functions[id] = State::Undefined;
+        self.ids.plan(id, State::Undefined);
         // Planning may have found duplicates since `func` was last
         // rewritten (a failed class's members are defined here too).
         self.canonicalize_references(func);
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
         // The control plane the caller defined it with, as it was then.
-        let mut ctrl_plane = self.pending_control.remove(&id).unwrap_or_default();
+        let mut ctrl_plane = self.batch.pending_control.remove(&id).unwrap_or_default();
         if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane) {
             failures.push((id, e));
         }
@@ -164,26 +196,26 @@ impl<M: Module> DedupModule<M> {
             "{} ({id}): failed, left undefined: {error}",
             self.function_name(id)
         );
-        self.functions[id] = State::Undefined;
+        self.ids.plan(id, State::Undefined);
         failures.push((id, error));
     }
 
     /// Records this flush's `failures` beside the earlier ones still
     /// undefined, and returns the error to report (see 5 above).
     fn report_failures(&mut self, failures: Failures) -> ModuleResult<()> {
-        let alone = failures.len() == 1 && self.failed.is_empty();
+        let alone = failures.len() == 1 && self.batch.failed.is_empty();
         for (id, e) in &failures {
             let text = format!("{}: {}", self.function_name(*id), describe(e));
-            self.failed.push((*id, text));
+            self.batch.failed.push((*id, text));
         }
         if alone {
             return Err(failures.into_iter().next().expect("one failure").1);
         }
-        if self.failed.is_empty() {
+        if self.batch.failed.is_empty() {
             return Ok(());
         }
         Err(DedupError::BatchDefinitionsFailed {
-            failures: self.failed.clone(),
+            failures: self.batch.failed.clone(),
         }
         .into())
     }
@@ -200,8 +232,8 @@ impl<M: Module> DedupModule<M> {
     fn plan_refined(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
         while !self.try_plan_refined(pending, failures) {
             for (id, _) in pending.iter() {
-                if let State::Duplicate { .. } = self.functions[*id] {
-                    self.functions[*id] = State::Pending;
+                if let State::Duplicate { .. } = self.ids.state(*id) {
+                    self.ids.plan(*id, State::Pending);
                 }
             }
         }
@@ -219,7 +251,7 @@ impl<M: Module> DedupModule<M> {
         let mut graph = CallGraph::with_capacity(pending.len());
         let mut node_of = Vec::with_capacity(pending.len());
         for (id, func) in pending.iter_mut() {
-            if self.functions[*id] != State::Pending {
+            if self.ids.state(*id) != State::Pending {
                 node_of.push(None);
                 continue;
             }
@@ -273,9 +305,8 @@ impl<M: Module> DedupModule<M> {
                 }
                 first.insert(class, (j, true));
             }
-            self.functions[pending[i].0] = State::Duplicate {
-                canonical: pending[j].0,
-            };
+            let canonical = pending[j].0;
+            self.ids.plan(pending[i].0, State::Duplicate { canonical });
         }
         true
     }
@@ -293,7 +324,7 @@ impl<M: Module> DedupModule<M> {
             let mut changed = false;
             for i in 0..pending.len() {
                 let id = pending[i].0;
-                if self.functions[id] != State::Pending {
+                if self.ids.state(id) != State::Pending {
                     continue;
                 }
                 self.canonicalize_references(&mut pending[i].1);
@@ -326,7 +357,7 @@ impl<M: Module> DedupModule<M> {
                     self.fail(id, e, failures);
                     continue;
                 }
-                self.functions[id] = State::Duplicate { canonical };
+                self.ids.plan(id, State::Duplicate { canonical });
                 changed = true;
             }
             if !changed {

@@ -32,8 +32,9 @@
 //! compilation made by the check, kept with that function. It is kept only
 //! in check mode.
 
+use super::ids::State;
 use super::reuse::CodeTemplate;
-use super::{DedupError, DedupModule, State};
+use super::{DedupError, DedupModule};
 use crate::cache::ClassId;
 use crate::compile::{self, MachineCode, Renaming};
 use crate::fingerprint::SymbolName;
@@ -63,7 +64,7 @@ impl<M: Module> DedupModule<M> {
         func: &Function,
         code: Option<MachineCode>,
     ) {
-        if let (State::Compiled(class), Some(code)) = (self.functions[id], code)
+        if let (State::Compiled(class), Some(code)) = (self.ids.state(id), code)
             && self.reference.code[class].is_none()
         {
             let func = func.clone();
@@ -157,7 +158,7 @@ impl<M: Module> DedupModule<M> {
 
     /// The reference code of the class `id`'s code belongs to.
     fn reference_of(&self, id: FuncId) -> Option<&Reference> {
-        match self.functions[self.root_of(id)] {
+        match self.ids.state(self.ids.root_of(id)) {
             State::Compiled(class) => self.reference.code[class].as_ref(),
             State::Undefined | State::Pending | State::Duplicate { .. } | State::Bytes => None,
         }
@@ -184,7 +185,7 @@ impl<M: Module> DedupModule<M> {
     fn canonical_name(&self, name: &SymbolName) -> SymbolName {
         match name {
             SymbolName::User(user) if user.namespace == 0 => {
-                let root = self.root_of(FuncId::from_u32(user.index));
+                let root = self.ids.root_of(FuncId::from_u32(user.index));
                 let root = self.joins.call_target(root).unwrap_or(root);
                 SymbolName::User(UserExternalName::new(0, root.as_u32()))
             }
@@ -238,7 +239,7 @@ impl<M: Module> DedupModule<M> {
     /// nothing when `target` is not such a function.
     #[doc(hidden)]
     pub fn poison_cache_for_testing(&mut self, func: &Function, target: FuncId, what: Poison) {
-        let State::Compiled(class) = self.functions[target] else {
+        let State::Compiled(class) = self.ids.state(target) else {
             return;
         };
         let mut func = func.clone();

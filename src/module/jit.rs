@@ -28,12 +28,14 @@
 //!   trampoline under its own name, and finalizing adds the name of each
 //!   duplicate that shares its canonical function's entry point there.
 
-use super::{DedupError, DedupModule, DedupOptions, State};
-use cranelift_codegen::entity::EntityRef;
+use super::ids::State;
+use super::{DedupError, DedupModule, DedupOptions};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
     DataId, FuncId, Module, ModuleDeclarations, ModuleError, ModuleRelocTarget, ModuleResult,
 };
+use hashbrown::HashMap;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -69,14 +71,13 @@ impl DedupModule<JITModule> {
         self.inner.finalize_definitions()?;
         let perf_map = cfg!(unix) && std::env::var_os("PERF_BUILDID_DIR").is_some();
         let mut perf_lines = String::new();
-        for id in std::mem::take(&mut self.unfinalized) {
-            self.finalized[id] = true;
+        for id in self.ids.finalize() {
             let start = self.inner.get_finalized_function(id) as usize;
-            let end = start + self.code_size[id] as usize;
-            self.code_ranges.insert(start, (end, id));
-            if let State::Duplicate { .. } = self.functions[id] {
-                let root = self.root_of(id);
-                self.duplicates_of.entry(root).or_default().push(id);
+            let end = start + self.ids.code_size(id);
+            self.code_map.insert(start, end, id);
+            if let State::Duplicate { .. } = self.ids.state(id) {
+                let root = self.ids.root_of(id);
+                self.code_map.add_duplicate(root, id);
                 // The inner module lists the trampoline under `id`'s name;
                 // a shared entry point serves `id` too.
                 if perf_map && self.shares_address(id) {
@@ -91,9 +92,6 @@ impl DedupModule<JITModule> {
         }
         if !perf_lines.is_empty() {
             write_perf_map(&perf_lines);
-        }
-        for id in std::mem::take(&mut self.unfinalized_data) {
-            self.finalized_data[id] = true;
         }
         Ok(())
     }
@@ -114,10 +112,10 @@ impl DedupModule<JITModule> {
     /// [`DedupModule::get_finalized_function`], with an error instead of
     /// a panic.
     pub fn try_get_finalized_function(&self, id: FuncId) -> ModuleResult<*const u8> {
-        if id.index() >= self.declared_functions {
+        if !self.ids.is_declared(id) {
             return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
         }
-        let state = self.functions[id];
+        let state = self.ids.state(id);
         let function = || self.function_name(id);
         match state {
             State::Undefined => {
@@ -134,7 +132,7 @@ impl DedupModule<JITModule> {
             }
             State::Compiled(_) | State::Duplicate { .. } | State::Bytes => {}
         }
-        if !self.finalized[id] {
+        if !self.ids.is_finalized(id) {
             return Err(DedupError::FunctionNotFinalized {
                 function: function(),
             }
@@ -158,17 +156,17 @@ impl DedupModule<JITModule> {
     /// [`DedupModule::get_finalized_data`], with an error instead of a
     /// panic.
     pub fn try_get_finalized_data(&self, id: DataId) -> ModuleResult<(*const u8, usize)> {
-        if id.index() >= self.declared_data {
+        if !self.ids.is_declared_data(id) {
             return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
         }
         let data = || {
             let decl = self.inner.declarations().get_data_decl(id);
             decl.linkage_name(id).into_owned()
         };
-        if !self.defined_data[id] {
+        if !self.ids.is_data_defined(id) {
             return Err(DedupError::DataNotDefined { data: data() }.into());
         }
-        if !self.finalized_data[id] {
+        if !self.ids.is_data_finalized(id) {
             return Err(DedupError::DataNotFinalized { data: data() }.into());
         }
         Ok(self.inner.get_finalized_data(id))
@@ -193,10 +191,10 @@ impl DedupModule<JITModule> {
         if let ModuleRelocTarget::User { .. } = name {
             if ModuleDeclarations::is_function(name) {
                 let id = FuncId::from_name(name);
-                if id.index() >= self.declared_functions {
+                if !self.ids.is_declared(id) {
                     return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
                 }
-                if self.functions[id] == State::Pending {
+                if self.ids.state(id) == State::Pending {
                     return Err(DedupError::FunctionNotFinalized {
                         function: self.function_name(id),
                     }
@@ -207,7 +205,7 @@ impl DedupModule<JITModule> {
                     let target = ModuleRelocTarget::user(0, target.as_u32());
                     return self.inner_address(&target);
                 }
-            } else if DataId::from_name(name).index() >= self.declared_data {
+            } else if !self.ids.is_declared_data(DataId::from_name(name)) {
                 let id = DataId::from_name(name);
                 return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
             }
@@ -236,24 +234,13 @@ impl DedupModule<JITModule> {
     /// For backtraces and profilers: a shared entry point serves several
     /// names.
     pub fn functions_at(&self, address: *const u8) -> Vec<FuncId> {
-        let address = address as usize;
-        let Some((_, &(end, owner))) = self.code_ranges.range(..=address).next_back() else {
-            return Vec::new();
-        };
-        if address >= end {
-            return Vec::new();
-        }
-        let mut ids = vec![owner];
-        if let Some(duplicates) = self.duplicates_of.get(&owner) {
-            ids.extend(duplicates);
-        }
-        ids
+        self.code_map.functions_at(address as usize)
     }
 
     /// The code range of the finalized function `id`, as (start, (end, id)).
     fn code_range_of(&self, id: FuncId) -> (usize, (usize, FuncId)) {
         let start = self.inner.get_finalized_function(id) as usize;
-        (start, (start + self.code_size[id] as usize, id))
+        (start, (start + self.ids.code_size(id), id))
     }
 
     /// Frees the memory of all compiled code and data, as
@@ -268,5 +255,42 @@ impl DedupModule<JITModule> {
         // SAFETY: the caller upholds the inner module's contract, which is
         // this method's.
         unsafe { self.inner.free_memory() }
+    }
+}
+
+/// Where the finalized functions' code is: for backtraces and profilers.
+#[derive(Default)]
+pub(super) struct CodeMap {
+    /// Code ranges by start address: (end, function).
+    ranges: BTreeMap<usize, (usize, FuncId)>,
+    /// For each function with duplicates, its duplicates.
+    duplicates_of: HashMap<FuncId, Vec<FuncId>>,
+}
+
+impl CodeMap {
+    /// Records that `id`'s own code is at `start..end`.
+    pub(super) fn insert(&mut self, start: usize, end: usize, id: FuncId) {
+        self.ranges.insert(start, (end, id));
+    }
+
+    /// Records that `duplicate` runs the code of `root`.
+    pub(super) fn add_duplicate(&mut self, root: FuncId, duplicate: FuncId) {
+        self.duplicates_of.entry(root).or_default().push(duplicate);
+    }
+
+    /// Every function whose code runs at `address` (see
+    /// `DedupModule::functions_at`).
+    fn functions_at(&self, address: usize) -> Vec<FuncId> {
+        let Some((_, &(end, owner))) = self.ranges.range(..=address).next_back() else {
+            return Vec::new();
+        };
+        if address >= end {
+            return Vec::new();
+        }
+        let mut ids = vec![owner];
+        if let Some(duplicates) = self.duplicates_of.get(&owner) {
+            ids.extend(duplicates);
+        }
+        ids
     }
 }

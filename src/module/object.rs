@@ -32,8 +32,8 @@
 //!   module describes what it compiled, and jitfold appends descriptions
 //!   of reused code and trampolines (see `unwind.rs`).
 
-use super::{DedupModule, DedupOptions, State, unwind};
-use cranelift_codegen::entity::EntityRef;
+use super::ids::State;
+use super::{DedupModule, DedupOptions, unwind};
 use cranelift_module::{FuncId, Module, ModuleResult};
 use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
 
@@ -62,9 +62,10 @@ impl DedupModule<ObjectModule> {
     pub fn try_finish(mut self) -> ModuleResult<ObjectProduct> {
         self.flush()?;
         self.check_references_defined()?;
-        let aliases: Vec<(FuncId, FuncId)> = (0..self.declared_functions)
-            .map(FuncId::new)
-            .filter_map(|id| match self.functions[id] {
+        let aliases: Vec<(FuncId, FuncId)> = self
+            .ids
+            .functions()
+            .filter_map(|id| match self.ids.state(id) {
                 State::Duplicate { .. } => {
                     let address = self.address_id(id);
                     (address != id).then_some((id, address))
@@ -76,6 +77,7 @@ impl DedupModule<ObjectModule> {
         // trampolines (their symbols move into the canonical function).
         let frames: Vec<(FuncId, unwind::Frame)> = self
             .frames
+            .all()
             .iter()
             .filter(|(id, _)| self.address_id(*id) == *id)
             .copied()

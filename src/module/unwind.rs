@@ -43,6 +43,23 @@ use cranelift_object::ObjectProduct;
 use cranelift_object::object::write::{self, SymbolId};
 use cranelift_object::object::{RelocationEncoding, RelocationFlags, RelocationKind};
 
+/// The functions jitfold defined from bytes, with how their frames are
+/// described, in definition order.
+#[derive(Default)]
+pub(super) struct Frames(Vec<(FuncId, Frame)>);
+
+impl Frames {
+    /// Records that `id` was defined from bytes framed as `frame`.
+    pub(super) fn push(&mut self, id: FuncId, frame: Frame) {
+        self.0.push((id, frame));
+    }
+
+    /// Every function recorded, in definition order.
+    pub(super) fn all(&self) -> &[(FuncId, Frame)] {
+        &self.0
+    }
+}
+
 /// What writing frames needs of the ISA, taken before the inner module is
 /// finished (which consumes it).
 pub(super) struct Target {

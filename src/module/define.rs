@@ -1,0 +1,382 @@
+//! Carrying out a plan: defining one function in the inner module as
+//! [the planner](crate::plan) says, and counting what happened.
+//!
+//! # What this module guarantees
+//!
+//! 1. The steps of a plan are tried in order, and the first that works
+//!    defines the function; [`Step::Compile`] always applies. A step
+//!    declines (and defines nothing) only when the ISA has no trampoline
+//!    for a duplicate or kept code cannot be retargeted to the function's
+//!    names.
+//! 2. Whatever is defined without compiling it (a duplicate, reused code,
+//!    an adapter) is verified first, once, and in check mode compared with
+//!    the function's own compiled code (see `check.rs`).
+//! 3. Every definition counts exactly one [`Outcome`] in the statistics,
+//!    and a failed one counts none and leaves no cache entry: a panic of
+//!    Cranelift while compiling is a [`DedupError::CraneliftPanic`].
+//! 4. Only a compiled function keeps what its plan says to keep (its code
+//!    for reuse, its body for adapters), after it was defined.
+
+use super::ids::State;
+use super::join::ClassNames;
+use super::reuse::CodeTemplate;
+use super::{DedupError, DedupModule, adapter, trampoline, unwind, verify};
+use crate::cache::{ClassId, Lookup};
+use crate::fingerprint::Fingerprinter;
+use crate::plan::{ClassFacts, Outcome, Plan, Step, WalkRef};
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::{Context, isa};
+use cranelift_module::{FuncId, Module, ModuleError, ModuleRelocTarget, ModuleResult};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+impl<M: Module> DedupModule<M> {
+    /// Defines `id` now, as [the planner](crate::plan) says: the first
+    /// step of its plan that works (a duplicate, reused code, an adapter,
+    /// or compiling it in the inner module). Counts the outcome.
+    pub(super) fn define_now(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<()> {
+        // The walk's results stay where the walk left them, so that a
+        // cache hit copies nothing; the fingerprinter is out of `self`
+        // meanwhile.
+        let mut walker = std::mem::take(&mut self.fingerprinter);
+        let result = self.define_walked(id, ctx, ctrl_plane, &mut walker);
+        self.fingerprinter = walker;
+        result
+    }
+
+    /// [`DedupModule::define_now`] with `walker` as the fingerprinter.
+    fn define_walked(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+        walker: &mut Fingerprinter,
+    ) -> ModuleResult<()> {
+        let walk = verify::walk_checked(walker, &ctx.func, self.inner.isa())?;
+        // Whatever `id` becomes, its code has these addresses in it (a
+        // duplicate's are its canonical function's, the same names).
+        self.note_addresses_taken(&walk);
+        let plan = self.compiled.plan(&walk.planned(&ctx.func), self.policy());
+        // Whatever is defined without compiling it is verified first, once.
+        let mut verified = false;
+        for step in plan.steps() {
+            let outcome = match step {
+                Step::Duplicate(class) => {
+                    self.define_duplicate(id, &ctx.func, class, &mut verified)?
+                }
+                Step::Reuse(template) => {
+                    self.define_reused(id, &walk, template, &ctx.func, &mut verified)?
+                }
+                Step::Adapter(class) => {
+                    self.define_adapter(id, &walk, class, &ctx.func, &mut verified)?
+                }
+                Step::Compile => break,
+            };
+            if let Some(outcome) = outcome {
+                self.stats.count(&outcome);
+                return Ok(());
+            }
+        }
+        let outcome = self.compile(id, ctx, ctrl_plane, &walk, plan)?;
+        self.stats.count(&outcome);
+        Ok(())
+    }
+
+    /// Defines `id` as a duplicate of the compiled function of `class`
+    /// (verified and, in check mode, checked first). `None` when the ISA
+    /// has no trampoline for it.
+    fn define_duplicate(
+        &mut self,
+        id: FuncId,
+        func: &Function,
+        class: ClassId,
+        verified: &mut bool,
+    ) -> ModuleResult<Option<Outcome>> {
+        let canonical = self.canonical_of(class);
+        self.verify_once(func, verified)?;
+        if self.options.check {
+            self.check_duplicate(id, func, canonical)?;
+        }
+        self.define_trampoline(id, canonical)
+    }
+
+    /// Compiles `id` in the inner module (the plan's last step), keeping
+    /// what the plan says to keep for later functions.
+    fn compile(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+        walk: &WalkRef<'_>,
+        plan: Plan,
+    ) -> ModuleResult<Outcome> {
+        // Compiling rewrites `ctx.func`; the check lays out the original.
+        let original = self.options.check.then(|| ctx.func.clone());
+        let start = Instant::now();
+        let inner = &mut self.inner;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            inner.define_function_with_control_plane(id, ctx, ctrl_plane)
+        }))
+        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
+        let time = start.elapsed();
+        result?;
+        let code_bytes = ctx
+            .compiled_code()
+            .map_or(0, |c| u64::from(c.code_info().total_size));
+        self.ids.note_references(ctx);
+        let mut kept_bytes = None;
+        if let Some(template) = plan.keep_template
+            && let Some(code) = CodeTemplate::capture(id, ctx, walk.names, time, self.inner.isa())
+        {
+            kept_bytes = Some(code.heap_bytes() as u64);
+            self.compiled.keep_template(template, code);
+        }
+        log::debug!(
+            "{} ({id}): compiled, {code_bytes} bytes in {time:?}",
+            self.function_name(id)
+        );
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: time,
+        };
+        let class = self.start_class(id, walk, facts);
+        if let Some(body) = plan.keep_body {
+            let call_conv = self.call_conv(id);
+            self.compiled.keep_body(body, class, call_conv);
+        }
+        if let Some(original) = original {
+            self.keep_reference_code(id, &original, crate::code::MachineCode::of(ctx));
+        }
+        Ok(Outcome::Compiled {
+            code_bytes,
+            time,
+            kept_bytes,
+        })
+    }
+
+    /// Records `id`, just defined (walked as `walk`; its names kept for
+    /// late merges), as the first of its class (unless the class exists
+    /// already, when the ISA has no trampolines). Returns the class.
+    fn start_class(&mut self, id: FuncId, walk: &WalkRef<'_>, facts: ClassFacts) -> ClassId {
+        let fp = walk.fingerprint.to_fingerprint();
+        let names = ClassNames::of(&fp, walk.names, walk.address_taken);
+        let class = match self.compiled.add_class(fp, facts) {
+            Lookup::Duplicate(class) => class,
+            Lookup::New(class) => {
+                self.class_canonical[class] = Some(id);
+                if let Some(names) = names {
+                    self.joins.record(class, names);
+                }
+                class
+            }
+        };
+        self.ids
+            .defined(id, State::Compiled(class), facts.code_bytes);
+        class
+    }
+
+    /// Defines `id` (walked as `walk`) from the code kept for template
+    /// class `template`, if it can be retargeted to `id`'s names; `None`
+    /// otherwise.
+    fn define_reused(
+        &mut self,
+        id: FuncId,
+        walk: &WalkRef<'_>,
+        template: ClassId,
+        func: &Function,
+        verified: &mut bool,
+    ) -> ModuleResult<Option<Outcome>> {
+        let code = self.compiled.template_code(template);
+        let own_names = walk.names;
+        let Some(relocs) = code.instantiate(id, own_names) else {
+            return Ok(None);
+        };
+        self.verify_once(func, verified)?;
+        let own = if self.options.check {
+            let reused = code.retargeted(own_names);
+            let check = reused.map(|reused| self.check_reused(id, func, own_names, &reused, code));
+            check.transpose()?
+        } else {
+            None
+        };
+        self.inner
+            .define_function_bytes(id, code.alignment(), code.bytes(), &relocs)?;
+        let code_bytes = code.bytes().len() as u64;
+        let saved = code.compile_time;
+        let source = code.source;
+        if code.unwind.is_some() {
+            self.frames
+                .push(id, unwind::Frame::Template(template.index()));
+        }
+        for reloc in &relocs {
+            self.ids.note_reference(&reloc.name);
+        }
+        log::debug!(
+            "{} ({id}): reused the code of {} ({source}), {code_bytes} bytes, {} relocations \
+             retargeted",
+            self.function_name(id),
+            self.function_name(source),
+            relocs.len()
+        );
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: saved,
+        };
+        self.start_class(id, walk, facts);
+        self.keep_reference_code(id, func, own);
+        Ok(Some(Outcome::Reused { code_bytes, saved }))
+    }
+
+    /// Defines `id` (walked as `walk`) as an [`adapter`] to the compiled
+    /// function of `class`, which differs from it only in its calling
+    /// convention.
+    fn define_adapter(
+        &mut self,
+        id: FuncId,
+        walk: &WalkRef<'_>,
+        class: ClassId,
+        func: &Function,
+        verified: &mut bool,
+    ) -> ModuleResult<Option<Outcome>> {
+        let target = self.canonical_of(class);
+        self.verify_once(func, verified)?;
+        let own = if self.options.check {
+            Some(self.check_adapter(id, func, target)?)
+        } else {
+            None
+        };
+        let (result, time, code_bytes) = self.compile_adapter(id, target);
+        result?;
+        log::debug!(
+            "{} ({id}): adapter for {} ({target}), {code_bytes} bytes",
+            self.function_name(id),
+            self.function_name(target)
+        );
+        let target_facts = self.facts_of(target);
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: time,
+        };
+        self.start_class(id, walk, facts);
+        self.keep_reference_code(id, func, own);
+        Ok(Some(Outcome::Adapted {
+            code_bytes,
+            time,
+            target: target_facts,
+        }))
+    }
+
+    /// The calling convention `id` was declared with.
+    pub(super) fn call_conv(&self, id: FuncId) -> isa::CallConv {
+        self.inner
+            .declarations()
+            .get_function_decl(id)
+            .signature
+            .call_conv
+    }
+
+    /// Defines `id` in the inner module as an [`adapter`] (with `id`'s
+    /// declared signature) calling `target`. Returns the result, the
+    /// compile time and the code size.
+    fn compile_adapter(&mut self, id: FuncId, target: FuncId) -> (ModuleResult<()>, Duration, u64) {
+        let decls = self.inner.declarations();
+        let own = decls.get_function_decl(id).signature.clone();
+        let target_sig = decls.get_function_decl(target).signature.clone();
+        let config = self.inner.target_config();
+        let inner = &mut self.inner;
+        let func = adapter::adapter(&own, &target_sig, config, |f| {
+            inner.declare_func_in_func(target, f)
+        });
+        let mut ctx = Context::for_function(func);
+        let start = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
+            .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
+        let time = start.elapsed();
+        let code_bytes = ctx
+            .compiled_code()
+            .map_or(0, |c| u64::from(c.code_info().total_size));
+        if result.is_ok() {
+            self.ids.note_references(&ctx);
+        }
+        (result, time, code_bytes)
+    }
+
+    /// Defines `id` as a trampoline to `canonical`. Returns `None` (and
+    /// defines nothing) when the ISA has no trampoline form.
+    pub(super) fn define_trampoline(
+        &mut self,
+        id: FuncId,
+        canonical: FuncId,
+    ) -> ModuleResult<Option<Outcome>> {
+        let (trampoline_bytes, trampoline_time) =
+            match trampoline::trampoline_to(self.inner.isa(), canonical) {
+                Some(t) => {
+                    self.inner.define_function_bytes(
+                        id,
+                        t.alignment,
+                        &t.bytes,
+                        std::slice::from_ref(&t.reloc),
+                    )?;
+                    self.frames
+                        .push(id, unwind::Frame::Entry(t.bytes.len() as u32));
+                    (t.bytes.len() as u64, Duration::ZERO)
+                }
+                None => match self.define_tail_trampoline(id, canonical) {
+                    Some(compiled) => compiled,
+                    None => return Ok(None),
+                },
+            };
+        self.ids
+            .defined(id, State::Duplicate { canonical }, trampoline_bytes);
+        self.ids
+            .note_reference(&ModuleRelocTarget::user(0, canonical.as_u32()));
+        self.join_callers(id, canonical);
+        let shares = self.shares_address(id);
+        log::debug!(
+            "{} ({id}): duplicate of {} ({canonical}), {trampoline_bytes}-byte trampoline; {}",
+            self.function_name(id),
+            self.function_name(canonical),
+            if shares {
+                "shares its address"
+            } else {
+                "keeps its own address"
+            }
+        );
+        Ok(Some(Outcome::Duplicate {
+            shares_address: shares,
+            trampoline_bytes,
+            trampoline_time,
+            of: self.facts_of(canonical),
+        }))
+    }
+
+    /// On an ISA without a machine-code trampoline, defines `id` as a CLIF
+    /// `return_call` to `canonical` when both use the `tail` convention
+    /// (the callee then returns straight to the caller, as after a jump).
+    /// Returns the code size and compile time, or `None` (and defines
+    /// nothing) when the conventions are not both `tail` or the ISA cannot
+    /// compile it.
+    fn define_tail_trampoline(&mut self, id: FuncId, canonical: FuncId) -> Option<(u64, Duration)> {
+        let tail = isa::CallConv::Tail;
+        if self.call_conv(id) != tail || self.call_conv(canonical) != tail {
+            return None;
+        }
+        match self.compile_adapter(id, canonical) {
+            (Ok(()), time, code_bytes) => Some((code_bytes, time)),
+            (Err(_), _, _) => None,
+        }
+    }
+}
+
+/// The error for a panic of Cranelift while compiling `function`.
+fn compile_panic(function: String, panic: Box<dyn std::any::Any + Send>) -> ModuleError {
+    let message = crate::compile::panic_message(&panic);
+    DedupError::CraneliftPanic { function, message }.into()
+}

@@ -1,0 +1,210 @@
+//! The `cranelift_module::Module` implementation: declarations and
+//! everything else forward to the inner module; definitions go through
+//! the wrapper's bookkeeping (see the [module docs](super)).
+//!
+//! # What this module guarantees
+//!
+//! 1. Declaring forwards to the inner module and notes the id, so that an
+//!    id the wrapper did not see declared is never indexed.
+//! 2. A definition is checked first (see `ids.rs`): misuse is the error
+//!    Cranelift's modules give, never a panic.
+//! 3. Function addresses in raw bytes and data objects are made the
+//!    address every other reference to the same id gets (see
+//!    `address.rs`).
+
+use super::ids::State;
+use super::{DedupModule, Mode};
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::{Context, ir, isa};
+use cranelift_module::{
+    DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
+    ModuleResult,
+};
+
+impl<M: Module> Module for DedupModule<M> {
+    fn isa(&self) -> &dyn isa::TargetIsa {
+        self.inner.isa()
+    }
+
+    fn declarations(&self) -> &ModuleDeclarations {
+        self.inner.declarations()
+    }
+
+    fn get_name(&self, name: &str) -> Option<cranelift_module::FuncOrDataId> {
+        self.inner.get_name(name)
+    }
+
+    fn target_config(&self) -> isa::TargetFrontendConfig {
+        self.inner.target_config()
+    }
+
+    fn make_context(&self) -> Context {
+        self.inner.make_context()
+    }
+
+    fn clear_context(&self, ctx: &mut Context) {
+        self.inner.clear_context(ctx)
+    }
+
+    fn make_signature(&self) -> ir::Signature {
+        self.inner.make_signature()
+    }
+
+    fn clear_signature(&self, sig: &mut ir::Signature) {
+        self.inner.clear_signature(sig)
+    }
+
+    fn declare_function(
+        &mut self,
+        name: &str,
+        linkage: Linkage,
+        signature: &ir::Signature,
+    ) -> ModuleResult<FuncId> {
+        let id = self.inner.declare_function(name, linkage, signature)?;
+        self.ids.declare_function(id);
+        Ok(id)
+    }
+
+    fn declare_anonymous_function(&mut self, signature: &ir::Signature) -> ModuleResult<FuncId> {
+        let id = self.inner.declare_anonymous_function(signature)?;
+        self.ids.declare_function(id);
+        Ok(id)
+    }
+
+    fn declare_data(
+        &mut self,
+        name: &str,
+        linkage: Linkage,
+        writable: bool,
+        tls: bool,
+    ) -> ModuleResult<DataId> {
+        let id = self.inner.declare_data(name, linkage, writable, tls)?;
+        self.ids.declare_data(id);
+        Ok(id)
+    }
+
+    fn declare_anonymous_data(&mut self, writable: bool, tls: bool) -> ModuleResult<DataId> {
+        let id = self.inner.declare_anonymous_data(writable, tls)?;
+        self.ids.declare_data(id);
+        Ok(id)
+    }
+
+    fn declare_func_in_func(&mut self, func_id: FuncId, func: &mut ir::Function) -> ir::FuncRef {
+        self.inner.declare_func_in_func(func_id, func)
+    }
+
+    fn declare_data_in_func(&self, data: DataId, func: &mut ir::Function) -> ir::GlobalValue {
+        self.inner.declare_data_in_func(data, func)
+    }
+
+    fn declare_func_in_data(&self, func_id: FuncId, data: &mut DataDescription) -> ir::FuncRef {
+        self.inner.declare_func_in_data(func_id, data)
+    }
+
+    fn declare_data_in_data(&self, data_id: DataId, data: &mut DataDescription) -> ir::GlobalValue {
+        self.inner.declare_data_in_data(data_id, data)
+    }
+
+    fn define_function_with_control_plane(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<()> {
+        self.ids
+            .check_definable(self.inner.declarations(), id, Some(&ctx.func.signature))?;
+        self.batch.forget_failure(id);
+        self.canonicalize_references(&mut ctx.func);
+        // Counted now; taken back if the definition fails (in batch mode,
+        // when `flush` finds out).
+        self.stats.defined += 1;
+        match self.options.mode {
+            Mode::Eager => self.define_now(id, ctx, ctrl_plane).inspect_err(|_| {
+                self.stats.defined -= 1;
+            }),
+            Mode::Batch => {
+                log::trace!(
+                    "{} ({id}): recorded for the next flush",
+                    self.function_name(id)
+                );
+                self.ids.plan(id, State::Pending);
+                self.batch.record(id, ctx.func.clone(), ctrl_plane.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn define_function_bytes(
+        &mut self,
+        id: FuncId,
+        alignment: u64,
+        bytes: &[u8],
+        relocs: &[ModuleReloc],
+    ) -> ModuleResult<()> {
+        // Raw bytes carry no signature to compare.
+        self.ids
+            .check_definable(self.inner.declarations(), id, None)?;
+        self.batch.forget_failure(id);
+        // A relocation may take an address: one to a duplicate sharing its
+        // canonical function's address is made to that function; any other
+        // keeps its target's own address.
+        let relocs: Vec<ModuleReloc> = relocs
+            .iter()
+            .map(|r| ModuleReloc {
+                name: self
+                    .shared_target(&r.name)
+                    .unwrap_or_else(|| r.name.clone()),
+                ..r.clone()
+            })
+            .collect();
+        self.inner
+            .define_function_bytes(id, alignment, bytes, &relocs)?;
+        for reloc in &relocs {
+            self.ids.note_reference(&reloc.name);
+            self.note_address_taken(&reloc.name);
+        }
+        log::trace!("{} ({id}): defined from bytes", self.function_name(id));
+        self.ids.defined(id, State::Bytes, bytes.len() as u64);
+        self.stats.defined += 1;
+        self.stats.bytes_defined += 1;
+        Ok(())
+    }
+
+    fn define_data(&mut self, data_id: DataId, data: &DataDescription) -> ModuleResult<()> {
+        if !self.ids.is_declared_data(data_id) {
+            return Err(ModuleError::Undeclared(format!(
+                "{data_id} (never declared)"
+            )));
+        }
+        // Function addresses in data: one of a duplicate that shares its
+        // canonical function's address is that function's; any other keeps
+        // its target's own address.
+        let rewritten;
+        let data = if data
+            .function_decls
+            .values()
+            .any(|t| self.shared_target(t).is_some())
+        {
+            let mut copy = data.clone();
+            for target in copy.function_decls.values_mut() {
+                if let Some(shared) = self.shared_target(target) {
+                    *target = shared;
+                }
+            }
+            rewritten = copy;
+            &rewritten
+        } else {
+            data
+        };
+        self.inner.define_data(data_id, data)?;
+        self.ids.define_data(data_id);
+        for target in data.function_decls.values() {
+            self.ids.note_reference(target);
+            self.note_address_taken(target);
+        }
+        for target in data.data_decls.values() {
+            self.ids.note_reference(target);
+        }
+        Ok(())
+    }
+}
