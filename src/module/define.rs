@@ -17,10 +17,11 @@
 //! 4. Only a compiled function keeps what its plan says to keep (its code
 //!    for reuse, its body for adapters), after it was defined.
 
+use super::frames::Frame;
 use super::ids::State;
 use super::join::ClassNames;
 use super::reuse::CodeTemplate;
-use super::{DedupError, DedupModule, adapter, trampoline, unwind, verify};
+use super::{DedupError, DedupModule, adapter, trampoline, verify};
 use crate::cache::{ClassId, Lookup};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::{ClassFacts, Outcome, Plan, Step, WalkRef};
@@ -212,8 +213,7 @@ impl<M: Module> DedupModule<M> {
         let saved = code.compile_time;
         let source = code.source;
         if code.unwind.is_some() {
-            self.frames
-                .push(id, unwind::Frame::Template(template.index()));
+            self.frames.push(id, Frame::Template(template.index()));
         }
         for reloc in &relocs {
             self.ids.note_reference(&reloc.name);
@@ -324,8 +324,7 @@ impl<M: Module> DedupModule<M> {
                         &t.bytes,
                         std::slice::from_ref(&t.reloc),
                     )?;
-                    self.frames
-                        .push(id, unwind::Frame::Entry(t.bytes.len() as u32));
+                    self.frames.push(id, Frame::Entry(t.bytes.len() as u32));
                     (t.bytes.len() as u64, Duration::ZERO)
                 }
                 None => match self.define_tail_trampoline(id, canonical) {

@@ -17,6 +17,10 @@
 //! 4. Duplicate links point to earlier definitions or planned ones, so
 //!    [`Ids::root_of`] ends after at most as many steps as there are ids.
 
+// Finalization is read by the JIT's methods, the list of ids by the object
+// module's: without either feature, those parts are unused.
+#![cfg_attr(not(all(feature = "jit", feature = "object")), allow(dead_code))]
+
 use super::DedupError;
 use cranelift_codegen::Context;
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};

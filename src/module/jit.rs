@@ -34,8 +34,6 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
     DataId, FuncId, Module, ModuleDeclarations, ModuleError, ModuleRelocTarget, ModuleResult,
 };
-use hashbrown::HashMap;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -255,42 +253,5 @@ impl DedupModule<JITModule> {
         // SAFETY: the caller upholds the inner module's contract, which is
         // this method's.
         unsafe { self.inner.free_memory() }
-    }
-}
-
-/// Where the finalized functions' code is: for backtraces and profilers.
-#[derive(Default)]
-pub(super) struct CodeMap {
-    /// Code ranges by start address: (end, function).
-    ranges: BTreeMap<usize, (usize, FuncId)>,
-    /// For each function with duplicates, its duplicates.
-    duplicates_of: HashMap<FuncId, Vec<FuncId>>,
-}
-
-impl CodeMap {
-    /// Records that `id`'s own code is at `start..end`.
-    pub(super) fn insert(&mut self, start: usize, end: usize, id: FuncId) {
-        self.ranges.insert(start, (end, id));
-    }
-
-    /// Records that `duplicate` runs the code of `root`.
-    pub(super) fn add_duplicate(&mut self, root: FuncId, duplicate: FuncId) {
-        self.duplicates_of.entry(root).or_default().push(duplicate);
-    }
-
-    /// Every function whose code runs at `address` (see
-    /// `DedupModule::functions_at`).
-    fn functions_at(&self, address: usize) -> Vec<FuncId> {
-        let Some((_, &(end, owner))) = self.ranges.range(..=address).next_back() else {
-            return Vec::new();
-        };
-        if address >= end {
-            return Vec::new();
-        }
-        let mut ids = vec![owner];
-        if let Some(duplicates) = self.duplicates_of.get(&owner) {
-            ids.extend(duplicates);
-        }
-        ids
     }
 }

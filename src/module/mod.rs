@@ -115,25 +115,32 @@
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
 //! | [`reuse`], [`adapter`], [`trampoline`] | the code a step defines | |
-//! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` | `CodeMap` |
-//! | `unwind.rs` | frame descriptions of code defined from bytes | `Frames` |
+//! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` (features `jit`, `object`) | |
+//! | `code_map.rs` | which ids run the code at an address | `CodeMap` |
+//! | `frames.rs`, `unwind.rs` | frames of code defined from bytes, written as FDEs in object files | `Frames` |
 //! | `options.rs`, [`stats`], `error.rs` | options, statistics, errors | |
 
 pub mod adapter;
 mod address;
 mod batch;
 mod check;
+#[cfg(feature = "jit")]
+mod code_map;
 mod define;
 mod error;
 mod forward;
+mod frames;
 mod ids;
+#[cfg(feature = "jit")]
 mod jit;
 mod join;
+#[cfg(feature = "object")]
 mod object;
 mod options;
 pub mod reuse;
 pub mod stats;
 pub mod trampoline;
+#[cfg(feature = "object")]
 mod unwind;
 mod verify;
 
@@ -141,7 +148,7 @@ use crate::cache::{ClassId, DedupCache};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::{ClassFacts, CompiledCache, Policy};
 use cranelift_codegen::entity::SecondaryMap;
-use cranelift_module::{FuncId, Module, ModuleResult};
+use cranelift_module::{FuncId, Module};
 use ids::{Ids, State};
 use reuse::CodeTemplate;
 
@@ -180,10 +187,11 @@ pub struct DedupModule<M: Module> {
     /// The reference code of each class, in check mode (see `check.rs`).
     reference: check::ReferenceCode,
     /// Where each finalized function's code is (see `jit.rs`).
-    code_map: jit::CodeMap,
+    #[cfg(feature = "jit")]
+    code_map: code_map::CodeMap,
     /// Functions defined from bytes by jitfold (reused code, trampolines)
     /// with how their frames are described (see `unwind.rs`).
-    frames: unwind::Frames,
+    frames: frames::Frames,
     /// Functions whose own address was compiled into code or data (see 6
     /// in the module docs): as duplicates they keep it.
     address_taken: SecondaryMap<FuncId, bool>,
@@ -211,8 +219,9 @@ impl<M: Module> DedupModule<M> {
             joins: join::Joins::default(),
             batch: batch::Batch::default(),
             reference: check::ReferenceCode::default(),
-            code_map: jit::CodeMap::default(),
-            frames: unwind::Frames::default(),
+            #[cfg(feature = "jit")]
+            code_map: code_map::CodeMap::default(),
+            frames: frames::Frames::default(),
             address_taken: SecondaryMap::new(),
             stats: Stats::default(),
         }
@@ -295,7 +304,8 @@ impl<M: Module> DedupModule<M> {
     /// Checks that every local function and data object referenced by a
     /// definition is defined (the JIT would panic while relocating
     /// otherwise).
-    fn check_references_defined(&self) -> ModuleResult<()> {
+    #[cfg(any(feature = "jit", feature = "object"))]
+    fn check_references_defined(&self) -> cranelift_module::ModuleResult<()> {
         self.ids.check_references_defined(self.inner.declarations())
     }
 }

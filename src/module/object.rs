@@ -75,7 +75,7 @@ impl DedupModule<ObjectModule> {
             .collect();
         // Frames for code defined from bytes, except sharing duplicates'
         // trampolines (their symbols move into the canonical function).
-        let frames: Vec<(FuncId, unwind::Frame)> = self
+        let frames: Vec<(FuncId, super::frames::Frame)> = self
             .frames
             .all()
             .iter()

@@ -29,6 +29,7 @@
 //!    may then be left empty) or the ISA has no System V CIE. Functions the user defines from bytes get no FDE, as
 //!    in plain `ObjectModule`.
 
+use super::frames::Frame;
 use super::reuse::CodeTemplate;
 use cranelift_codegen::gimli::write::{
     Address, CommonInformationEntry, EhFrame, EndianVec, FrameDescriptionEntry, FrameTable,
@@ -42,23 +43,6 @@ use cranelift_module::{FuncId, ModuleError, ModuleResult};
 use cranelift_object::ObjectProduct;
 use cranelift_object::object::write::{self, SymbolId};
 use cranelift_object::object::{RelocationEncoding, RelocationFlags, RelocationKind};
-
-/// The functions jitfold defined from bytes, with how their frames are
-/// described, in definition order.
-#[derive(Default)]
-pub(super) struct Frames(Vec<(FuncId, Frame)>);
-
-impl Frames {
-    /// Records that `id` was defined from bytes framed as `frame`.
-    pub(super) fn push(&mut self, id: FuncId, frame: Frame) {
-        self.0.push((id, frame));
-    }
-
-    /// Every function recorded, in definition order.
-    pub(super) fn all(&self) -> &[(FuncId, Frame)] {
-        &self.0
-    }
-}
 
 /// What writing frames needs of the ISA, taken before the inner module is
 /// finished (which consumes it).
@@ -77,16 +61,6 @@ impl Target {
             endianness: isa.endianness(),
         }
     }
-}
-
-/// How the frame of a function defined from bytes is described.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Frame {
-    /// Reused code: the unwind information of the code template with this
-    /// index.
-    Template(usize),
-    /// A trampoline of this many bytes: the function-entry state throughout.
-    Entry(u32),
 }
 
 /// The `.eh_frame` section being written, with its relocations.

@@ -291,7 +291,8 @@ impl CallGraph {
     }
 }
 
-#[cfg(test)]
+// The tests read CLIF with the corpus reader.
+#[cfg(all(test, feature = "tools"))]
 mod tests {
     use super::*;
     use crate::Fingerprinter;
