@@ -8,7 +8,8 @@
 //! [`refine`] (classes over the call graph) → [`module`] (a
 //! `cranelift_module::Module` that compiles each class once, copies code
 //! between functions with one template, and adapts functions that differ
-//! only in their calling convention). The [`corpus`], [`report`],
+//! only in their calling convention), with [`store`] keeping compiled code
+//! across runs and processes. The [`corpus`], [`report`],
 //! [`compile`] and [`isa`] modules serve the `jitfold` command line and the
 //! benchmarks; [`demo`] is the built-in workload, `runtests` (feature
 //! `runtests`) runs Cranelift's `test run` files plainly and through
@@ -31,6 +32,7 @@ pub mod refine;
 pub mod report;
 #[cfg(feature = "runtests")]
 pub mod runtests;
+pub mod store;
 
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;
