@@ -8,7 +8,8 @@
 //! [`refine`] (classes over the call graph) → [`module`] (a
 //! `cranelift_module::Module` that compiles each class once, copies code
 //! between functions with one template, and adapts functions that differ
-//! only in their calling convention). Under the planner, [`code`] is
+//! only in their calling convention), with [`store`] keeping compiled code
+//! across runs and processes. Under the planner, [`code`] is
 //! machine code with relocations by target (what reuse copies and
 //! retargets) and [`compile`] the machine-code oracle (check mode,
 //! `report --verify`, the fuzzer).
@@ -46,6 +47,7 @@ pub mod refine;
 pub mod report;
 #[cfg(feature = "runtests")]
 pub mod runtests;
+pub mod store;
 
 pub use cache::{ClassId, DedupCache, Lookup};
 pub use cranelift_codegen;

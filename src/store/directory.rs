@@ -1,0 +1,340 @@
+//! The embedded code store: one file per entry in a directory, shared by
+//! every process that opens the same directory, bounded in size.
+//!
+//! Each value is the file named by its key's 64 hex digits
+//! ([`StoreKey::hex`]). A `put` writes a temporary file in the same
+//! directory (`.tmp-…`, a name no other writer uses) and renames it over
+//! the entry's name; a `get` reads the file and sets its modification time
+//! to now, which is what eviction orders by.
+//!
+//! # What this module guarantees
+//!
+//! 1. **No torn entries.** Rename within a directory is atomic on POSIX
+//!    file systems: a reader opens either the old file or the new one,
+//!    both complete, and reads what it opened even if the name is replaced
+//!    or removed meanwhile. A writer that dies mid-write leaves only a
+//!    temporary file, which no `get` reads and which eviction deletes once
+//!    it is [`STALE_TEMP_AGE`] old. A power loss may leave a short entry
+//!    (nothing is synced to disk), which [`Entry`](super::Entry)'s checksum
+//!    rejects.
+//! 2. **Races are misses, not errors.** Several threads and processes may
+//!    put, get and evict the same or different keys at once: the last
+//!    rename wins, an entry evicted by another process is a miss, and a
+//!    file that vanishes while being evicted is not an error.
+//! 3. **Bounded.** Each store counts the bytes it writes on top of the
+//!    size it last scanned. When that passes the limit, or after it wrote a
+//!    tenth of the limit since its last scan (so that other processes'
+//!    writes are seen), it scans the directory and, if the entries and
+//!    fresh temporary files exceed the limit, deletes entries in order of
+//!    modification time (least recently used first; ties by name) until
+//!    they are at most the low-water mark, [`LOW_WATER_PERCENT`] of the
+//!    limit. So the directory exceeds its limit by at most what the
+//!    processes writing it write between two scans of theirs (a tenth of
+//!    the limit each). Sizes are file lengths, not disk blocks; files that
+//!    are neither entries nor temporary files are left alone and not
+//!    counted.
+//! 4. File system errors (a directory removed, a full disk, no
+//!    permission) are [`StoreError::Io`], never panics. Setting a file's
+//!    time on `get` is best effort: in a directory this process may read
+//!    but not write, `get` still works (eviction order then ignores its
+//!    reads).
+
+use super::{CodeStore, StoreError, StoreKey};
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// The limit of a store made with [`DirectoryStore::new`]: 256 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+
+/// Eviction deletes entries until the directory holds at most this
+/// percentage of the limit.
+pub const LOW_WATER_PERCENT: u64 = 80;
+
+/// Temporary files older than this are left over from a writer that died,
+/// and eviction deletes them.
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(10 * 60);
+
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// Numbers temporary files within this process (with the process id, a
+/// name no other writer uses).
+static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
+
+/// A code store in a directory: see the [module docs](self).
+#[derive(Debug)]
+pub struct DirectoryStore {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// Bytes in the directory when this store last scanned it, plus what
+    /// it wrote since (`u64::MAX` before the first scan, so that the first
+    /// `put` scans).
+    estimated: AtomicU64,
+    /// Bytes written since the last scan.
+    since_scan: AtomicU64,
+    /// Held while scanning, so that one thread of this store scans at a
+    /// time (other processes may scan at the same time).
+    scanning: Mutex<()>,
+}
+
+/// What a scan of a [`DirectoryStore`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Entry files.
+    pub entries: u64,
+    /// Bytes of entry files and of temporary files not yet stale.
+    pub bytes: u64,
+    /// Entries deleted by this scan.
+    pub evicted: u64,
+}
+
+impl DirectoryStore {
+    /// The store in `dir`, created if it does not exist, with a limit of
+    /// [`DEFAULT_MAX_BYTES`]. The directory is scanned at the first `put`,
+    /// not here.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+            operation: "create directory",
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(Self {
+            dir,
+            max_bytes: DEFAULT_MAX_BYTES,
+            estimated: AtomicU64::new(u64::MAX),
+            since_scan: AtomicU64::new(0),
+            scanning: Mutex::new(()),
+        })
+    }
+
+    /// This store with a limit of `max_bytes` (at least 1).
+    pub fn with_limit(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes.max(1);
+        self
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The limit, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// The low-water mark eviction goes down to, in bytes; also the
+    /// largest value kept.
+    pub fn low_water_bytes(&self) -> u64 {
+        self.max_bytes / 100 * LOW_WATER_PERCENT + self.max_bytes % 100 * LOW_WATER_PERCENT / 100
+    }
+
+    /// The path of `key`'s entry.
+    pub fn path_of(&self, key: &StoreKey) -> PathBuf {
+        self.dir.join(key.hex())
+    }
+
+    /// Scans the directory and, if it holds more than the limit, evicts
+    /// entries down to the low-water mark (see the [module docs](self));
+    /// deletes stale temporary files either way. Returns what is left.
+    pub fn trim(&self) -> Result<Usage, StoreError> {
+        let _scanning = self
+            .scanning
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        self.scan_and_evict()
+    }
+
+    /// What the directory holds, without evicting anything (stale
+    /// temporary files are not counted, nor deleted).
+    pub fn usage(&self) -> Result<Usage, StoreError> {
+        let (files, _) = self.scan(false)?;
+        Ok(Usage {
+            entries: files.iter().filter(|f| f.entry).count() as u64,
+            bytes: files.iter().map(|f| f.len).sum(),
+            evicted: 0,
+        })
+    }
+
+    fn io_error(
+        &self,
+        operation: &'static str,
+        path: PathBuf,
+    ) -> impl FnOnce(std::io::Error) -> StoreError {
+        move |source| StoreError::Io {
+            operation,
+            path,
+            source,
+        }
+    }
+
+    /// The files that count towards the size, deleting stale temporary
+    /// files when `clean`; with whether any read failed.
+    fn scan(&self, clean: bool) -> Result<(Vec<Counted>, bool), StoreError> {
+        let now = SystemTime::now();
+        let mut files = Vec::new();
+        let mut partial = false;
+        let listing = fs::read_dir(&self.dir).map_err(self.io_error("list", self.dir.clone()))?;
+        for item in listing {
+            let Ok(item) = item else {
+                partial = true;
+                continue;
+            };
+            let name = item.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let entry = StoreKey::from_hex(name).is_some();
+            let temp = name.starts_with(TEMP_PREFIX);
+            if !entry && !temp {
+                continue;
+            }
+            // Gone since it was listed: another process evicted or
+            // renamed it.
+            let Ok(meta) = item.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            if temp {
+                let age = now.duration_since(modified).unwrap_or_default();
+                if age >= STALE_TEMP_AGE {
+                    if clean {
+                        let _ = fs::remove_file(item.path());
+                    }
+                    continue;
+                }
+            }
+            files.push(Counted {
+                name: name.to_owned(),
+                len: meta.len(),
+                modified,
+                entry,
+            });
+        }
+        Ok((files, partial))
+    }
+
+    fn scan_and_evict(&self) -> Result<Usage, StoreError> {
+        let (mut files, _) = self.scan(true)?;
+        let mut bytes: u64 = files.iter().map(|f| f.len).sum();
+        let mut evicted = 0;
+        if bytes > self.max_bytes {
+            let low_water = self.low_water_bytes();
+            files.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
+            for file in files.iter_mut().filter(|f| f.entry) {
+                if bytes <= low_water {
+                    break;
+                }
+                match fs::remove_file(self.dir.join(&file.name)) {
+                    // Gone already: another process evicted it.
+                    Ok(()) => evicted += 1,
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(self.io_error("evict", self.dir.join(&file.name))(e)),
+                }
+                bytes -= file.len;
+                file.entry = false;
+                file.len = 0;
+            }
+        }
+        self.estimated.store(bytes, Ordering::Relaxed);
+        self.since_scan.store(0, Ordering::Relaxed);
+        Ok(Usage {
+            entries: files.iter().filter(|f| f.entry).count() as u64,
+            bytes,
+            evicted,
+        })
+    }
+
+    /// Counts `len` written bytes, and scans if the limit may be passed
+    /// (see 3 in the module docs). Eviction errors are logged, not
+    /// returned: the value was stored.
+    fn account(&self, len: u64) {
+        let estimated = self
+            .estimated
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
+                Some(e.saturating_add(len))
+            })
+            .unwrap_or(u64::MAX)
+            .saturating_add(len);
+        let since = self.since_scan.fetch_add(len, Ordering::Relaxed) + len;
+        if estimated <= self.max_bytes && since <= self.max_bytes / 10 {
+            return;
+        }
+        // Another thread of this store is scanning: it will see this file.
+        let Ok(_scanning) = self.scanning.try_lock() else {
+            return;
+        };
+        if let Err(e) = self.scan_and_evict() {
+            log::debug!(
+                "code store: eviction in `{}` failed: {e}",
+                self.dir.display()
+            );
+        }
+    }
+}
+
+/// A file that counts towards a directory's size.
+struct Counted {
+    name: String,
+    len: u64,
+    modified: SystemTime,
+    /// An entry (else a fresh temporary file, which is never evicted).
+    entry: bool,
+}
+
+impl CodeStore for DirectoryStore {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.path_of(key);
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io_error("open", path)(e)),
+        };
+        let mut value = Vec::new();
+        file.read_to_end(&mut value)
+            .map_err(self.io_error("read", path))?;
+        // Most recently used now. Best effort (see 4 in the module docs).
+        let _ = file.set_modified(SystemTime::now());
+        Ok(Some(value))
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        let len = value.len() as u64;
+        let limit = self.low_water_bytes();
+        if len > limit {
+            return Err(StoreError::TooLarge { len, limit });
+        }
+        let hex = key.hex();
+        let temp = self.dir.join(format!(
+            "{TEMP_PREFIX}{}-{}-{}",
+            &hex[..16],
+            std::process::id(),
+            NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temp)?;
+            file.write_all(value)?;
+            // The file's time is when it was stored, to the nanosecond
+            // the clock gives (file systems otherwise round it to a tick),
+            // so that eviction orders entries stored in one tick.
+            let _ = file.set_modified(SystemTime::now());
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&temp);
+            return Err(self.io_error("write", temp)(e));
+        }
+        if let Err(e) = fs::rename(&temp, self.path_of(key)) {
+            let _ = fs::remove_file(&temp);
+            return Err(self.io_error("rename", temp)(e));
+        }
+        self.account(len);
+        Ok(())
+    }
+}

@@ -1,0 +1,837 @@
+//! What a stored compiled template is, and its binary format.
+//!
+//! An [`Entry`] is the code Cranelift compiled for one function, with its
+//! relocations against the function's names given by *slot* (the name's
+//! index in the function's name list, see [`crate::Walk::names`]), so that
+//! one entry serves every function with that [template](crate::Template)
+//! in any process: [`Entry::code`] gives the code for another function's
+//! names.
+//!
+//! # Format (version [`FORMAT_VERSION`])
+//!
+//! All integers little-endian.
+//!
+//! | bytes | what |
+//! | --- | --- |
+//! | 8 | magic `JFCODE\r\n` |
+//! | 2 | format version |
+//! | 2 | flags: bit 0 set when a MAC ends the entry; no other bit is used |
+//! | 32 | [`CodeContext::digest`] |
+//! | 4 + 4·n | number of template key words, the words |
+//! | 4 | number of names (slots) of the function |
+//! | 4 | code alignment (a power of two) |
+//! | 8 | compile time, nanoseconds |
+//! | 4 + n | code length, code bytes |
+//! | 4 + 18·n | number of relocations; each: offset (4), kind (1), target kind (1), addend (8), target (4: slot, own offset, libcall or known symbol number) |
+//! | 1 [+ 4 + n] | unwind information: 0 none, 1 present (length, postcard bytes of Cranelift's `UnwindInfo`), 2 left out |
+//! | 16 | XXH3-128 of every byte before it |
+//! | 32 | with flag bit 0: keyed BLAKE3 of every byte before it, keyed with the [`Secret`] |
+//!
+//! Relocation kinds, libcalls and known symbols are numbered by one table
+//! each (`codes!` below), from which both directions are generated; the
+//! Cranelift-to-number direction is an exhaustive `match`, so a new
+//! Cranelift variant is a compile error until it is given a number.
+//!
+//! # What this module guarantees
+//!
+//! [`Entry::decode`] returns an entry only if every check below passes,
+//! and otherwise says which failed ([`EntryRejected`]); it never panics.
+//!
+//! 1. The bytes are exactly one entry of this format version: magic,
+//!    version, known flags, every length within the bytes, no byte left
+//!    over, and the checksum matches (so truncation and accidental
+//!    corruption are rejected).
+//! 2. With a secret, the entry carries a MAC and the MAC is that of the
+//!    secret over the whole entry (compared in constant time). Without
+//!    one, an entry's MAC is not checked (and cannot be).
+//! 3. The entry is for the expected context and the expected template:
+//!    equal digests and equal key words, so a [`StoreKey`](super::StoreKey)
+//!    collision, or an entry copied under another entry's key, is rejected.
+//! 4. The code is well-formed for defining: the alignment is a power of
+//!    two, every relocation is a known kind and target, every slot is below
+//!    the number of names, every relocation's patched bytes and every own
+//!    offset lie within the code.
+//!
+//! # Unwind information
+//!
+//! Cranelift's `UnwindInfo` has private fields and is serializable only
+//! with its `enable-serde` feature. With jitfold's `store-unwind` feature,
+//! entries carry it (postcard bytes; the Cranelift version in the context
+//! pins the serde layout) as [`EntryUnwind::Info`]. Without it, an entry
+//! of code that had unwind information records only that it was left out
+//! ([`EntryUnwind::Omitted`]); an entry with it, written by a build with
+//! the feature, decodes the same way. Code defined where frame
+//! descriptions are written (an object file with unwind information) must
+//! not come from an entry whose unwind information is `Omitted`; a JIT
+//! module, which registers no unwind information, can use any entry.
+
+use super::key::CodeContext;
+use crate::code::{MachineCode, RelocTarget, Relocation};
+use crate::fingerprint::{SymbolName, Template};
+use cranelift_codegen::binemit::Reloc;
+use cranelift_codegen::ir::{KnownSymbol, LibCall};
+use cranelift_codegen::isa::unwind::UnwindInfo;
+use std::fmt;
+use std::time::Duration;
+
+/// The version of the entry format this build reads and writes; entries
+/// of another version are rejected, and it is hashed into every
+/// [`StoreKey`](super::StoreKey) so that they are not even found.
+pub const FORMAT_VERSION: u16 = 1;
+
+const MAGIC: &[u8; 8] = b"JFCODE\r\n";
+/// Flag bit: a MAC ends the entry.
+const FLAG_MAC: u16 = 1;
+const CHECKSUM_BYTES: usize = 16;
+const MAC_BYTES: usize = 32;
+/// Bytes of one relocation record.
+const RELOC_BYTES: usize = 4 + 1 + 1 + 8 + 4;
+
+/// The key of the MAC that entries carry when a store is shared with
+/// writers that should not be trusted. Keep it like a signing key: whoever
+/// holds it can make entries every process with it will run.
+#[derive(Clone)]
+pub struct Secret([u8; 32]);
+
+impl Secret {
+    /// A secret given as 32 bytes (which should be uniformly random).
+    pub fn new(key: [u8; 32]) -> Self {
+        Self(key)
+    }
+
+    /// A secret derived from `material` of any length (a key file's
+    /// contents, say) with BLAKE3's key derivation. As strong as the
+    /// material is unpredictable: a password-like material can be guessed.
+    pub fn derive(material: &[u8]) -> Self {
+        Self(blake3::derive_key("jitfold code store entry MAC", material))
+    }
+
+    fn mac(&self, bytes: &[u8]) -> blake3::Hash {
+        blake3::keyed_hash(&self.0, bytes)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the key itself.
+        f.write_str("Secret(..)")
+    }
+}
+
+/// What a relocation of an entry points at: a name by slot, or a target
+/// that does not depend on the function's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryTarget {
+    /// The name in this slot of the function's name list.
+    Slot(u32),
+    /// A libcall.
+    LibCall(LibCall),
+    /// A well-known symbol.
+    KnownSymbol(KnownSymbol),
+    /// An offset inside the function's own code.
+    OwnOffset(u32),
+}
+
+/// One relocation of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryReloc {
+    /// Where in the code.
+    pub offset: u32,
+    /// How to patch it.
+    pub kind: Reloc,
+    /// Added to the target's address.
+    pub addend: i64,
+    /// What it refers to.
+    pub target: EntryTarget,
+}
+
+/// The unwind information of an entry's code (see the [module
+/// docs](self#unwind-information)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryUnwind {
+    /// The ISA gave none for this code.
+    None,
+    /// Cranelift's unwind information (feature `store-unwind`).
+    Info(UnwindInfo),
+    /// The code had unwind information, which this entry does not carry.
+    Omitted,
+}
+
+/// A compiled template, as stored: see the [module docs](self).
+///
+/// Holds the invariants [`Entry::decode`] checks (4 in the module docs),
+/// whether it was decoded or built with [`Entry::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    template: Box<[u32]>,
+    slots: u32,
+    bytes: Vec<u8>,
+    alignment: u32,
+    relocs: Vec<EntryReloc>,
+    compile_time: Duration,
+    unwind: EntryUnwind,
+}
+
+/// Why bytes were not accepted as an entry (see the [module docs](self)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EntryRejected {
+    /// Shorter than the lengths it gives.
+    Truncated,
+    /// Bytes left over after the entry.
+    TrailingBytes,
+    /// Not an entry (wrong magic).
+    BadMagic,
+    /// An entry of another format version.
+    OtherVersion(u16),
+    /// Flags this version does not know.
+    UnknownFlags(u16),
+    /// The checksum does not match.
+    Checksum,
+    /// A secret is set and the entry has no MAC.
+    MacMissing,
+    /// The MAC is not the secret's over this entry.
+    MacInvalid,
+    /// The entry is for code compiled in another context.
+    OtherContext,
+    /// The entry is for another template: a key collision, or an entry
+    /// stored under another entry's key.
+    OtherTemplate,
+    /// The code alignment is not a power of two.
+    BadAlignment(u32),
+    /// A relocation kind with no number in this format.
+    BadRelocKind(u8),
+    /// A relocation target kind with no number in this format.
+    BadTargetKind(u8),
+    /// A libcall with no number in this format.
+    BadLibCall(u32),
+    /// A known symbol with no number in this format.
+    BadKnownSymbol(u32),
+    /// A relocation against a slot the function does not have.
+    SlotOutOfRange {
+        /// The slot.
+        slot: u32,
+        /// How many names the function has.
+        slots: u32,
+    },
+    /// A relocation whose patched bytes, or whose own-code target, are
+    /// not within the code.
+    OutsideCode {
+        /// The relocation's offset.
+        offset: u32,
+    },
+    /// The unwind information does not decode.
+    BadUnwind,
+}
+
+impl fmt::Display for EntryRejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated => write!(f, "entry is truncated"),
+            Self::TrailingBytes => write!(f, "bytes after the end of the entry"),
+            Self::BadMagic => write!(f, "not a jitfold code entry"),
+            Self::OtherVersion(v) => write!(
+                f,
+                "entry format version {v}, this build reads {FORMAT_VERSION}"
+            ),
+            Self::UnknownFlags(flags) => write!(f, "unknown entry flags {flags:#x}"),
+            Self::Checksum => write!(f, "entry checksum does not match"),
+            Self::MacMissing => write!(f, "a secret is set and the entry has no MAC"),
+            Self::MacInvalid => write!(f, "entry MAC is not valid for the secret"),
+            Self::OtherContext => write!(f, "entry is for another ISA, flags or version"),
+            Self::OtherTemplate => write!(f, "entry is for another template"),
+            Self::BadAlignment(a) => write!(f, "code alignment {a} is not a power of two"),
+            Self::BadRelocKind(k) => write!(f, "unknown relocation kind {k}"),
+            Self::BadTargetKind(k) => write!(f, "unknown relocation target kind {k}"),
+            Self::BadLibCall(n) => write!(f, "unknown libcall {n}"),
+            Self::BadKnownSymbol(n) => write!(f, "unknown known symbol {n}"),
+            Self::SlotOutOfRange { slot, slots } => {
+                write!(f, "relocation against slot {slot} of {slots} names")
+            }
+            Self::OutsideCode { offset } => {
+                write!(f, "relocation at {offset} reaches outside the code")
+            }
+            Self::BadUnwind => write!(f, "unwind information does not decode"),
+        }
+    }
+}
+
+impl std::error::Error for EntryRejected {}
+
+impl Entry {
+    /// The entry of `code`, compiled in `compile_time` for a function with
+    /// `template` and `names` in slot order, and `unwind` information.
+    /// `None` if a relocation is against a name not in `names` (such code
+    /// cannot be retargeted), if `names` has more than `u32::MAX` names, or
+    /// if the code breaks an invariant `decode` checks (4 in the module
+    /// docs), which compiled code does not.
+    pub fn new(
+        template: &Template,
+        names: &[SymbolName],
+        code: &MachineCode,
+        compile_time: Duration,
+        unwind: Option<&UnwindInfo>,
+    ) -> Option<Self> {
+        let relocs = code
+            .relocs
+            .iter()
+            .map(|r| {
+                let target = match &r.target {
+                    RelocTarget::Name(name) => {
+                        EntryTarget::Slot(names.iter().position(|n| n == name)?.try_into().ok()?)
+                    }
+                    RelocTarget::LibCall(libcall) => EntryTarget::LibCall(*libcall),
+                    RelocTarget::KnownSymbol(symbol) => EntryTarget::KnownSymbol(*symbol),
+                    RelocTarget::OwnOffset(offset) => EntryTarget::OwnOffset(*offset),
+                };
+                Some(EntryReloc {
+                    offset: r.offset,
+                    kind: r.kind,
+                    addend: r.addend,
+                    target,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let entry = Self {
+            template: template.key().into(),
+            slots: names.len().try_into().ok()?,
+            bytes: code.bytes.clone(),
+            alignment: code.alignment,
+            relocs,
+            compile_time,
+            unwind: match unwind {
+                None => EntryUnwind::None,
+                #[cfg(feature = "store-unwind")]
+                Some(info) => EntryUnwind::Info(info.clone()),
+                #[cfg(not(feature = "store-unwind"))]
+                Some(_) => EntryUnwind::Omitted,
+            },
+        };
+        entry.check_code().ok()?;
+        Some(entry)
+    }
+
+    /// The code of the function with this template and `names` in slot
+    /// order: the entry's bytes and relocations, with relocations by slot
+    /// against `names[slot]`. `None` if `names` is not as long as the
+    /// name list the entry was made with.
+    pub fn code(&self, names: &[SymbolName]) -> Option<MachineCode> {
+        if names.len() != self.slots as usize {
+            return None;
+        }
+        let relocs = self
+            .relocs
+            .iter()
+            .map(|r| Relocation {
+                offset: r.offset,
+                kind: r.kind,
+                addend: r.addend,
+                target: match r.target {
+                    EntryTarget::Slot(slot) => RelocTarget::Name(names[slot as usize].clone()),
+                    EntryTarget::LibCall(libcall) => RelocTarget::LibCall(libcall),
+                    EntryTarget::KnownSymbol(symbol) => RelocTarget::KnownSymbol(symbol),
+                    EntryTarget::OwnOffset(offset) => RelocTarget::OwnOffset(offset),
+                },
+            })
+            .collect();
+        Some(MachineCode {
+            bytes: self.bytes.clone(),
+            alignment: self.alignment,
+            relocs,
+        })
+    }
+
+    /// The template's key words.
+    pub fn template_key(&self) -> &[u32] {
+        &self.template
+    }
+
+    /// How many names (slots) the function has.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The code bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The alignment the code asks for (a power of two).
+    pub fn alignment(&self) -> u32 {
+        self.alignment
+    }
+
+    /// The relocations, in order, by slot.
+    pub fn relocs(&self) -> &[EntryReloc] {
+        &self.relocs
+    }
+
+    /// What compiling the code cost when it was compiled: what a hit saves.
+    pub fn compile_time(&self) -> Duration {
+        self.compile_time
+    }
+
+    /// The code's unwind information.
+    pub fn unwind(&self) -> &EntryUnwind {
+        &self.unwind
+    }
+
+    /// The entry's bytes in `context`, with a MAC when `secret` is given
+    /// (see the format in the [module docs](self)).
+    pub fn encode(&self, context: &CodeContext, secret: Option<&Secret>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            128 + self.template.len() * 4 + self.bytes.len() + self.relocs.len() * RELOC_BYTES,
+        );
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let flags = if secret.is_some() { FLAG_MAC } else { 0 };
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(context.digest());
+        put_len(&mut out, self.template.len());
+        for word in self.template.iter() {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        out.extend_from_slice(&self.slots.to_le_bytes());
+        out.extend_from_slice(&self.alignment.to_le_bytes());
+        let nanos = u64::try_from(self.compile_time.as_nanos()).unwrap_or(u64::MAX);
+        out.extend_from_slice(&nanos.to_le_bytes());
+        put_len(&mut out, self.bytes.len());
+        out.extend_from_slice(&self.bytes);
+        put_len(&mut out, self.relocs.len());
+        for r in &self.relocs {
+            out.extend_from_slice(&r.offset.to_le_bytes());
+            out.push(reloc_code(r.kind));
+            let (target_kind, target) = match r.target {
+                EntryTarget::Slot(slot) => (TARGET_SLOT, slot),
+                EntryTarget::LibCall(libcall) => (TARGET_LIBCALL, u32::from(libcall_code(libcall))),
+                EntryTarget::KnownSymbol(symbol) => {
+                    (TARGET_KNOWN_SYMBOL, u32::from(known_symbol_code(symbol)))
+                }
+                EntryTarget::OwnOffset(offset) => (TARGET_OWN_OFFSET, offset),
+            };
+            out.push(target_kind);
+            out.extend_from_slice(&r.addend.to_le_bytes());
+            out.extend_from_slice(&target.to_le_bytes());
+        }
+        match &self.unwind {
+            EntryUnwind::None => out.push(UNWIND_NONE),
+            EntryUnwind::Info(info) => match unwind_bytes(info) {
+                Some(bytes) => {
+                    out.push(UNWIND_INFO);
+                    put_len(&mut out, bytes.len());
+                    out.extend_from_slice(&bytes);
+                }
+                None => out.push(UNWIND_OMITTED),
+            },
+            EntryUnwind::Omitted => out.push(UNWIND_OMITTED),
+        }
+        let checksum = xxhash_rust::xxh3::xxh3_128(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        if let Some(secret) = secret {
+            let mac = secret.mac(&out);
+            out.extend_from_slice(mac.as_bytes());
+        }
+        out
+    }
+
+    /// The entry in `bytes`, if it passes every check of the [module
+    /// docs](self) for code of `expected` in `context`, with `secret` if
+    /// one is set; otherwise which check failed.
+    pub fn decode(
+        bytes: &[u8],
+        context: &CodeContext,
+        expected: &Template,
+        secret: Option<&Secret>,
+    ) -> Result<Self, EntryRejected> {
+        Self::decode_words(bytes, context, expected.key(), secret)
+    }
+
+    /// As [`Entry::decode`], for the template whose key words are
+    /// `expected`.
+    pub fn decode_words(
+        bytes: &[u8],
+        context: &CodeContext,
+        expected: &[u32],
+        secret: Option<&Secret>,
+    ) -> Result<Self, EntryRejected> {
+        let header = MAGIC.len() + 4;
+        if bytes.len() < header {
+            // A prefix of the magic is a truncated entry; anything else is
+            // not an entry.
+            let n = bytes.len().min(MAGIC.len());
+            return Err(if bytes[..n] == MAGIC[..n] {
+                EntryRejected::Truncated
+            } else {
+                EntryRejected::BadMagic
+            });
+        }
+        if bytes[..MAGIC.len()] != MAGIC[..] {
+            return Err(EntryRejected::BadMagic);
+        }
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if version != FORMAT_VERSION {
+            return Err(EntryRejected::OtherVersion(version));
+        }
+        let flags = u16::from_le_bytes([bytes[10], bytes[11]]);
+        if flags & !FLAG_MAC != 0 {
+            return Err(EntryRejected::UnknownFlags(flags));
+        }
+        let has_mac = flags & FLAG_MAC != 0;
+        let trailer = CHECKSUM_BYTES + if has_mac { MAC_BYTES } else { 0 };
+        if bytes.len() < header + trailer {
+            return Err(EntryRejected::Truncated);
+        }
+        let (checked, mac) = bytes.split_at(bytes.len() - if has_mac { MAC_BYTES } else { 0 });
+        let (body, checksum) = checked.split_at(checked.len() - CHECKSUM_BYTES);
+        let checksum = u128::from_le_bytes(checksum.try_into().expect("16 bytes"));
+        if xxhash_rust::xxh3::xxh3_128(body) != checksum {
+            return Err(EntryRejected::Checksum);
+        }
+        if let Some(secret) = secret {
+            if !has_mac {
+                return Err(EntryRejected::MacMissing);
+            }
+            let mac: [u8; MAC_BYTES] = mac.try_into().expect("32 bytes");
+            // `blake3::Hash`'s equality is constant-time.
+            if secret.mac(checked) != blake3::Hash::from_bytes(mac) {
+                return Err(EntryRejected::MacInvalid);
+            }
+        }
+        let mut reader = Reader {
+            bytes: &body[header..],
+        };
+        if reader.take(32)? != context.digest() {
+            return Err(EntryRejected::OtherContext);
+        }
+        let words = reader.len(4)?;
+        let template = reader.take(words * 4)?;
+        if words != expected.len()
+            || template
+                .chunks_exact(4)
+                .zip(expected)
+                .any(|(bytes, word)| bytes != word.to_le_bytes())
+        {
+            return Err(EntryRejected::OtherTemplate);
+        }
+        let slots = reader.u32()?;
+        let alignment = reader.u32()?;
+        let compile_time = Duration::from_nanos(reader.u64()?);
+        let code_len = reader.len(1)?;
+        let code = reader.take(code_len)?.to_vec();
+        let count = reader.len(RELOC_BYTES)?;
+        let mut relocs = Vec::with_capacity(count);
+        for _ in 0..count {
+            let offset = reader.u32()?;
+            let kind_code = reader.u8()?;
+            let kind = reloc_of_code(kind_code).ok_or(EntryRejected::BadRelocKind(kind_code))?;
+            let target_kind = reader.u8()?;
+            let addend = reader.u64()? as i64;
+            let target = reader.u32()?;
+            let target = match target_kind {
+                TARGET_SLOT => EntryTarget::Slot(target),
+                TARGET_LIBCALL => EntryTarget::LibCall(
+                    u8::try_from(target)
+                        .ok()
+                        .and_then(libcall_of_code)
+                        .ok_or(EntryRejected::BadLibCall(target))?,
+                ),
+                TARGET_KNOWN_SYMBOL => EntryTarget::KnownSymbol(
+                    u8::try_from(target)
+                        .ok()
+                        .and_then(known_symbol_of_code)
+                        .ok_or(EntryRejected::BadKnownSymbol(target))?,
+                ),
+                TARGET_OWN_OFFSET => EntryTarget::OwnOffset(target),
+                other => return Err(EntryRejected::BadTargetKind(other)),
+            };
+            relocs.push(EntryReloc {
+                offset,
+                kind,
+                addend,
+                target,
+            });
+        }
+        let unwind = match reader.u8()? {
+            UNWIND_NONE => EntryUnwind::None,
+            UNWIND_INFO => {
+                let len = reader.len(1)?;
+                unwind_of_bytes(reader.take(len)?)?
+            }
+            UNWIND_OMITTED => EntryUnwind::Omitted,
+            _ => return Err(EntryRejected::BadUnwind),
+        };
+        if !reader.bytes.is_empty() {
+            return Err(EntryRejected::TrailingBytes);
+        }
+        let entry = Self {
+            template: expected.into(),
+            slots,
+            bytes: code,
+            alignment,
+            relocs,
+            compile_time,
+            unwind,
+        };
+        entry.check_code()?;
+        Ok(entry)
+    }
+
+    /// Invariant 4 of the module docs.
+    fn check_code(&self) -> Result<(), EntryRejected> {
+        if !self.alignment.is_power_of_two() {
+            return Err(EntryRejected::BadAlignment(self.alignment));
+        }
+        let len = self.bytes.len() as u64;
+        for r in &self.relocs {
+            let outside = EntryRejected::OutsideCode { offset: r.offset };
+            if u64::from(r.offset) + u64::from(patched_bytes(r.kind)) > len {
+                return Err(outside);
+            }
+            match r.target {
+                EntryTarget::Slot(slot) if slot >= self.slots => {
+                    return Err(EntryRejected::SlotOutOfRange {
+                        slot,
+                        slots: self.slots,
+                    });
+                }
+                EntryTarget::OwnOffset(offset) if u64::from(offset) > len => return Err(outside),
+                EntryTarget::Slot(_)
+                | EntryTarget::OwnOffset(_)
+                | EntryTarget::LibCall(_)
+                | EntryTarget::KnownSymbol(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Appends a length as a `u32` (entries are far below 4 GiB: Cranelift's
+/// code offsets are `u32`).
+fn put_len(out: &mut Vec<u8>, len: usize) {
+    let len = u32::try_from(len).expect("entry parts are shorter than 4 GiB");
+    out.extend_from_slice(&len.to_le_bytes());
+}
+
+/// Reads the body of an entry, failing with `Truncated` past its end.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], EntryRejected> {
+        if n > self.bytes.len() {
+            return Err(EntryRejected::Truncated);
+        }
+        let (taken, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
+    fn u8(&mut self) -> Result<u8, EntryRejected> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, EntryRejected> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+
+    fn u64(&mut self) -> Result<u64, EntryRejected> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+
+    /// A count of items of `item_bytes` each, checked against the bytes
+    /// left so that a bad count allocates nothing.
+    fn len(&mut self, item_bytes: usize) -> Result<usize, EntryRejected> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(item_bytes) > self.bytes.len() {
+            return Err(EntryRejected::Truncated);
+        }
+        Ok(n)
+    }
+}
+
+const TARGET_SLOT: u8 = 0;
+const TARGET_LIBCALL: u8 = 1;
+const TARGET_KNOWN_SYMBOL: u8 = 2;
+const TARGET_OWN_OFFSET: u8 = 3;
+
+const UNWIND_NONE: u8 = 0;
+const UNWIND_INFO: u8 = 1;
+const UNWIND_OMITTED: u8 = 2;
+
+#[cfg(feature = "store-unwind")]
+fn unwind_bytes(info: &UnwindInfo) -> Option<Vec<u8>> {
+    postcard::to_allocvec(info).ok()
+}
+
+/// Without `store-unwind`, unwind information is never written (an
+/// `Entry` made here never holds `Info`).
+#[cfg(not(feature = "store-unwind"))]
+fn unwind_bytes(_: &UnwindInfo) -> Option<Vec<u8>> {
+    None
+}
+
+#[cfg(feature = "store-unwind")]
+fn unwind_of_bytes(bytes: &[u8]) -> Result<EntryUnwind, EntryRejected> {
+    match postcard::from_bytes(bytes) {
+        Ok(info) => Ok(EntryUnwind::Info(info)),
+        Err(_) => Err(EntryRejected::BadUnwind),
+    }
+}
+
+/// Without `store-unwind`, unwind information in an entry is skipped: the
+/// code had some, which this build cannot use.
+#[cfg(not(feature = "store-unwind"))]
+fn unwind_of_bytes(_: &[u8]) -> Result<EntryUnwind, EntryRejected> {
+    Ok(EntryUnwind::Omitted)
+}
+
+/// Declares the numbering of a Cranelift enum in the entry format: one
+/// table from which the exhaustive `match` to numbers and its inverse are
+/// generated. A number, once given, is never reused for another variant.
+macro_rules! codes {
+    ($ty:ident, $to:ident, $of:ident, { $($variant:ident = $code:literal,)* }) => {
+        /// The number of a variant in the entry format.
+        fn $to(value: $ty) -> u8 {
+            // Exhaustive: a new variant is a compile error here.
+            match value {
+                $($ty::$variant => $code,)*
+            }
+        }
+
+        /// The variant numbered `code`, if any.
+        fn $of(code: u8) -> Option<$ty> {
+            match code {
+                $($code => Some($ty::$variant),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+codes!(Reloc, reloc_code, reloc_of_code, {
+    Abs4 = 0,
+    Abs8 = 1,
+    X86PCRel4 = 2,
+    X86CallPCRel4 = 3,
+    X86CallPLTRel4 = 4,
+    X86GOTPCRel4 = 5,
+    X86SecRel = 6,
+    Arm32Call = 7,
+    Arm64Call = 8,
+    S390xPCRel32Dbl = 9,
+    S390xPLTRel32Dbl = 10,
+    ElfX86_64TlsGd = 11,
+    MachOX86_64Tlv = 12,
+    MachOAarch64TlsAdrPage21 = 13,
+    MachOAarch64TlsAdrPageOff12 = 14,
+    Aarch64TlsDescAdrPage21 = 15,
+    Aarch64TlsDescLd64Lo12 = 16,
+    Aarch64TlsDescAddLo12 = 17,
+    Aarch64TlsDescCall = 18,
+    Aarch64AdrGotPage21 = 19,
+    Aarch64AdrPrelPgHi21 = 20,
+    Aarch64AddAbsLo12Nc = 21,
+    Aarch64Ld64GotLo12Nc = 22,
+    RiscvCallPlt = 23,
+    RiscvTlsGdHi20 = 24,
+    RiscvPCRelLo12I = 25,
+    RiscvGotHi20 = 26,
+    RiscvPCRelHi20 = 27,
+    S390xTlsGd64 = 28,
+    S390xTlsGdCall = 29,
+    PulleyPcRel = 30,
+    PulleyCallIndirectHost = 31,
+});
+
+codes!(LibCall, libcall_code, libcall_of_code, {
+    Probestack = 0,
+    CeilF32 = 1,
+    CeilF64 = 2,
+    FloorF32 = 3,
+    FloorF64 = 4,
+    TruncF32 = 5,
+    TruncF64 = 6,
+    NearestF32 = 7,
+    NearestF64 = 8,
+    FmaF32 = 9,
+    FmaF64 = 10,
+    Memcpy = 11,
+    Memset = 12,
+    Memmove = 13,
+    Memcmp = 14,
+    ElfTlsGetAddr = 15,
+    ElfTlsGetOffset = 16,
+    X86Pshufb = 17,
+});
+
+codes!(KnownSymbol, known_symbol_code, known_symbol_of_code, {
+    ElfGlobalOffsetTable = 0,
+    CoffTlsIndex = 1,
+});
+
+/// How many bytes from its offset a relocation of `kind` patches (at
+/// least; a marker relocation patches none), as cranelift-jit and
+/// cranelift-object write them: what must lie within the code.
+fn patched_bytes(kind: Reloc) -> u32 {
+    match kind {
+        Reloc::Abs8 | Reloc::RiscvCallPlt | Reloc::S390xTlsGd64 => 8,
+        Reloc::Abs4
+        | Reloc::X86PCRel4
+        | Reloc::X86CallPCRel4
+        | Reloc::X86CallPLTRel4
+        | Reloc::X86GOTPCRel4
+        | Reloc::X86SecRel
+        | Reloc::Arm32Call
+        | Reloc::Arm64Call
+        | Reloc::S390xPCRel32Dbl
+        | Reloc::S390xPLTRel32Dbl
+        | Reloc::ElfX86_64TlsGd
+        | Reloc::MachOX86_64Tlv
+        | Reloc::MachOAarch64TlsAdrPage21
+        | Reloc::MachOAarch64TlsAdrPageOff12
+        | Reloc::Aarch64TlsDescAdrPage21
+        | Reloc::Aarch64TlsDescLd64Lo12
+        | Reloc::Aarch64TlsDescAddLo12
+        | Reloc::Aarch64TlsDescCall
+        | Reloc::Aarch64AdrGotPage21
+        | Reloc::Aarch64AdrPrelPgHi21
+        | Reloc::Aarch64AddAbsLo12Nc
+        | Reloc::Aarch64Ld64GotLo12Nc
+        | Reloc::RiscvTlsGdHi20
+        | Reloc::RiscvPCRelLo12I
+        | Reloc::RiscvGotHi20
+        | Reloc::RiscvPCRelHi20
+        | Reloc::PulleyPcRel => 4,
+        Reloc::PulleyCallIndirectHost => 1,
+        Reloc::S390xTlsGdCall => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_and_codes_are_dense() {
+        let relocs: Vec<Reloc> = (0..=u8::MAX).filter_map(reloc_of_code).collect();
+        for (i, kind) in relocs.iter().enumerate() {
+            assert_eq!(usize::from(reloc_code(*kind)), i);
+        }
+        assert_eq!(relocs.len(), 32);
+        let libcalls: Vec<LibCall> = (0..=u8::MAX).filter_map(libcall_of_code).collect();
+        for (i, libcall) in libcalls.iter().enumerate() {
+            assert_eq!(usize::from(libcall_code(*libcall)), i);
+        }
+        // Every libcall Cranelift lists has a number.
+        assert_eq!(libcalls.len(), LibCall::all_libcalls().len());
+        for libcall in LibCall::all_libcalls() {
+            assert_eq!(libcall_of_code(libcall_code(*libcall)), Some(*libcall));
+        }
+        let symbols: Vec<KnownSymbol> = (0..=u8::MAX).filter_map(known_symbol_of_code).collect();
+        assert_eq!(
+            symbols,
+            [KnownSymbol::ElfGlobalOffsetTable, KnownSymbol::CoffTlsIndex]
+        );
+    }
+}

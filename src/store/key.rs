@@ -1,0 +1,220 @@
+//! What a stored entry is looked up by: the [`CodeContext`] (everything
+//! besides the function that changes its code) and the [`StoreKey`] (a
+//! stable hash of the context and a template key).
+//!
+//! # What this module guarantees
+//!
+//! - Two ISAs give equal contexts exactly when they have the same target
+//!   triple, the same value of every shared and ISA-specific setting, and
+//!   jitfold is built against the same Cranelift and key format version.
+//! - [`StoreKey::of`] depends only on the entry format version, the
+//!   context and the template's key words: it is the same in every process
+//!   and on every machine (BLAKE3, no per-process seed), and distinct
+//!   contexts or templates get distinct keys unless BLAKE3 collides.
+
+use super::entry::FORMAT_VERSION;
+use crate::fingerprint::{CRANELIFT_VERSION, KEY_FORMAT_VERSION, Template};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::settings::Value;
+use std::fmt;
+
+/// Everything besides a function's template that changes its compiled
+/// code: the target triple, the shared and ISA-specific settings, the
+/// version of Cranelift, and jitfold's key format version (a template key
+/// means something else in another format).
+///
+/// Held as a canonical text (one `name=value` line per setting, sorted by
+/// name, the form Cranelift's `settings::Value` displays) and its BLAKE3
+/// digest, which is what entries and keys carry. Every setting counts,
+/// including ones that do not change code (such as `enable_verifier`): a
+/// store is shared only between identically configured compilers.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CodeContext {
+    text: String,
+    digest: [u8; 32],
+}
+
+impl CodeContext {
+    /// The context of code compiled by `isa`.
+    pub fn of(isa: &dyn TargetIsa) -> Self {
+        let mut text = format!(
+            "jitfold code context\ncranelift {CRANELIFT_VERSION}\nkey format {KEY_FORMAT_VERSION}\ntriple {}\n",
+            isa.triple()
+        );
+        push_settings(&mut text, "shared", isa.flags().iter().collect());
+        push_settings(&mut text, "isa", isa.isa_flags());
+        Self::from_text(text)
+    }
+
+    /// A context given by its canonical text (tests, and contexts that
+    /// are not an ISA's).
+    pub fn from_text(text: String) -> Self {
+        let digest = *blake3::Hasher::new_derive_key("jitfold code store context")
+            .update(text.as_bytes())
+            .finalize()
+            .as_bytes();
+        Self { text, digest }
+    }
+
+    /// The canonical text, for messages and reports.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The 256-bit digest of the text, which entries carry.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+}
+
+impl fmt::Debug for CodeContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CodeContext({})", hex(&self.digest[..8]))
+    }
+}
+
+/// Appends one `group name=value` line per setting of `values`, sorted by
+/// name so that the text does not depend on Cranelift's descriptor order.
+fn push_settings(text: &mut String, group: &str, values: Vec<Value>) {
+    let mut lines: Vec<String> = values.iter().map(|v| format!("{group} {v}\n")).collect();
+    lines.sort();
+    for line in lines {
+        text.push_str(&line);
+    }
+}
+
+/// The key of a stored entry: a 256-bit BLAKE3 hash of the entry format
+/// version, the [`CodeContext`] and the template's key words, so that one
+/// key names the code of one template in one context. Written as 64
+/// lowercase hex digits ([`StoreKey::hex`]), which is the file name in a
+/// directory store.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StoreKey([u8; 32]);
+
+impl StoreKey {
+    /// The key of the code of `template` in `context`.
+    pub fn of(context: &CodeContext, template: &Template) -> Self {
+        Self::of_words(context, template.key())
+    }
+
+    /// The key of the code of the template whose key words are `words`.
+    pub fn of_words(context: &CodeContext, words: &[u32]) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key("jitfold code store key");
+        hasher.update(&FORMAT_VERSION.to_le_bytes());
+        hasher.update(context.digest());
+        hasher.update(&(words.len() as u64).to_le_bytes());
+        // Hashed in chunks, each word little-endian, without copying the
+        // whole key.
+        let mut chunk = [0u8; 1024];
+        for words in words.chunks(chunk.len() / 4) {
+            for (bytes, word) in chunk.chunks_exact_mut(4).zip(words) {
+                bytes.copy_from_slice(&word.to_le_bytes());
+            }
+            hasher.update(&chunk[..words.len() * 4]);
+        }
+        Self(*hasher.finalize().as_bytes())
+    }
+
+    /// A key given by its bytes.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The key as 64 lowercase hex digits.
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// The key written as [`StoreKey::hex`] writes it; `None` for anything
+    /// else (another length, uppercase or non-hex digits).
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let text = text.as_bytes();
+        if text.len() != 64 {
+            return None;
+        }
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; 32];
+        for (byte, pair) in bytes.iter_mut().zip(text.chunks_exact(2)) {
+            *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+        }
+        Some(Self(bytes))
+    }
+}
+
+impl fmt::Display for StoreKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl fmt::Debug for StoreKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreKey({})", self.hex())
+    }
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(DIGITS[usize::from(byte >> 4)] as char);
+        text.push(DIGITS[usize::from(byte & 15)] as char);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_rejects_other_text() {
+        let key = StoreKey::from_bytes(core::array::from_fn(|i| (i * 37 + 5) as u8));
+        let text = key.hex();
+        assert_eq!(text.len(), 64);
+        assert_eq!(StoreKey::from_hex(&text), Some(key));
+        assert_eq!(StoreKey::from_hex(&text.to_uppercase()), None);
+        assert_eq!(StoreKey::from_hex(&text[..63]), None);
+        assert_eq!(StoreKey::from_hex(&format!("{text}0")), None);
+        assert_eq!(StoreKey::from_hex(&format!("g{}", &text[1..])), None);
+    }
+
+    #[test]
+    fn keys_differ_by_context_and_words_and_are_stable() {
+        let a = CodeContext::from_text("a".into());
+        let b = CodeContext::from_text("b".into());
+        let key = StoreKey::of_words(&a, &[1, 2, 3]);
+        assert_eq!(key, StoreKey::of_words(&a, &[1, 2, 3]));
+        assert_ne!(key, StoreKey::of_words(&b, &[1, 2, 3]));
+        assert_ne!(key, StoreKey::of_words(&a, &[1, 2, 4]));
+        assert_ne!(key, StoreKey::of_words(&a, &[1, 2]));
+        // Longer than one hashing chunk: every word still counts.
+        let long: Vec<u32> = (0..1000).collect();
+        let mut other = long.clone();
+        other[999] = 0;
+        assert_ne!(
+            StoreKey::of_words(&a, &long),
+            StoreKey::of_words(&a, &other)
+        );
+        // The same in every process and on every machine: pinned.
+        assert_eq!(
+            StoreKey::of_words(&CodeContext::from_text(String::new()), &[]).hex()[..16],
+            *PINNED_EMPTY_KEY_PREFIX
+        );
+    }
+
+    /// The first 16 hex digits of the key of an empty template in an empty
+    /// context, for this entry format version; a change means every stored
+    /// key changes (and [`FORMAT_VERSION`] should too).
+    const PINNED_EMPTY_KEY_PREFIX: &str = "c22f1980f2d67b82";
+}

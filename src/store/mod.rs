@@ -1,0 +1,189 @@
+//! A persistent code store: compiled templates kept across runs and shared
+//! across the processes of a fleet, so that a function compiled once is
+//! defined from stored bytes everywhere after.
+//!
+//! The layers, from the bottom:
+//!
+//! - [`CodeStore`]: `get` and `put` of opaque bytes by [`StoreKey`], with
+//!   three implementations: [`DirectoryStore`] (the embedded default: a
+//!   directory of files, bounded in size), [`MemoryStore`] (a map in this
+//!   process), and `RedisStore` (feature `redis`: a Redis server shared by
+//!   a fleet).
+//! - [`Entry`]: what the bytes are, a compiled template with its
+//!   relocations by name slot, in a versioned binary format with a checksum
+//!   and, with a [`Secret`], a MAC ([`Entry::encode`], [`Entry::decode`]).
+//! - [`CodeContext`] and [`StoreKey`]: what code depends on besides the
+//!   function (ISA, flags, versions), and the stable hash that names an
+//!   entry in a store.
+//!
+//! A user of the store (such as [`crate::DedupModule`]) looks a template up
+//! with [`StoreKey::of`], decodes what `get` returns with
+//! [`Entry::decode`] against the same context and template, and on any
+//! rejection or store error compiles as if there were no store, then
+//! `put`s the new entry (which replaces a rejected one).
+//!
+//! # What this module guarantees
+//!
+//! 1. A store never returns bytes that were not `put` under that key:
+//!    every `get` returns `None` or the complete value of one `put` of that
+//!    key (possibly an older one, possibly from another process), never a
+//!    part of one or a mix of two. A store that cannot answer returns a
+//!    [`StoreError`]; none panics on a failed backend.
+//! 2. Decoding accepts only entries that pass every check listed in
+//!    [`entry`]: truncated, flipped, foreign-version, foreign-context,
+//!    foreign-template (a key collision, or an entry stored under another
+//!    entry's key) and, with a secret, unauthenticated entries are
+//!    rejected, with the reason.
+//! 3. [`StoreKey`] is the same in every process and on every machine for
+//!    a given context and template (no per-process seed).
+//!
+//! # Trust model
+//!
+//! An entry is machine code that the JIT will copy into executable memory
+//! and run. Whoever can write to the store (the directory's files, the
+//! Redis server, or the network path to it) can therefore choose the code
+//! that every reader runs, **unless a [`Secret`] is configured**:
+//!
+//! - Without a secret, the checksum catches accidents (truncation, bit
+//!   flips, torn writes, a collision, another version or ISA) but not an
+//!   attacker, who can compute checksums too. Use a store without a secret
+//!   only where every writer is trusted as much as the JIT's own process
+//!   (a directory only its user can write, a Redis server on a private
+//!   network with access control).
+//! - With a secret, every entry carries a keyed BLAKE3 MAC over all of its
+//!   bytes, and an entry without a valid MAC is never used: a writer
+//!   without the secret can delete or corrupt entries (which costs
+//!   compilations), but cannot make a reader run code of its choosing.
+//!   The secret must be kept like a signing key: anyone who has it can sign
+//!   code that every process with it will run. The MAC does not hide the
+//!   code (entries are not encrypted) and does not stop an attacker from
+//!   replaying an older entry signed with the same secret for the same
+//!   template and context (which is the same code, so harmless, unless the
+//!   secret was used with another compiler build that emitted different
+//!   code under the same context, which the context's Cranelift version
+//!   makes unlikely).
+//!
+//! # Unwind information
+//!
+//! Entries carry Cranelift's unwind information only with the
+//! `store-unwind` feature; see [`entry`'s docs](entry#unwind-information)
+//! for what a user of entries without it must do.
+
+pub mod directory;
+pub mod entry;
+pub mod key;
+pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+pub use directory::DirectoryStore;
+pub use entry::{Entry, EntryRejected, EntryReloc, EntryTarget, EntryUnwind, Secret};
+pub use key::{CodeContext, StoreKey};
+pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A key-value store of entries: the interface every backend implements.
+///
+/// Shared between threads (`Send + Sync`, `&self` methods) and usable as
+/// `Arc<dyn CodeStore>`. Values are opaque bytes; what they mean is
+/// [`Entry`]'s business, and a store does not look at them.
+pub trait CodeStore: Send + Sync {
+    /// The value last stored under `key` (by this or any other process
+    /// sharing the store), or `None` if there is none. Never part of a
+    /// value.
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Stores `value` under `key`, replacing any value there. A store may
+    /// drop values later (eviction, expiry); a `get` then misses.
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError>;
+}
+
+/// Why a store could not answer. Never a reason to fail compilation: the
+/// caller compiles as if the store were not there.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A file system operation of a [`DirectoryStore`] failed.
+    Io {
+        /// What was being done (`"read"`, `"write"`, `"rename"`, ...).
+        operation: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A value is larger than the store keeps.
+    TooLarge {
+        /// The value's length.
+        len: u64,
+        /// The largest value the store keeps.
+        limit: u64,
+    },
+    /// The Redis server could not be reached, did not answer within the
+    /// timeout, or answered with an error (feature `redis`).
+    #[cfg(feature = "redis")]
+    Redis {
+        /// What was being done (`"connect"`, `"GET"`, `"SET"`).
+        operation: &'static str,
+        /// The error.
+        source: ::redis::RedisError,
+    },
+    /// A Redis server recently failed to connect and the store waits
+    /// before trying it again (feature `redis`; see
+    /// [`RedisStore::with_retry_interval`]).
+    #[cfg(feature = "redis")]
+    RedisBackingOff,
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io {
+                operation,
+                path,
+                source,
+            } => write!(
+                f,
+                "code store: {operation} `{}` failed: {source}",
+                path.display()
+            ),
+            Self::TooLarge { len, limit } => write!(
+                f,
+                "code store: a value of {len} bytes is larger than the {limit} bytes kept"
+            ),
+            #[cfg(feature = "redis")]
+            Self::Redis { operation, source } => {
+                write!(f, "code store: Redis {operation} failed: {source}")
+            }
+            #[cfg(feature = "redis")]
+            Self::RedisBackingOff => write!(
+                f,
+                "code store: the Redis server could not be reached recently; not retrying yet"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            #[cfg(feature = "redis")]
+            Self::Redis { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+// A store is shared between the threads of a module behind an `Arc`.
+const _: fn() = || {
+    fn object_safe_and_shared<T: Send + Sync + ?Sized>() {}
+    object_safe_and_shared::<dyn CodeStore>();
+    object_safe_and_shared::<DirectoryStore>();
+    object_safe_and_shared::<MemoryStore>();
+    object_safe_and_shared::<StoreError>();
+};

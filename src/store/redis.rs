@@ -1,0 +1,227 @@
+//! A code store in a Redis server, shared by a fleet (feature `redis`).
+//!
+//! Values are Redis strings under `PREFIX` followed by the key's hex
+//! ([`StoreKey::hex`]); `put` is `SET` (with `PX` when a time to live is
+//! set), `get` is `GET`. Bounding the server's memory is the server's
+//! business: give it a `maxmemory` and `maxmemory-policy allkeys-lru`. A
+//! full server with the `noeviction` policy refuses `SET`, which is a
+//! [`StoreError`] like any other.
+//!
+//! # What this module guarantees
+//!
+//! 1. **Bounded waits.** Connecting waits at most the connect timeout
+//!    ([`DEFAULT_CONNECT_TIMEOUT`], 50 ms: a server on the same network
+//!    answers a connect in well under a millisecond), and each command's
+//!    writes and reads wait at most the I/O timeout
+//!    ([`DEFAULT_IO_TIMEOUT`], 100 ms: a `GET` or `SET` of an entry of a
+//!    few kilobytes takes a round trip, under a millisecond on a local
+//!    network). Both are set with [`RedisStore::with_timeouts`]. A
+//!    JIT that waits longer than that for a cache should compile instead.
+//! 2. **Failure is an error, never a hang or a panic.** A server that is
+//!    down, slow, restarted, full or answering garbage makes the operation
+//!    return [`StoreError::Redis`]. After a failed connect the store does
+//!    not try again for the retry interval ([`DEFAULT_RETRY_INTERVAL`],
+//!    1 s), answering [`StoreError::RedisBackingOff`] at once, so that a
+//!    server that is down costs one connect timeout per interval, not per
+//!    function.
+//! 3. **Recovery.** A connection on which anything failed is dropped, never
+//!    used again (a timed-out command's answer may still arrive on it); the
+//!    next operation after the retry interval connects anew, so the store
+//!    works again once the server is back.
+//! 4. Connections are pooled: each operation takes an idle connection (or
+//!    makes one), so threads do not wait for each other's round trips, and
+//!    gives it back after a success.
+
+use super::{CodeStore, StoreError, StoreKey};
+use redis::{Client, Connection};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long connecting may take by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// How long writing a command or reading its answer may take by default.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long the store waits after a failed connect before it tries again,
+/// by default.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The prefix of every key by default.
+pub const DEFAULT_PREFIX: &str = "jitfold:code:";
+
+/// A code store in a Redis server: see the [module docs](self).
+pub struct RedisStore {
+    client: Client,
+    prefix: String,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    retry_interval: Duration,
+    ttl: Option<Duration>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    idle: Vec<Connection>,
+    /// No connect is tried before this instant (after a failed connect).
+    retry_at: Option<Instant>,
+}
+
+impl RedisStore {
+    /// The store in the server at `url` (`redis://host:port/db`, with a
+    /// user and password if the server wants them). Does not connect: the
+    /// first operation does. Fails only on a URL that does not parse.
+    pub fn new(url: &str) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(|source| StoreError::Redis {
+            operation: "parse URL",
+            source,
+        })?;
+        Ok(Self {
+            client,
+            prefix: DEFAULT_PREFIX.into(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            ttl: None,
+            state: Mutex::default(),
+        })
+    }
+
+    /// This store with other timeouts for connecting and for each
+    /// command's I/O (each at least a microsecond).
+    pub fn with_timeouts(mut self, connect: Duration, io: Duration) -> Self {
+        self.connect_timeout = connect.max(Duration::from_micros(1));
+        self.io_timeout = io.max(Duration::from_micros(1));
+        self
+    }
+
+    /// This store waiting `interval` after a failed connect before trying
+    /// again (zero: try at every operation).
+    pub fn with_retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// This store with values that expire `ttl` after they were put (at
+    /// least a millisecond; a `get` does not extend it).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// This store with keys under `prefix` instead of [`DEFAULT_PREFIX`]
+    /// (to keep several stores apart in one server).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    fn redis_key(&self, key: &StoreKey) -> String {
+        format!("{}{}", self.prefix, key.hex())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section is a push, a pop or a store of an
+        // instant: a poisoned lock still holds a consistent state.
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// An idle connection, or a new one.
+    fn connection(&self) -> Result<Connection, StoreError> {
+        {
+            let mut state = self.lock();
+            if let Some(connection) = state.idle.pop() {
+                return Ok(connection);
+            }
+            if state.retry_at.is_some_and(|at| Instant::now() < at) {
+                return Err(StoreError::RedisBackingOff);
+            }
+        }
+        let connected = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .and_then(|connection| {
+                connection.set_read_timeout(Some(self.io_timeout))?;
+                connection.set_write_timeout(Some(self.io_timeout))?;
+                Ok(connection)
+            });
+        let mut state = self.lock();
+        match connected {
+            Ok(connection) => {
+                state.retry_at = None;
+                Ok(connection)
+            }
+            Err(source) => {
+                state.retry_at = Some(Instant::now() + self.retry_interval);
+                Err(StoreError::Redis {
+                    operation: "connect",
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Runs `command` on a connection, which goes back to the pool only if
+    /// it succeeded (see 3 in the module docs).
+    fn with_connection<T>(
+        &self,
+        operation: &'static str,
+        command: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection()?;
+        match command(&mut connection) {
+            Ok(value) => {
+                self.lock().idle.push(connection);
+                Ok(value)
+            }
+            Err(source) => Err(StoreError::Redis { operation, source }),
+        }
+    }
+}
+
+impl CodeStore for RedisStore {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = self.redis_key(key);
+        self.with_connection("GET", |connection| {
+            redis::cmd("GET").arg(&key).query(connection)
+        })
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        let key = self.redis_key(key);
+        self.with_connection("SET", |connection| {
+            let mut command = redis::cmd("SET");
+            command.arg(&key).arg(value);
+            if let Some(ttl) = self.ttl {
+                command
+                    .arg("PX")
+                    .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+            }
+            command.query::<()>(connection)
+        })
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: only the address.
+        f.debug_struct("RedisStore")
+            .field(
+                "address",
+                &self.client.get_connection_info().addr().to_string(),
+            )
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<RedisStore>();
+};
