@@ -341,6 +341,8 @@ pub struct Run {
     pub compiled: u64,
     /// Functions defined from the code of another with the same template.
     pub reused: u64,
+    /// Functions defined from entries of a code store.
+    pub loaded: u64,
     /// Duplicates sharing an entry point.
     pub aliased: u64,
     /// Duplicates with a distinct address (trampoline).
@@ -360,6 +362,17 @@ pub fn compare(
     units: usize,
     stubs: usize,
     options: &[crate::DedupOptions],
+) -> ModuleResult<Vec<Run>> {
+    compare_with_store(units, stubs, options, None)
+}
+
+/// [`compare`], with every `DedupModule` looking functions up in `store`
+/// (and storing what it compiles) first.
+pub fn compare_with_store(
+    units: usize,
+    stubs: usize,
+    options: &[crate::DedupOptions],
+    store: Option<std::sync::Arc<dyn crate::store::CodeStore>>,
 ) -> ModuleResult<Vec<Run>> {
     use cranelift_jit::{JITBuilder, JITModule};
     use std::time::Instant;
@@ -385,6 +398,7 @@ pub fn compare(
         functions: workload.functions.len(),
         compiled: workload.functions.len() as u64,
         reused: 0,
+        loaded: 0,
         aliased: 0,
         trampolined: 0,
         code_bytes: workload.compiled_code_bytes,
@@ -394,7 +408,10 @@ pub fn compare(
 
     for &opts in options {
         let start = Instant::now();
-        let mut dedup = crate::DedupModule::wrap(JITModule::new(builder()?), opts);
+        let mut dedup = crate::DedupModule::with_options(builder()?, opts);
+        if let Some(store) = &store {
+            dedup = dedup.with_store(store.clone(), None);
+        }
         let workload = build(&mut dedup, units, stubs)?;
         dedup.finalize_definitions()?;
         let time = start.elapsed();
@@ -417,6 +434,7 @@ pub fn compare(
             functions: workload.functions.len(),
             compiled: s.compiled,
             reused: s.reused,
+            loaded: s.loaded,
             aliased: s.aliased,
             trampolined: s.trampolined,
             code_bytes: s.code_bytes + s.trampoline_bytes,

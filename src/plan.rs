@@ -219,6 +219,13 @@ pub enum Outcome {
         /// What compiling the kept code took.
         saved: Duration,
     },
+    /// Defined from an entry of a code store (see [`crate::store`]).
+    Loaded {
+        /// Bytes of code.
+        code_bytes: u64,
+        /// What compiling the code took where it was compiled.
+        saved: Duration,
+    },
     /// Defined as an adapter.
     Adapted {
         /// Bytes of the adapter.

@@ -195,7 +195,11 @@ impl<M: Module> DedupModule<M> {
 
     /// `func` (to be defined as `id`) compiled on its own for the module's
     /// ISA.
-    fn compile_for_check(&self, id: FuncId, func: &Function) -> ModuleResult<MachineCode> {
+    pub(super) fn compile_for_check(
+        &self,
+        id: FuncId,
+        func: &Function,
+    ) -> ModuleResult<MachineCode> {
         compile::compile(func, self.inner.isa())
             .map(|compiled| compiled.code)
             .map_err(|e| {

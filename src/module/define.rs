@@ -85,7 +85,11 @@ impl<M: Module> DedupModule<M> {
                 return Ok(());
             }
         }
-        let outcome = self.compile(id, ctx, ctrl_plane, &walk, plan)?;
+        let stored = self.define_stored(id, &walk, &ctx.func, &mut verified)?;
+        let outcome = match stored {
+            Some(outcome) => outcome,
+            None => self.compile(id, ctx, ctrl_plane, &walk, plan)?,
+        };
         self.stats.count(&outcome);
         Ok(())
     }
@@ -132,6 +136,9 @@ impl<M: Module> DedupModule<M> {
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         self.ids.note_references(ctx);
+        if self.stored.is_some() {
+            self.store_compiled(ctx, walk, plan.keep_template.clone(), time);
+        }
         let mut kept_bytes = None;
         if let Some(template) = plan.keep_template
             && let Some(code) = CodeTemplate::capture(id, ctx, walk.names, time, self.inner.isa())
@@ -165,7 +172,12 @@ impl<M: Module> DedupModule<M> {
     /// Records `id`, just defined (walked as `walk`; its names kept for
     /// late merges), as the first of its class (unless the class exists
     /// already, when the ISA has no trampolines). Returns the class.
-    fn start_class(&mut self, id: FuncId, walk: &WalkRef<'_>, facts: ClassFacts) -> ClassId {
+    pub(super) fn start_class(
+        &mut self,
+        id: FuncId,
+        walk: &WalkRef<'_>,
+        facts: ClassFacts,
+    ) -> ClassId {
         let fp = walk.fingerprint.to_fingerprint();
         let names = ClassNames::of(&fp, walk.names, walk.address_taken);
         let class = match self.compiled.add_class(fp, facts) {

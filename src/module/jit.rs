@@ -56,7 +56,17 @@ impl DedupModule<JITModule> {
     /// [`DedupOptions`]. (To wrap a module with other options, use
     /// [`DedupModule::wrap`].)
     pub fn new(builder: JITBuilder) -> Self {
-        Self::wrap(JITModule::new(builder), DedupOptions::default())
+        Self::with_options(builder, DedupOptions::default())
+    }
+
+    /// A new JIT module with `options`. Unlike [`DedupModule::wrap`], it
+    /// knows that a JIT writes no frame descriptions for code defined from
+    /// bytes, so a [code store](DedupModule::with_store) may serve it
+    /// entries without unwind information.
+    pub fn with_options(builder: JITBuilder, options: DedupOptions) -> Self {
+        let mut module = Self::wrap(JITModule::new(builder), options);
+        module.writes_frames = false;
+        module
     }
 
     /// Compiles pending batch definitions, checks that everything referenced

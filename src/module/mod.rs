@@ -114,6 +114,7 @@
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
+//! | `stored.rs` | a code store consulted before compiling, written after | `Stored` |
 //! | [`reuse`], [`adapter`], [`trampoline`] | the code a step defines | |
 //! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` (features `jit`, `object`) | |
 //! | `code_map.rs` | which ids run the code at an address | `CodeMap` |
@@ -139,6 +140,7 @@ mod object;
 mod options;
 pub mod reuse;
 pub mod stats;
+mod stored;
 pub mod trampoline;
 #[cfg(feature = "object")]
 mod unwind;
@@ -195,6 +197,11 @@ pub struct DedupModule<M: Module> {
     /// Functions whose own address was compiled into code or data (see 6
     /// in the module docs): as duplicates they keep it.
     address_taken: SecondaryMap<FuncId, bool>,
+    /// The code store, if any (see `stored.rs`).
+    stored: Option<stored::Stored>,
+    /// Whether the inner module may write frame descriptions of code
+    /// defined from bytes (see `stored.rs`).
+    writes_frames: bool,
     stats: Stats,
 }
 
@@ -223,6 +230,8 @@ impl<M: Module> DedupModule<M> {
             code_map: code_map::CodeMap::default(),
             frames: frames::Frames::default(),
             address_taken: SecondaryMap::new(),
+            stored: None,
+            writes_frames: true,
             stats: Stats::default(),
         }
     }

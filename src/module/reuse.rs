@@ -39,6 +39,25 @@ pub(crate) struct CodeTemplate {
 }
 
 impl CodeTemplate {
+    /// Code from elsewhere (a code store) for `source`, whose names in slot
+    /// order are `names`, compiled in `compile_time` with `unwind`
+    /// information; `None` if it cannot be retargeted (see 1 above).
+    pub(crate) fn from_parts(
+        source: FuncId,
+        code: MachineCode,
+        names: &[SymbolName],
+        compile_time: Duration,
+        unwind: Option<UnwindInfo>,
+    ) -> Option<Self> {
+        retargetable(&code, names).then(|| Self {
+            code,
+            names: names.to_vec(),
+            source,
+            compile_time,
+            unwind,
+        })
+    }
+
     /// The code just compiled in `ctx` for `source`, whose names in slot
     /// order are `names`; `None` if it cannot be retargeted (see 1 above).
     pub(crate) fn capture(
@@ -52,19 +71,7 @@ impl CodeTemplate {
         let unwind = ctx
             .compiled_code()
             .and_then(|compiled| compiled.create_unwind_info(isa).ok().flatten());
-        let retargetable = code.relocs.iter().all(|r| match &r.target {
-            RelocTarget::Name(name) => names.contains(name),
-            RelocTarget::LibCall(_) | RelocTarget::KnownSymbol(_) | RelocTarget::OwnOffset(_) => {
-                true
-            }
-        });
-        retargetable.then(|| Self {
-            code,
-            names: names.to_vec(),
-            source,
-            compile_time,
-            unwind,
-        })
+        Self::from_parts(source, code, names, compile_time, unwind)
     }
 
     /// The code bytes every instance shares.
@@ -92,29 +99,7 @@ impl CodeTemplate {
     /// The relocations of the instance of this template defined as `id`
     /// with `names` in slot order; `None` if there is none (see 3 above).
     pub(crate) fn instantiate(&self, id: FuncId, names: &[SymbolName]) -> Option<Vec<ModuleReloc>> {
-        let code = self.retargeted(names)?;
-        code.relocs
-            .iter()
-            .map(|reloc| {
-                let name = match &reloc.target {
-                    RelocTarget::Name(SymbolName::User(user)) => {
-                        ModuleRelocTarget::user(user.namespace, user.index)
-                    }
-                    RelocTarget::Name(SymbolName::TestCase(_)) => return None,
-                    RelocTarget::LibCall(libcall) => ModuleRelocTarget::LibCall(*libcall),
-                    RelocTarget::KnownSymbol(symbol) => ModuleRelocTarget::KnownSymbol(*symbol),
-                    RelocTarget::OwnOffset(offset) => {
-                        ModuleRelocTarget::FunctionOffset(id, *offset)
-                    }
-                };
-                Some(ModuleReloc {
-                    offset: reloc.offset,
-                    kind: reloc.kind,
-                    name,
-                    addend: reloc.addend,
-                })
-            })
-            .collect()
+        module_relocs(&self.retargeted(names)?, id)
     }
 
     /// Heap bytes held: the code, its relocations and the names.
@@ -123,4 +108,38 @@ impl CodeTemplate {
             + self.code.relocs.len() * size_of::<crate::code::Relocation>()
             + self.names.len() * size_of::<SymbolName>()
     }
+}
+
+/// Whether every relocation of `code` is against a name in `names` or a
+/// target that does not depend on names (see 1 above).
+fn retargetable(code: &MachineCode, names: &[SymbolName]) -> bool {
+    code.relocs.iter().all(|r| match &r.target {
+        RelocTarget::Name(name) => names.contains(name),
+        RelocTarget::LibCall(_) | RelocTarget::KnownSymbol(_) | RelocTarget::OwnOffset(_) => true,
+    })
+}
+
+/// The relocations of `code` defined as `id`, as `cranelift-module` takes
+/// them; `None` if one is against a test-case name, which it cannot link.
+pub(crate) fn module_relocs(code: &MachineCode, id: FuncId) -> Option<Vec<ModuleReloc>> {
+    code.relocs
+        .iter()
+        .map(|reloc| {
+            let name = match &reloc.target {
+                RelocTarget::Name(SymbolName::User(user)) => {
+                    ModuleRelocTarget::user(user.namespace, user.index)
+                }
+                RelocTarget::Name(SymbolName::TestCase(_)) => return None,
+                RelocTarget::LibCall(libcall) => ModuleRelocTarget::LibCall(*libcall),
+                RelocTarget::KnownSymbol(symbol) => ModuleRelocTarget::KnownSymbol(*symbol),
+                RelocTarget::OwnOffset(offset) => ModuleRelocTarget::FunctionOffset(id, *offset),
+            };
+            Some(ModuleReloc {
+                offset: reloc.offset,
+                kind: reloc.kind,
+                name,
+                addend: reloc.addend,
+            })
+        })
+        .collect()
 }

@@ -12,9 +12,9 @@ use std::time::Duration;
 /// relocations), adapted (an adapter calling a function that differs only
 /// in its calling convention), aliased (a duplicate whose id hands out the
 /// canonical entry point), trampolined (a duplicate with an address of its
-/// own) or defined from bytes; so after `flush` or `finalize_definitions`,
-/// `defined == compiled + reused + adapted + aliased + trampolined +
-/// bytes_defined`.
+/// own), loaded from a code store, or defined from bytes; so after
+/// `flush` or `finalize_definitions`, `defined == compiled + reused +
+/// loaded + adapted + aliased + trampolined + bytes_defined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -25,6 +25,21 @@ pub struct Stats {
     /// Functions defined as a copy of compiled code with relocations
     /// retargeted to their own callees and symbols.
     pub reused: u64,
+    /// Functions defined from an entry of the code store
+    /// ([`DedupModule::with_store`](super::DedupModule::with_store)).
+    pub loaded: u64,
+    /// Lookups in the code store that found no entry.
+    pub store_misses: u64,
+    /// Entries of the code store that could not be used (corrupt, another
+    /// ISA, flags or version, another template, no valid MAC, not
+    /// retargetable, or, in check mode, other code than the function's
+    /// own); the function was compiled and its entry written again.
+    pub store_rejected: u64,
+    /// Lookups and writes the code store failed (down, slow, full): each
+    /// was a miss or a write skipped, never an error.
+    pub store_errors: u64,
+    /// Entries written to the code store.
+    pub store_writes: u64,
     /// Functions defined as an adapter to a compiled function that differs
     /// only in its calling convention (their bytes count in `code_bytes`).
     pub adapted: u64,
@@ -89,6 +104,12 @@ impl Stats {
                 self.code_bytes_without_dedup += code_bytes;
                 self.compile_time_saved += saved;
             }
+            Outcome::Loaded { code_bytes, saved } => {
+                self.loaded += 1;
+                self.code_bytes += code_bytes;
+                self.code_bytes_without_dedup += code_bytes;
+                self.compile_time_saved += saved;
+            }
             Outcome::Adapted {
                 code_bytes,
                 time,
@@ -122,6 +143,17 @@ impl fmt::Display for Stats {
         writeln!(f, "functions defined     {}", self.defined)?;
         writeln!(f, "compiled              {}", self.compiled)?;
         writeln!(f, "reused                {}", self.reused)?;
+        if self.loaded + self.store_misses + self.store_rejected + self.store_errors > 0 {
+            writeln!(
+                f,
+                "loaded from the store {} ({} misses, {} rejected, {} errors, {} written)",
+                self.loaded,
+                self.store_misses,
+                self.store_rejected,
+                self.store_errors,
+                self.store_writes
+            )?;
+        }
         writeln!(f, "adapted               {}", self.adapted)?;
         writeln!(f, "aliased               {}", self.aliased)?;
         writeln!(f, "trampolined           {}", self.trampolined)?;
@@ -146,6 +178,11 @@ impl AddAssign for Stats {
             defined,
             compiled,
             reused,
+            loaded,
+            store_misses,
+            store_rejected,
+            store_errors,
+            store_writes,
             adapted,
             aliased,
             trampolined,
@@ -162,6 +199,11 @@ impl AddAssign for Stats {
         self.defined += defined;
         self.compiled += compiled;
         self.reused += reused;
+        self.loaded += loaded;
+        self.store_misses += store_misses;
+        self.store_rejected += store_rejected;
+        self.store_errors += store_errors;
+        self.store_writes += store_writes;
         self.adapted += adapted;
         self.aliased += aliased;
         self.trampolined += trampolined;

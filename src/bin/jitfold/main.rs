@@ -43,6 +43,10 @@ struct DemoArgs {
     /// Per-call-site stubs into the runtime.
     #[arg(long, default_value_t = 200)]
     stubs: usize,
+    /// A directory of compiled code kept across runs (a code store): the
+    /// first run fills it, a second compiles nothing it holds.
+    #[arg(long, value_name = "DIR")]
+    cache: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -106,7 +110,17 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     // for tests) compiles every merged function again, which is what the
     // demo measures jitfold against.
     let options = jitfold::DedupOptions::ALL.map(|o| o.with_check(false));
-    let runs = match jitfold::demo::compare(args.units, args.stubs, &options) {
+    let store: Option<std::sync::Arc<dyn jitfold::store::CodeStore>> = match &args.cache {
+        None => None,
+        Some(dir) => match jitfold::store::DirectoryStore::new(dir) {
+            Ok(store) => Some(std::sync::Arc::new(store)),
+            Err(e) => {
+                eprintln!("jitfold demo: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let runs = match jitfold::demo::compare_with_store(args.units, args.stubs, &options, store) {
         Ok(runs) => runs,
         Err(e) => {
             eprintln!("jitfold demo: {e}");
@@ -115,11 +129,12 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     };
     let plain = &runs[0];
     println!(
-        "{:<34} {:>9} {:>9} {:>7} {:>8} {:>11} {:>11} {:>10} {:>8}",
+        "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10} {:>8}",
         "",
         "functions",
         "compiled",
         "reused",
+        "loaded",
         "aliased",
         "trampolines",
         "code bytes",
@@ -128,11 +143,12 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     );
     for r in &runs {
         println!(
-            "{:<34} {:>9} {:>9} {:>7} {:>8} {:>11} {:>11} {:>10.2} {:>7.2}x",
+            "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10.2} {:>7.2}x",
             r.label,
             r.functions,
             r.compiled,
             r.reused,
+            r.loaded,
             r.aliased,
             r.trampolined,
             r.code_bytes,

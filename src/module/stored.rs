@@ -1,0 +1,198 @@
+//! Compile once across runs and processes: a function to be compiled is
+//! first looked up in a [code store](crate::store), and what is compiled
+//! is stored for later runs.
+//!
+//! # What this module guarantees
+//!
+//! 1. An entry is used only if it decodes for this module's ISA, flags and
+//!    versions ([`CodeContext`]), for this function's template (a key
+//!    collision is a miss), with a valid MAC when a secret is set, and its
+//!    relocations retarget to the function's names; anything else is a
+//!    miss, counted in [`crate::Stats`] (`store_rejected`), and the function
+//!    is compiled and its entry written again. A store that fails (down,
+//!    slow, full) is a miss too (`store_errors`): it is never an error of
+//!    the JIT's user.
+//! 2. Code from an entry is copied into the inner module
+//!    (`define_function_bytes`), never run in place, after the function is
+//!    verified as code that is not compiled always is. In check mode it is
+//!    used only if it is byte for byte the function's own compilation.
+//! 3. An entry whose unwind information was left out (built without the
+//!    `store-unwind` feature) is not used where the inner module may write
+//!    frame descriptions of code defined from bytes (see
+//!    [`DedupModule::with_store`]), so no function loses its frame.
+//! 4. Code loaded from an entry is kept as a code template of this module,
+//!    so later functions with the same template reuse it without asking the
+//!    store again.
+
+use super::DedupModule;
+use super::frames::Frame;
+use super::ids::State;
+use super::reuse::{self, CodeTemplate};
+use crate::code::MachineCode;
+use crate::fingerprint::Template;
+use crate::plan::{ClassFacts, Outcome, WalkRef};
+use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, Secret, StoreKey};
+use cranelift_codegen::Context;
+use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::unwind::UnwindInfo;
+use cranelift_module::{FuncId, Module, ModuleResult};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A module's code store, with what its entries are checked against.
+pub(super) struct Stored {
+    store: Arc<dyn CodeStore>,
+    context: CodeContext,
+    secret: Option<Secret>,
+    /// Whether the inner module may write frame descriptions of code
+    /// defined from bytes (see 3 above).
+    needs_frames: bool,
+}
+
+impl<M: Module> DedupModule<M> {
+    /// Looks every function to be compiled up in `store` first, and stores
+    /// what is compiled (see the [module docs](super)); with `secret`,
+    /// entries are signed, and only signed entries are used (see
+    /// [`crate::store`] for the trust model).
+    ///
+    /// Entries made without unwind information (the `store-unwind` feature
+    /// off) are used only in modules that write no frame descriptions for
+    /// code defined from bytes: `DedupModule::<JITModule>::new` and
+    /// `with_options` make such modules; a module made with
+    /// [`DedupModule::wrap`] is assumed to write them.
+    pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
+        self.stored = Some(Stored {
+            store,
+            context: CodeContext::of(self.inner.isa()),
+            secret,
+            needs_frames: self.writes_frames,
+        });
+        self
+    }
+
+    /// Defines `id` (walked as `walk`) from the store's entry for its
+    /// template, if there is one that passes every check (see 1 to 3
+    /// above); `None` (defining nothing) otherwise.
+    pub(super) fn define_stored(
+        &mut self,
+        id: FuncId,
+        walk: &WalkRef<'_>,
+        func: &Function,
+        verified: &mut bool,
+    ) -> ModuleResult<Option<Outcome>> {
+        let Some(stored) = &self.stored else {
+            return Ok(None);
+        };
+        let template = walk.fingerprint.to_template();
+        let key = StoreKey::of(&stored.context, &template);
+        let bytes = match stored.store.get(&key) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                self.stats.store_misses += 1;
+                return Ok(None);
+            }
+            Err(e) => {
+                log::warn!("code store: {e}; compiling without it");
+                self.stats.store_errors += 1;
+                return Ok(None);
+            }
+        };
+        let entry = Entry::decode(&bytes, &stored.context, &template, stored.secret.as_ref());
+        let usable = entry.ok().and_then(|entry| {
+            let unwind = match entry.unwind() {
+                EntryUnwind::None => None,
+                EntryUnwind::Info(info) => Some(info.clone()),
+                EntryUnwind::Omitted if stored.needs_frames => return None,
+                EntryUnwind::Omitted => None,
+            };
+            let code = entry.code(walk.names)?;
+            let relocs = reuse::module_relocs(&code, id)?;
+            Some((code, relocs, unwind, entry.compile_time()))
+        });
+        let Some((code, relocs, unwind, saved)) = usable else {
+            log::debug!(
+                "{} ({id}): the store's entry {key} cannot be used; compiling",
+                self.function_name(id)
+            );
+            self.stats.store_rejected += 1;
+            return Ok(None);
+        };
+        self.verify_once(func, verified)?;
+        let own = if self.options.check {
+            let own = self.compile_for_check(id, func)?;
+            if own != code {
+                log::debug!(
+                    "{} ({id}): the store's entry {key} is not its own code; compiling",
+                    self.function_name(id)
+                );
+                self.stats.store_rejected += 1;
+                return Ok(None);
+            }
+            Some(own)
+        } else {
+            None
+        };
+        self.inner
+            .define_function_bytes(id, u64::from(code.alignment), &code.bytes, &relocs)?;
+        for reloc in &relocs {
+            self.ids.note_reference(&reloc.name);
+        }
+        let code_bytes = code.bytes.len() as u64;
+        log::debug!(
+            "{} ({id}): loaded from the code store, {code_bytes} bytes",
+            self.function_name(id)
+        );
+        let has_frame = unwind.is_some();
+        let template_code = CodeTemplate::from_parts(id, code, walk.names, saved, unwind);
+        if let Some(kept) = template_code.and_then(|c| self.compiled.keep_template(template, c))
+            && has_frame
+        {
+            self.frames.push(id, Frame::Template(kept.index()));
+        }
+        let facts = ClassFacts {
+            code_bytes,
+            compile_time: saved,
+        };
+        self.start_class(id, walk, facts);
+        debug_assert!(matches!(self.ids.state(id), State::Compiled(_)));
+        self.keep_reference_code(id, func, own);
+        Ok(Some(Outcome::Loaded { code_bytes, saved }))
+    }
+
+    /// Stores the code just compiled in `ctx` for a function walked as
+    /// `walk` (with template `template`, compiled in `time`), if there is a
+    /// store and the code can be retargeted.
+    pub(super) fn store_compiled(
+        &mut self,
+        ctx: &Context,
+        walk: &WalkRef<'_>,
+        template: Option<Template>,
+        time: Duration,
+    ) {
+        let Some(stored) = &self.stored else {
+            return;
+        };
+        let Some(code) = MachineCode::of(ctx) else {
+            return;
+        };
+        let template = template.unwrap_or_else(|| walk.fingerprint.to_template());
+        let unwind: Option<UnwindInfo> = ctx
+            .compiled_code()
+            .and_then(|compiled| compiled.create_unwind_info(self.inner.isa()).ok().flatten());
+        let Some(entry) = Entry::new(&template, walk.names, &code, time, unwind.as_ref()) else {
+            return;
+        };
+        let key = StoreKey::of(&stored.context, &template);
+        match stored
+            .store
+            .put(&key, &entry.encode(&stored.context, stored.secret.as_ref()))
+        {
+            Ok(()) => self.stats.store_writes += 1,
+            Err(e) => {
+                log::warn!("code store: {e}; not stored");
+                self.stats.store_errors += 1;
+            }
+        }
+    }
+}

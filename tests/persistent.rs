@@ -1,0 +1,284 @@
+//! A code store behind `DedupModule`: a warm start compiles nothing and
+//! every function returns what plain `JITModule` returns; entries that do
+//! not check out, and a store that fails, cost compilations, never an
+//! error or wrong code.
+
+mod common;
+
+use common::build::{call1, declare, define, emit_call};
+use cranelift_codegen::ir::{InstBuilder, types::I64};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Module, default_libcall_names};
+use jitfold::store::{
+    CodeContext, CodeStore, DirectoryStore, Entry, MemoryStore, Secret, StoreError, StoreKey,
+};
+use jitfold::{DedupModule, DedupOptions, Fingerprint, Stats};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Leaves with distinct constants (distinct templates), and one caller of
+/// each (one template: code reuse within a run).
+const LEAVES: i64 = 6;
+
+/// Builds the program in `m`, declaring in reverse order when `reverse`
+/// (other ids, other names in each function's name table); returns the
+/// ids in one order whatever the declaration order.
+fn build<M: Module>(m: &mut M, reverse: bool) -> Vec<FuncId> {
+    let conv = m.isa().default_call_conv();
+    let mut order: Vec<i64> = (0..LEAVES).collect();
+    if reverse {
+        order.reverse();
+    }
+    let mut leaves = vec![FuncId::from_u32(0); LEAVES as usize];
+    let mut callers = leaves.clone();
+    for &k in &order {
+        leaves[k as usize] = declare(m, &format!("leaf{k}"), conv);
+        callers[k as usize] = declare(m, &format!("caller{k}"), conv);
+    }
+    for &k in &order {
+        define(m, leaves[k as usize], |b, _, p| {
+            let t = b.ins().imul_imm(p[0], 3 + k);
+            let r = b.ins().iadd_imm(t, 100 * k);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        let leaf = leaves[k as usize];
+        define(m, callers[k as usize], |b, m, p| {
+            let one = b.ins().iconst(I64, 1);
+            let x = b.ins().iadd(p[0], one);
+            let r = emit_call(b, m, leaf, x);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    leaves.into_iter().chain(callers).collect()
+}
+
+/// Every function called with a few inputs.
+fn results(ptr: impl Fn(FuncId) -> *const u8, ids: &[FuncId]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for &id in ids {
+        for x in [-7, 0, 5, 1 << 40] {
+            out.push(call1(ptr(id), x));
+        }
+    }
+    out
+}
+
+fn builder() -> JITBuilder {
+    JITBuilder::new(default_libcall_names()).unwrap()
+}
+
+/// What plain `JITModule` returns.
+fn plain() -> Vec<i64> {
+    let mut m = JITModule::new(builder());
+    let ids = build(&mut m, false);
+    m.finalize_definitions().unwrap();
+    results(|id| m.get_finalized_function(id), &ids)
+}
+
+/// One run through jitfold with `store` (and `secret`): its statistics and
+/// results.
+fn run(
+    store: Arc<dyn CodeStore>,
+    secret: Option<Secret>,
+    options: DedupOptions,
+    reverse: bool,
+) -> (Stats, Vec<i64>) {
+    let mut m = DedupModule::with_options(builder(), options).with_store(store, secret);
+    let ids = build(&mut m, reverse);
+    m.finalize_definitions().unwrap();
+    let out = results(|id| m.get_finalized_function(id), &ids);
+    (m.stats().clone(), out)
+}
+
+/// A fresh, empty directory for a store.
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("jitfold-persistent-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The entry files of a directory store.
+fn entry_files(dir: &PathBuf) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_second_run_compiles_nothing_and_returns_the_same_results() {
+    let expected = plain();
+    let dir = scratch("warm");
+    let store: Arc<dyn CodeStore> = Arc::new(DirectoryStore::new(&dir).unwrap());
+    let (cold, out) = run(store.clone(), None, DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    // The leaves and one caller are compiled; the other callers reuse it.
+    assert_eq!(cold.compiled, LEAVES as u64 + 1, "{cold}");
+    assert_eq!(cold.loaded, 0);
+    assert_eq!(cold.store_writes, cold.compiled);
+    assert_eq!(entry_files(&dir).len() as u64, cold.compiled);
+
+    // Declared in the other order: other ids and name tables.
+    let (warm, out) = run(store.clone(), None, DedupOptions::default(), true);
+    assert_eq!(out, expected);
+    assert_eq!(warm.compiled, 0, "{warm}");
+    assert_eq!(warm.loaded, LEAVES as u64 + 1);
+    assert_eq!(warm.reused, LEAVES as u64 - 1);
+    assert_eq!(warm.store_rejected + warm.store_errors, 0);
+
+    // Batch mode and check mode read the same entries.
+    for options in [
+        DedupOptions::batch(),
+        DedupOptions::default().with_check(true),
+    ] {
+        let (warm, out) = run(store.clone(), None, options, false);
+        assert_eq!(out, expected);
+        assert_eq!(warm.compiled, 0, "{options}: {warm}");
+        assert_eq!(warm.store_rejected, 0, "{options}: {warm}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn corrupt_entries_are_rejected_compiled_and_written_again() {
+    let expected = plain();
+    let dir = scratch("corrupt");
+    let store: Arc<dyn CodeStore> = Arc::new(DirectoryStore::new(&dir).unwrap());
+    let (cold, _) = run(store.clone(), None, DedupOptions::default(), false);
+    let files = entry_files(&dir);
+    assert_eq!(files.len() as u64, cold.compiled);
+    // One entry truncated, one with a byte flipped in its code, one
+    // replaced by another entry (stored under another entry's key).
+    let bytes = std::fs::read(&files[0]).unwrap();
+    std::fs::write(&files[0], &bytes[..bytes.len() / 2]).unwrap();
+    let mut flipped = std::fs::read(&files[1]).unwrap();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x40;
+    std::fs::write(&files[1], flipped).unwrap();
+    std::fs::copy(&files[3], &files[2]).unwrap();
+
+    let (after, out) = run(store.clone(), None, DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!(after.store_rejected, 3, "{after}");
+    assert_eq!(after.compiled, 3, "{after}");
+    assert_eq!(after.loaded, cold.compiled - 3);
+    // Written again: the next run loads everything.
+    let (again, out) = run(store, None, DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!((again.compiled, again.store_rejected), (0, 0), "{again}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store that is down.
+struct Down;
+
+impl CodeStore for Down {
+    fn get(&self, _: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        Err(down())
+    }
+
+    fn put(&self, _: &StoreKey, _: &[u8]) -> Result<(), StoreError> {
+        Err(down())
+    }
+}
+
+fn down() -> StoreError {
+    StoreError::Io {
+        operation: "read",
+        path: PathBuf::from("/down"),
+        source: std::io::Error::other("down for the test"),
+    }
+}
+
+#[test]
+fn a_store_that_fails_is_a_miss_not_an_error() {
+    let expected = plain();
+    let (stats, out) = run(Arc::new(Down), None, DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!(stats.compiled, LEAVES as u64 + 1);
+    // Each compiled function: a failed lookup and a failed write.
+    assert_eq!(stats.store_errors, 2 * stats.compiled, "{stats}");
+    assert_eq!(stats.loaded + stats.store_writes, 0);
+}
+
+#[test]
+fn with_a_secret_only_entries_signed_with_it_are_used() {
+    let expected = plain();
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    let secret = || Some(Secret::derive(b"the fleet's key"));
+    let (unsigned, _) = run(store.clone(), None, DedupOptions::default(), false);
+    // Unsigned entries are not used with a secret (and are replaced by
+    // signed ones).
+    let (signed, out) = run(store.clone(), secret(), DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!(signed.store_rejected, unsigned.compiled, "{signed}");
+    assert_eq!(signed.loaded, 0);
+    let (warm, out) = run(store.clone(), secret(), DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!(
+        (warm.compiled, warm.loaded),
+        (0, unsigned.compiled),
+        "{warm}"
+    );
+    // Another key: nothing is used.
+    let other = Some(Secret::derive(b"an attacker's key"));
+    let (foreign, out) = run(store, other, DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!(foreign.loaded, 0, "{foreign}");
+    assert_eq!(foreign.store_rejected, unsigned.compiled);
+}
+
+/// An entry for `leaf0`'s template holding the code of `leaf1`, as a
+/// writer to an unsigned store could make it.
+fn planted_store() -> Arc<MemoryStore> {
+    let mut m = JITModule::new(builder());
+    let conv = m.isa().default_call_conv();
+    let ids: Vec<FuncId> = (0..2)
+        .map(|k| declare(&mut m, &format!("leaf{k}"), conv))
+        .collect();
+    let leaf = |m: &mut JITModule, k: i64| {
+        common::build::built(m, ids[k as usize], |b, _, p| {
+            let t = b.ins().imul_imm(p[0], 3 + k);
+            let r = b.ins().iadd_imm(t, 100 * k);
+            b.ins().return_(&[r]);
+        })
+    };
+    let (leaf0, leaf1) = (leaf(&mut m, 0), leaf(&mut m, 1));
+    let template = Fingerprint::of(&leaf0).to_template();
+    let code = jitfold::compile::compile(&leaf1, m.isa()).unwrap();
+    let entry = Entry::new(&template, &[], &code.code, code.time, None).unwrap();
+    let context = CodeContext::of(m.isa());
+    let store = Arc::new(MemoryStore::new());
+    store
+        .put(
+            &StoreKey::of(&context, &template),
+            &entry.encode(&context, None),
+        )
+        .unwrap();
+    store
+}
+
+#[test]
+fn check_mode_uses_an_entry_only_if_it_is_the_functions_own_code() {
+    let expected = plain();
+    // Without check mode, the planted entry is trusted: leaf0 runs leaf1's
+    // code (what the trust model says a writer to an unsigned store can do).
+    let (trusting, out) = run(planted_store(), None, DedupOptions::default(), false);
+    assert_eq!(trusting.loaded, 1, "{trusting}");
+    assert_ne!(out, expected);
+    // Check mode compiles leaf0 on its own, sees other code, and compiles.
+    let check = DedupOptions::default().with_check(true);
+    let (checked, out) = run(planted_store(), None, check, false);
+    assert_eq!(out, expected);
+    assert_eq!(
+        (checked.loaded, checked.store_rejected),
+        (0, 1),
+        "{checked}"
+    );
+}
