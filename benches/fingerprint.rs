@@ -8,14 +8,12 @@
 //! the encoding and hashing themselves.
 //!
 //! Input: every valid function of the archives in `../shared/corpora`
-//! (unpacked once into `target/jitfold-bench-corpora`), or a built-in
-//! synthetic set when that folder is absent. Run with
-//! `cargo bench --bench fingerprint`; the ratios are printed at the end.
+//! (unpacked once into `target/jitfold-bench-corpora`), or, when that
+//! folder is absent, 5,000 functions of the fuzz generator (which needs
+//! `--features fuzzing`). Run with `cargo bench --bench fingerprint`; the
+//! ratios are printed at the end.
 
 mod common;
-#[path = "../tests/common/program.rs"]
-#[allow(dead_code)]
-mod program;
 
 use common::{corpus_dirs, mean_ns};
 use cranelift_codegen::control::ControlPlane;
@@ -29,13 +27,26 @@ use std::hint::black_box;
 fn load_functions(isa: &dyn cranelift_codegen::isa::TargetIsa) -> (String, Vec<Function>) {
     let dirs = corpus_dirs();
     if dirs.is_empty() {
-        let funcs = (0..5000)
-            .map(|seed| program::Program::generate(seed).build(program::Variant::default()))
-            .collect();
-        return ("synthetic".into(), funcs);
+        return ("synthetic".into(), synthetic());
     }
     let funcs = jitfold::corpus::valid_functions(&dirs, Some(isa)).expect("corpora load");
     ("shared corpora".into(), funcs)
+}
+
+/// One function of the fuzz generator per seed, 5,000 of them.
+#[cfg(all(feature = "fuzzing", unix))]
+fn synthetic() -> Vec<Function> {
+    use jitfold::fuzzing::program::{Body, Variant, standalone};
+    (0..5000)
+        .filter_map(|seed| Body::from_seed(seed, 2))
+        .map(|body| standalone(&body, 2, 0, Variant::default()))
+        .collect()
+}
+
+#[cfg(not(all(feature = "fuzzing", unix)))]
+fn synthetic() -> Vec<Function> {
+    eprintln!("no corpora in ../shared/corpora; the synthetic set needs `--features fuzzing`");
+    std::process::exit(2)
 }
 
 /// The floor: every instruction in layout order, its opcode, its results'

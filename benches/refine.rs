@@ -24,7 +24,7 @@ use cranelift_codegen::ir::Function;
 use criterion::Criterion;
 use jitfold::Fingerprinter;
 use jitfold::plan::{ClassFacts, CompiledCache, Policy, Walk};
-use jitfold::refine::{CallGraph, Node, Target, refine};
+use jitfold::refine::{CallGraph, Node, NodeId, OutsideId, Target, TemplateId, refine};
 use std::hint::black_box;
 
 const GENERICS: u32 = 1_000;
@@ -62,7 +62,7 @@ const LAYERS: u32 = 8;
 /// import outside the set). In every 7th instance one function has another
 /// constant (another template), so its callers must split from their twins
 /// in the other instances, one call level per round.
-fn synthetic(shape: Shape) -> (Vec<u32>, Vec<Vec<Target>>) {
+fn synthetic(shape: Shape) -> (Vec<TemplateId>, Vec<Vec<Target>>) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let per_layer = GENERICS / LAYERS;
     let generics: Vec<(u32, Vec<u32>)> = (0..GENERICS)
@@ -95,12 +95,14 @@ fn synthetic(shape: Shape) -> (Vec<u32>, Vec<Vec<Target>>) {
         let changed = rng.below(GENERICS);
         for (g, (template, callees)) in generics.iter().enumerate() {
             let differs = instance % 7 == 3 && g as u32 == changed;
-            templates.push(template + if differs { 1_000 } else { 0 });
+            templates.push(TemplateId::from_u32(
+                template + if differs { 1_000 } else { 0 },
+            ));
             let mut targets: Vec<Target> = callees
                 .iter()
-                .map(|&c| Target::Function(instance * GENERICS + c))
+                .map(|&c| Target::Function(NodeId::from_u32(instance * GENERICS + c)))
                 .collect();
-            targets.push(Target::Outside(0));
+            targets.push(Target::Outside(OutsideId::from_u32(0)));
             slots.push(targets);
         }
     }
@@ -125,6 +127,7 @@ fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
             Some(class) => class,
             None => {
                 if let Some(calls) = &mut calls {
+                    // A node per exact class, in class order.
                     calls.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
                 }
                 let facts = ClassFacts::default();
@@ -132,7 +135,7 @@ fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
             }
         };
         if let Some(calls) = &mut calls {
-            calls.add_function_with_func_name(&f.name, class.as_u32());
+            calls.add_function_with_func_name(&f.name, NodeId::from_u32(class.as_u32()));
         }
     }
     match calls {

@@ -51,7 +51,7 @@ use crate::corpus::{
 };
 use crate::fingerprint::{Fingerprinter, SymbolName};
 use crate::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
-use crate::refine::CallGraph;
+use crate::refine::{CallGraph, NodeId};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -497,12 +497,13 @@ impl Grouping {
             for ((class, step, _), (walk, (func, _))) in
                 planned.iter().zip(self.walks.iter().zip(&valid))
             {
-                let class = class.as_u32();
+                // Nodes are added in the order of exact classes, one each.
+                let node = NodeId::from_u32(class.as_u32());
                 if !matches!(step, Step::Duplicate(_)) {
-                    let node = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
-                    debug_assert_eq!(node, class, "a node per exact class");
+                    let added = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
+                    debug_assert_eq!(added, node, "a node per exact class");
                 }
-                graph.add_function_with_func_name(&func.name, class);
+                graph.add_function_with_func_name(&func.name, node);
             }
             self.graph_time += start.elapsed();
         }

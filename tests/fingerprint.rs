@@ -1,11 +1,15 @@
 //! The fingerprint's laws: invariance under renumbering, sensitivity to every
 //! semantic fact, agreement with an independent oracle, and order laws.
+//! Generated functions come from the fuzz generator (feature `fuzzing`,
+//! Unix hosts).
+
+#![cfg(unix)]
 
 mod common;
 
 use common::canon::canonical_text;
-use common::program::{Program, Rng, Variant};
 use cranelift_codegen::ir::Function;
+use jitfold::fuzzing::program::{Body, Variant, standalone};
 use jitfold::{Fingerprint, Fingerprinter};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -18,6 +22,19 @@ fn has_alias(func: &Function) -> bool {
     func.dfg.values().any(|v| func.dfg.value_is_alias(v))
 }
 
+/// Functions a generated body may call (declared as imports).
+const CALLEES: usize = 2;
+
+/// The body for `seed`: one function of the fuzz generator.
+fn body(seed: u64) -> Body {
+    Body::from_seed(seed, CALLEES).expect("a seed makes a body")
+}
+
+/// `body` emitted as `variant` says, named `u0:name`.
+fn build(body: &Body, variant: Variant, name: u32) -> Function {
+    standalone(body, CALLEES, name, variant)
+}
+
 #[test]
 fn renumbered_twins_have_one_key() {
     let mut fp = Fingerprinter::new();
@@ -25,45 +42,49 @@ fn renumbered_twins_have_one_key() {
     let mut with_aliases = 0;
     let mut checked = 0;
     for seed in 0..300 {
-        let program = Program::generate(seed);
-        let base = program.build(Variant::default());
+        let generated = body(seed);
+        let base = build(&generated, Variant::default(), 0);
         let key = fp.fingerprint(&base);
+        let plain = Variant::default();
         let variants = [
-            Variant {
-                reverse_block_creation: true,
-                ..Variant::default()
-            },
-            Variant {
-                reverse_layout: true,
-                ..Variant::default()
-            },
-            Variant {
-                dead_code: true,
-                ..Variant::default()
-            },
-            Variant {
-                srclocs: true,
-                ..Variant::default()
-            },
-            Variant {
-                name: 77,
-                ..Variant::default()
-            },
-            Variant {
-                reverse_block_creation: true,
-                reverse_layout: true,
-                dead_code: true,
-                srclocs: true,
-                name: 5,
-            },
+            (
+                Variant {
+                    reverse_block_creation: true,
+                    ..plain
+                },
+                0,
+            ),
+            (
+                Variant {
+                    reverse_layout: true,
+                    ..plain
+                },
+                0,
+            ),
+            (
+                Variant {
+                    dead_code: true,
+                    ..plain
+                },
+                0,
+            ),
+            (
+                Variant {
+                    srclocs: true,
+                    ..plain
+                },
+                0,
+            ),
+            (plain, 77),
+            (Variant::TWIN, 5),
         ];
         with_aliases += usize::from(has_alias(&base));
-        for v in variants {
-            let twin = program.build(v);
+        for (v, name) in variants {
+            let twin = build(&generated, v, name);
             assert_eq!(
                 key,
                 fp.fingerprint(&twin),
-                "seed {seed}, {v:?}:\n{}\n{}",
+                "seed {seed}, {v:?}, name {name}:\n{}\n{}",
                 base.display(),
                 twin.display()
             );
@@ -365,17 +386,16 @@ fn oracle_set() -> Vec<Function> {
     for &(_, from, to) in MUTATIONS {
         funcs.extend(common::parse_valid(&text.replacen(from, to, 1)));
     }
-    let mut rng = Rng(7);
-    for seed in 0..120 {
-        let program = Program::generate(seed % 80);
+    // Random variants and names.
+    let choices = common::seed_bytes(7, 120);
+    for (seed, c) in (0..120).zip(choices) {
         let v = Variant {
-            reverse_block_creation: rng.below(2) == 0,
-            reverse_layout: rng.below(2) == 0,
-            dead_code: rng.below(2) == 0,
-            srclocs: rng.below(2) == 0,
-            name: rng.below(3) as u32,
+            reverse_block_creation: c & 1 != 0,
+            reverse_layout: c & 2 != 0,
+            dead_code: c & 4 != 0,
+            srclocs: c & 8 != 0,
         };
-        funcs.push(program.build(v));
+        funcs.push(build(&body(seed % 80), v, u32::from(c >> 4) % 3));
     }
     funcs
 }

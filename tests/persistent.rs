@@ -37,8 +37,8 @@ fn build<M: Module>(m: &mut M, reverse: bool) -> Vec<FuncId> {
     }
     for &k in &order {
         define(m, leaves[k as usize], |b, _, p| {
-            let t = b.ins().imul_imm(p[0], 3 + k);
-            let r = b.ins().iadd_imm(t, 100 * k);
+            let t = b.ins().imul_imm_s(p[0], 3 + k);
+            let r = b.ins().iadd_imm_s(t, 100 * k);
             b.ins().return_(&[r]);
         })
         .unwrap();
@@ -244,8 +244,8 @@ fn planted_store() -> Arc<MemoryStore> {
         .collect();
     let leaf = |m: &mut JITModule, k: i64| {
         common::build::built(m, ids[k as usize], |b, _, p| {
-            let t = b.ins().imul_imm(p[0], 3 + k);
-            let r = b.ins().iadd_imm(t, 100 * k);
+            let t = b.ins().imul_imm_s(p[0], 3 + k);
+            let r = b.ins().iadd_imm_s(t, 100 * k);
             b.ins().return_(&[r]);
         })
     };

@@ -128,7 +128,7 @@ fn build(
     func: &mut Function,
     callee: &mut dyn FnMut(usize, &mut Function) -> cranelift_codegen::ir::FuncRef,
 ) {
-    let (body, twisted) = program.body(index);
+    let (body, variant) = program.body(index);
     // Whose callees the body calls: its original's, except for a relinked
     // twin, which calls the functions after itself.
     let origin = match program.functions[index] {
@@ -174,7 +174,7 @@ fn build(
     let own = body.recurse.map(|_| callee(index, func));
     let mut fctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(func, &mut fctx);
-    emit(&mut b, &body, &callees, own, twisted);
+    emit(&mut b, &body, &callees, own, variant);
     b.finalize(cranelift_codegen::isa::TargetFrontendConfig {
         default_call_conv: func_call_conv(),
         pointer_width: target_lexicon::PointerWidth::U64,

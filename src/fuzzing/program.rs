@@ -1,5 +1,7 @@
 //! Random programs for differential testing: several functions with calls
-//! among them, built from `arbitrary` bytes, and their variants.
+//! among them, built from `arbitrary` bytes, and their variants. This is
+//! the project's one program generator: the fingerprint tests build single
+//! functions from it too ([`Body::from_bytes`], [`standalone`]).
 //!
 //! # What this module guarantees
 //!
@@ -20,9 +22,14 @@
 //!   calls one: all
 //!   other divisions are guarded, shift amounts are masked, the stack
 //!   accesses stay inside their slots, and [`Op::GuardedTrap`] never fires.
-//! - A [`Form::Twin`] is emitted from the same [`Body`] as its original, with
-//!   blocks created in another order, dead instructions, another layout order
-//!   and source locations: it must get the original's fingerprint.
+//! - A [`Variant`] changes how a body is emitted (block creation order,
+//!   layout order, dead instructions, source locations), never what it
+//!   computes: every variant of a body gets one fingerprint, and so does
+//!   every [`standalone`] function of it, whatever its name.
+//! - A [`Form::Twin`] is emitted from the same [`Body`] as its original as
+//!   [`Variant::TWIN`] (blocks created in another order, dead instructions,
+//!   another layout order and source locations): it must get the original's
+//!   fingerprint.
 //! - A [`Form::Mutant`] is its original with one constant changed: it must
 //!   get another fingerprint.
 //! - A [`Form::FlagMutant`] is its original with one flag or immediate
@@ -53,16 +60,24 @@
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use cranelift_codegen::ir::{
-    self, InstBuilder, StackSlotData, StackSlotKind, condcodes::IntCC, types::F64, types::I64,
-    types::I64X2,
+    self, Function, InstBuilder, StackSlotData, StackSlotKind, UserFuncName, condcodes::IntCC,
+    types::F64, types::I64, types::I64X2,
 };
-use cranelift_codegen::isa::CallConv;
-use cranelift_frontend::{FunctionBuilder, Variable};
+use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 
 /// Number of `i64` variables a body computes with.
 const VARS: u8 = 4;
 /// Blocks a function may run before it returns (bounds loops).
 const FUEL: i64 = 48;
+/// The bits of the float constants [`Op::FloatConst`] uses: negative
+/// zero, two NaNs that differ only in their payload, and one.
+pub const FLOAT_BITS: [u64; 4] = [
+    0x8000_0000_0000_0000,
+    0x7ff8_0000_0000_0001,
+    0x7ff8_0000_0000_0002,
+    0x3ff0_0000_0000_0000,
+];
 
 /// A straight-line operation on the variables.
 #[derive(Clone, Debug)]
@@ -73,14 +88,22 @@ pub enum Op {
     Const(u8, u8),
     /// `d = (a cc b) ? a : b` for one of the ten integer condition codes.
     Select(u8, u8, u8, u8),
+    /// `d = uextend(a cc b)` for one of the ten integer condition codes.
+    Compare(u8, u8, u8, u8),
     /// `d = a / (b | 1)` (signed or not; signed `MIN / -1` avoided).
     Div(bool, u8, u8, u8),
     /// `d = a shift (b & 63)` (0: shl, 1: ushr, 2: sshr, 3: rotl).
     Shift(u8, u8, u8, u8),
     /// `d = bits(f64(a) op f64(b))` (0: add, 1: mul, 2: min, 3: max).
     Float(u8, u8, u8, u8),
+    /// `d = bits(f64const FLOAT_BITS[k])` (modulo their number): a float
+    /// constant, no float operation.
+    FloatConst(u8, u8),
     /// Store `a` into stack slot `s`, then `d = ` the other slot.
     Slots(u8, u8, u8),
+    /// As [`Op::Slots`], with `stack_store` and `stack_load` (no address,
+    /// no memory flags).
+    StackSlots(u8, u8, u8),
     /// `d = call fN(a, b)` for a later function (by offset).
     Call(u8, u8, u8, u8),
     /// `d = call_indirect (func_addr fN)(a, b)` for a later function.
@@ -104,8 +127,8 @@ pub enum Op {
 /// Which flag a [`Form::FlagMutant`] changes.
 #[derive(Clone, Copy, Debug)]
 pub enum Flag {
-    /// The condition code of one `Select` op (by index among all ops, modulo
-    /// their number).
+    /// The condition code of one `Select` or `Compare` op (by index among
+    /// those ops, modulo their number).
     Condition(usize),
     /// The memory flags of the stack accesses.
     MemFlags,
@@ -233,8 +256,9 @@ fn var(u: &mut Unstructured) -> Result<u8> {
 
 impl Body {
     fn arbitrary(u: &mut Unstructured, functions_after: usize) -> Result<Self> {
+        // Of every magnitude, small ones too.
         let constants = (0..u.int_in_range(1..=4)?)
-            .map(|_| i64::arbitrary(u))
+            .map(|_| Ok(i64::arbitrary(u)? >> u.int_in_range(0..=63)?))
             .collect::<Result<Vec<_>>>()?;
         let slots = (0..u.int_in_range(0..=4)?)
             .map(|_| Ok((u.int_in_range(1..=32)?, u.int_in_range(0..=4)?)))
@@ -253,7 +277,7 @@ impl Body {
             let mut ops = Vec::new();
             for _ in 0..u.int_in_range(0..=6)? {
                 let (d, a, c) = (var(u)?, var(u)?, var(u)?);
-                ops.push(match u.int_in_range(0..=12)? {
+                ops.push(match u.int_in_range(0..=15)? {
                     0 => Op::Int(u.int_in_range(0..=5)?, d, a, c),
                     1 => Op::Const(d, u.int_in_range(0..=constants.len() as u8 - 1)?),
                     2 => Op::Select(u.int_in_range(0..=9)?, d, a, c),
@@ -275,6 +299,9 @@ impl Body {
                     12 if observes_frame => {
                         Op::SlotDistance(u8::arbitrary(u)?, u8::arbitrary(u)?, d)
                     }
+                    13 => Op::FloatConst(d, u.int_in_range(0..=FLOAT_BITS.len() as u8 - 1)?),
+                    14 => Op::Compare(u.int_in_range(0..=9)?, d, a, c),
+                    15 => Op::StackSlots(u.int_in_range(0..=1)?, d, a),
                     _ => Op::Int(0, d, a, c),
                 });
             }
@@ -503,14 +530,14 @@ impl Body {
                     .flat_map(|(b, (ops, _))| {
                         ops.iter()
                             .enumerate()
-                            .filter(|(_, op)| matches!(op, Op::Select(..)))
+                            .filter(|(_, op)| matches!(op, Op::Select(..) | Op::Compare(..)))
                             .map(move |(i, _)| (b, i))
                     })
                     .collect();
                 let Some(&(b, i)) = selects.get(which % selects.len().max(1)) else {
                     return false;
                 };
-                if let Op::Select(cc, ..) = &mut self.blocks[b].0[i] {
+                if let Op::Select(cc, ..) | Op::Compare(cc, ..) = &mut self.blocks[b].0[i] {
                     // Another of the ten condition codes.
                     *cc = (*cc % 10 + 1) % 10;
                 }
@@ -621,30 +648,32 @@ impl Program {
         })
     }
 
-    /// The body function `index` is built from, with a mutation applied.
-    pub fn body(&self, index: usize) -> (Body, bool) {
+    /// The body function `index` is built from, with a mutation applied,
+    /// and how it is emitted.
+    pub fn body(&self, index: usize) -> (Body, Variant) {
+        let plain = Variant::default();
         match &self.functions[index] {
-            Form::Original(body) => (body.clone(), false),
+            Form::Original(body) => (body.clone(), plain),
             Form::Twin { of } | Form::Relinked { of } | Form::DeclTwin { of, .. } => {
-                (self.body(*of).0, true)
+                (self.body(*of).0, Variant::TWIN)
             }
             Form::FrameMutant { of, swap } => {
                 let mut body = self.body(*of).0;
                 let n = body.slot_order.len();
                 body.slot_order
                     .swap(swap.0 as usize % n, swap.1 as usize % n);
-                (body, false)
+                (body, plain)
             }
             Form::Mutant { of, which, delta } => {
                 let mut body = self.body(*of).0;
                 let k = which % body.constants.len();
                 body.constants[k] = body.constants[k].wrapping_add(*delta);
-                (body, false)
+                (body, plain)
             }
             Form::FlagMutant { of, flag } => {
                 let mut body = self.body(*of).0;
                 body.mutate(*flag);
-                (body, false)
+                (body, plain)
             }
         }
     }
@@ -663,21 +692,49 @@ pub struct Callee {
     pub signature: ir::SigRef,
 }
 
+/// How [`emit`] writes a body. No choice here changes what the function
+/// computes or its fingerprint; each changes how it is numbered, laid out
+/// or printed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Variant {
+    /// Create the blocks in reverse order (other block numbers).
+    pub reverse_block_creation: bool,
+    /// Lay the blocks after the entry out in reverse order.
+    pub reverse_layout: bool,
+    /// Insert instructions and remove them again, at the start of every
+    /// code block and before every op: values nothing uses, which shift the
+    /// numbers of the others.
+    pub dead_code: bool,
+    /// Give the ops and terminators of the code blocks source locations.
+    pub srclocs: bool,
+}
+
+impl Variant {
+    /// How a twin ([`Form::Twin`], [`Form::Relinked`], [`Form::DeclTwin`])
+    /// is emitted: every choice the other way.
+    pub const TWIN: Variant = Variant {
+        reverse_block_creation: true,
+        reverse_layout: true,
+        dead_code: true,
+        srclocs: true,
+    };
+}
+
 /// Emits `body` into the (empty) function of `b`; `callees[k]` is the
 /// function `k + 1` places later, `own` the function itself (needed when
-/// the body recurses). `twisted` emits it another way.
+/// the body recurses). `variant` says how.
 pub fn emit(
     b: &mut FunctionBuilder,
     body: &Body,
     callees: &[Callee],
     own: Option<ir::FuncRef>,
-    twisted: bool,
+    variant: Variant,
 ) {
     let n = body.blocks.len();
     // Each body block becomes a fuel check and the code itself.
     let mut checks = vec![None; n];
     let mut codes = vec![None; n];
-    let order: Vec<usize> = if twisted {
+    let order: Vec<usize> = if variant.reverse_block_creation {
         (0..n).rev().collect()
     } else {
         (0..n).collect()
@@ -740,6 +797,20 @@ pub fn emit(
     b.ins().jump(checks[0], &[]);
 
     let mut srcloc = 0;
+    let mut decorate = |b: &mut FunctionBuilder| {
+        if variant.srclocs {
+            srcloc += 3;
+            b.set_srcloc(ir::SourceLoc::new(srcloc));
+        }
+        if variant.dead_code {
+            let dead = b.ins().iconst(I64, 77);
+            let sum = b.ins().iadd(dead, dead);
+            for v in [sum, dead] {
+                let inst = b.func.dfg.value_def(v).unwrap_inst();
+                b.func.layout.remove_inst(inst);
+            }
+        }
+    };
     for i in 0..n {
         b.switch_to_block(checks[i]);
         let f = b.use_var(fuel);
@@ -748,16 +819,12 @@ pub fn emit(
         b.ins().brif(f, codes[i], &[], out_of_fuel, &[]);
         b.switch_to_block(codes[i]);
         let (ops, term) = &body.blocks[i];
+        decorate(b);
         for op in ops {
-            if twisted {
-                srcloc += 3;
-                b.set_srcloc(ir::SourceLoc::new(srcloc));
-                let dead = b.ins().iconst(I64, 77);
-                let inst = b.func.dfg.value_def(dead).unwrap_inst();
-                b.func.layout.remove_inst(inst);
-            }
+            decorate(b);
             emit_op(b, op, body, &vars, (&slots, fuel), callees);
         }
+        decorate(b);
         match term {
             Term::Jump(t) => {
                 b.ins().jump(checks[*t as usize], &[]);
@@ -792,6 +859,100 @@ pub fn emit(
     for block in [entry, out_of_fuel].into_iter().chain(checks).chain(codes) {
         b.seal_block(block);
     }
+    if variant.reverse_layout {
+        reverse_layout(b.func);
+    }
+}
+
+/// Moves the blocks after the entry, with their instructions, to the end
+/// of the layout in reverse order.
+fn reverse_layout(func: &mut Function) {
+    let blocks: Vec<ir::Block> = func.layout.blocks().skip(1).collect();
+    for &block in blocks.iter().rev() {
+        let insts: Vec<ir::Inst> = func.layout.block_insts(block).collect();
+        for &inst in &insts {
+            func.layout.remove_inst(inst);
+        }
+        func.layout.remove_block(block);
+        func.layout.append_block(block);
+        for inst in insts {
+            func.layout.append_inst(inst, block);
+        }
+    }
+}
+
+impl Body {
+    /// The body `data` encodes, as [`Program`]'s `arbitrary` makes each
+    /// original, for a function with `callees` functions after it (which
+    /// its calls may call); `None` if `arbitrary` fails on `data` (bytes
+    /// that run out read as zeros, so it does not today).
+    pub fn from_bytes(data: &[u8], callees: usize) -> Option<Body> {
+        Body::arbitrary(&mut Unstructured::new(data), callees).ok()
+    }
+
+    /// The body for `seed`: [`Body::from_bytes`] of 512 bytes made from
+    /// the seed (by splitmix64), so that a seed gives one body on every run
+    /// and host.
+    pub fn from_seed(seed: u64, callees: usize) -> Option<Body> {
+        let mut state = seed;
+        let bytes: Vec<u8> = (0..512 / 8)
+            .flat_map(|_| {
+                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z ^ (z >> 31)).to_le_bytes()
+            })
+            .collect();
+        Body::from_bytes(&bytes, callees)
+    }
+}
+
+/// `body` as a function of its own, named `u0:name` and emitted as
+/// `variant` says, with [`Body::signature`]; the functions it calls are
+/// declared as imports: the one `k + 1` places later (`k < callees`) as
+/// `u1:k`, with the signature `(i64, i64) -> i64` in the host's default
+/// convention, and itself, when it recurses, as `u2:0` (so that its name
+/// is in no slot: another `name` gives the same fingerprint).
+pub fn standalone(body: &Body, callees: usize, name: u32, variant: Variant) -> Function {
+    let mut func = Function::with_name_signature(UserFuncName::user(0, name), body.signature());
+    let conv = CallConv::triple_default(&target_lexicon::Triple::host());
+    let import = |func: &mut Function, namespace: u32, index: u32, sig: ir::Signature| {
+        let signature = func.import_signature(sig);
+        let name = func.declare_imported_user_function(ir::UserExternalName::new(namespace, index));
+        func.import_function(ir::ExtFuncData {
+            name: ir::ExternalName::user(name),
+            signature,
+            colocated: false,
+            patchable: false,
+        })
+    };
+    let callees: Vec<Callee> = (0..callees as u32)
+        .map(|k| {
+            let mut sig = ir::Signature::new(conv);
+            sig.params
+                .extend([ir::AbiParam::new(I64), ir::AbiParam::new(I64)]);
+            sig.returns.push(ir::AbiParam::new(I64));
+            let call = import(&mut func, 1, k, sig.clone());
+            Callee {
+                call,
+                address: call,
+                signature: func.dfg.ext_funcs[call].signature,
+            }
+        })
+        .collect();
+    let own = body
+        .recurse
+        .map(|_| import(&mut func, 2, 0, body.signature()));
+    let mut context = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut context);
+    emit(&mut b, body, &callees, own, variant);
+    b.finalize(TargetFrontendConfig {
+        default_call_conv: conv,
+        pointer_width: target_lexicon::PointerWidth::U64,
+        page_size_align_log2: 12,
+    });
+    func
 }
 
 /// Returns `v`, reduced to the function's return type (`i32` when it
@@ -851,6 +1012,22 @@ fn emit_op(
             let (x, y) = (get(b, x), get(b, y));
             let c = b.ins().icmp(IntCC::all()[cc as usize % 10], x, y);
             (d, b.ins().select(c, x, y))
+        }
+        Op::Compare(cc, d, x, y) => {
+            let (x, y) = (get(b, x), get(b, y));
+            let c = b.ins().icmp(IntCC::all()[cc as usize % 10], x, y);
+            (d, b.ins().uextend(I64, c))
+        }
+        Op::FloatConst(d, k) => {
+            let bits = FLOAT_BITS[k as usize % FLOAT_BITS.len()];
+            let f = b.ins().f64const(ir::immediates::Ieee64::with_bits(bits));
+            (d, b.ins().bitcast(I64, ir::MemFlagsData::new(), f))
+        }
+        Op::StackSlots(s, d, x) => {
+            let x = get(b, x);
+            b.ins().stack_store(I64, x, slots[s as usize % 2], 0);
+            let from = slots[(s as usize + 1) % 2];
+            (d, b.ins().stack_load(I64, I64, from, 0))
         }
         Op::Div(signed, d, x, y) => {
             let (x, y) = (get(b, x), get(b, y));

@@ -34,7 +34,7 @@ use super::ids::State;
 use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
-use crate::refine::CallGraph;
+use crate::refine::{CallGraph, NodeId, RefinedClass};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{CodegenError, Context};
@@ -265,11 +265,13 @@ impl<M: Module> DedupModule<M> {
                     continue;
                 }
             };
+            // Nodes are added in the order of exact classes, one each.
             let node = match exact.get(&walk.fingerprint) {
-                Some(class) => class.as_u32(),
+                Some(class) => NodeId::from_u32(class.as_u32()),
                 None => {
                     let node = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
-                    exact.insert(walk.fingerprint);
+                    let class = exact.insert(walk.fingerprint).class();
+                    debug_assert_eq!(node.as_u32(), class.as_u32(), "a node per exact class");
                     node
                 }
             };
@@ -286,10 +288,10 @@ impl<M: Module> DedupModule<M> {
         self.stats.refine_rounds += u64::from(refinement.rounds);
         // Per class: the index of its first member, and whether that was
         // verified yet (only needed once it has a duplicate).
-        let mut first: hashbrown::HashMap<u32, (usize, bool)> = hashbrown::HashMap::new();
+        let mut first: hashbrown::HashMap<RefinedClass, (usize, bool)> = hashbrown::HashMap::new();
         for (i, node) in node_of.into_iter().enumerate() {
             let Some(node) = node else { continue };
-            let class = refinement.class_of[node as usize];
+            let class = refinement.class_of[node];
             let Some(&(j, first_verified)) = first.get(&class) else {
                 first.insert(class, (i, false));
                 continue;

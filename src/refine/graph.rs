@@ -5,14 +5,16 @@
 //!
 //! - A slot refers to a node ([`Target::Function`]) exactly when its name is
 //!   the own name of functions of that one node and the function does not
-//!   take its address; every other slot is [`Target::Outside`], numbered so
-//!   that equal names get equal numbers and different names different ones.
+//!   take its address; every other slot is [`Target::Outside`], with an
+//!   [`OutsideId`] such that equal names get equal ids and different names
+//!   different ones.
 //! - Names are compared by value, in full (never by hash alone); they are
 //!   stored once each, in one buffer.
 
-use super::{Node, Refinement, Target, refine};
+use super::{Node, NodeId, OutsideId, Refinement, Target, TemplateId, refine};
 use crate::fingerprint::{Fingerprint, SymbolName, Template};
 use core::hash::BuildHasher;
+use cranelift_codegen::entity::{EntityRef, PrimaryMap};
 use cranelift_codegen::ir::UserFuncName;
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
@@ -29,22 +31,23 @@ use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 ///   nodes) is an outside name, compared by value.
 #[derive(Default)]
 pub struct CallGraph {
-    /// The names in slots, numbered.
+    /// The names in slots, numbered (the number is the name's
+    /// [`OutsideId`] if the slot is outside).
     names: Interner,
-    nodes: Vec<NodeEntry>,
+    nodes: PrimaryMap<NodeId, NodeEntry>,
     templates: Vec<Template>,
     /// All nodes' slots (name numbers, address taken), one after another.
-    slots: Vec<(u32, bool)>,
+    slots: Vec<(OutsideId, bool)>,
     /// Functions' own names, resolved against slot names by `refine` (a
     /// name no slot has needs no number): the name and its node.
-    own_names: Vec<(Stored, u32)>,
+    own_names: Vec<(Stored, NodeId)>,
     own_bytes: Vec<u8>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Owner {
     Nobody,
-    Node(u32),
+    Node(NodeId),
     Several,
 }
 
@@ -79,8 +82,8 @@ impl<'a> From<&'a SymbolName> for NameRef<'a> {
 /// Names numbered in order of first sight; test-case bytes in one buffer.
 #[derive(Default)]
 struct Interner {
-    table: HashTable<u32>,
-    stored: Vec<Stored>,
+    table: HashTable<OutsideId>,
+    stored: PrimaryMap<OutsideId, Stored>,
     bytes: Vec<u8>,
     hasher: DefaultHashBuilder,
 }
@@ -93,8 +96,8 @@ enum Stored {
 }
 
 impl Interner {
-    fn get(&self, number: u32) -> NameRef<'_> {
-        match self.stored[number as usize] {
+    fn get(&self, number: OutsideId) -> NameRef<'_> {
+        match self.stored[number] {
             Stored::User(namespace, index) => NameRef::User(namespace, index),
             Stored::TestCase(start, len) => {
                 NameRef::TestCase(&self.bytes[start as usize..][..len as usize])
@@ -103,19 +106,18 @@ impl Interner {
     }
 
     /// The number of `name`, if it has one.
-    fn find(&self, name: NameRef<'_>) -> Option<u32> {
+    fn find(&self, name: NameRef<'_>) -> Option<OutsideId> {
         let hash = self.hasher.hash_one(name);
         self.table.find(hash, |&n| self.get(n) == name).copied()
     }
 
     /// The number of `name`, giving it the next one if it is new.
-    fn number(&mut self, name: NameRef<'_>) -> u32 {
+    fn number(&mut self, name: NameRef<'_>) -> OutsideId {
         let hash = self.hasher.hash_one(name);
         if let Some(&n) = self.table.find(hash, |&n| self.get(n) == name) {
             return n;
         }
-        let n = self.stored.len() as u32;
-        self.stored.push(match name {
+        let n = self.stored.push(match name {
             NameRef::User(namespace, index) => Stored::User(namespace, index),
             NameRef::TestCase(bytes) => {
                 let start = self.bytes.len() as u32;
@@ -142,7 +144,7 @@ impl CallGraph {
     /// An empty graph with room for about `functions` functions and nodes.
     pub fn with_capacity(functions: usize) -> Self {
         Self {
-            nodes: Vec::with_capacity(functions),
+            nodes: PrimaryMap::with_capacity(functions),
             slots: Vec::with_capacity(functions * 2),
             own_names: Vec::with_capacity(functions),
             own_bytes: Vec::with_capacity(functions * 16),
@@ -153,8 +155,8 @@ impl CallGraph {
     /// Adds a node: functions with this fingerprint (exact or, as
     /// [`Fingerprint::to_template`] makes it, a template; only the template is
     /// used), slot names and address-taken flags (see
-    /// [`crate::Walk::names`] and [`crate::Walk::address_taken`]). Returns its index;
-    /// nodes are numbered from 0 in the order added.
+    /// [`crate::Walk::names`] and [`crate::Walk::address_taken`]). Returns its
+    /// id; nodes are numbered from 0 in the order added.
     ///
     /// Add one node per exact class (functions with equal fingerprints): two
     /// nodes with equal keys that do not call nodes are not compared, so
@@ -165,7 +167,7 @@ impl CallGraph {
         fingerprint: &Fingerprint,
         names: &[SymbolName],
         address_taken: &[bool],
-    ) -> u32 {
+    ) -> NodeId {
         let template = if address_taken.iter().any(|&taken| !taken) {
             self.templates.push(fingerprint.to_template());
             self.templates.len() as u32 - 1
@@ -181,18 +183,17 @@ impl CallGraph {
             template,
             start,
             end: self.slots.len() as u32,
-        });
-        self.nodes.len() as u32 - 1
+        })
     }
 
     /// Records that a function named `name` belongs to `node`.
-    pub fn add_function(&mut self, name: &SymbolName, node: u32) {
+    pub fn add_function(&mut self, name: &SymbolName, node: NodeId) {
         self.add_owner(name.into(), node);
     }
 
     /// Records that a function whose `ir::Function::name` is `name` belongs
     /// to `node`.
-    pub fn add_function_with_func_name(&mut self, name: &UserFuncName, node: u32) {
+    pub fn add_function_with_func_name(&mut self, name: &UserFuncName, node: NodeId) {
         let name = match name {
             UserFuncName::User(user) => NameRef::User(user.namespace, user.index),
             UserFuncName::Testcase(name) => NameRef::TestCase(name.raw()),
@@ -200,7 +201,7 @@ impl CallGraph {
         self.add_owner(name, node);
     }
 
-    fn add_owner(&mut self, name: NameRef<'_>, node: u32) {
+    fn add_owner(&mut self, name: NameRef<'_>, node: NodeId) {
         let stored = match name {
             NameRef::User(namespace, index) => Stored::User(namespace, index),
             NameRef::TestCase(bytes) => {
@@ -213,8 +214,8 @@ impl CallGraph {
     }
 
     /// Which node owns each slot name.
-    fn owners(&self) -> Vec<Owner> {
-        let mut owners = vec![Owner::Nobody; self.names.stored.len()];
+    fn owners(&self) -> PrimaryMap<OutsideId, Owner> {
+        let mut owners = PrimaryMap::from(vec![Owner::Nobody; self.names.stored.len()]);
         for &(stored, node) in &self.own_names {
             let name = match stored {
                 Stored::User(namespace, index) => NameRef::User(namespace, index),
@@ -225,7 +226,7 @@ impl CallGraph {
             let Some(number) = self.names.find(name) else {
                 continue;
             };
-            let owner = &mut owners[number as usize];
+            let owner = &mut owners[number];
             *owner = match *owner {
                 Owner::Nobody => Owner::Node(node),
                 Owner::Node(n) if n == node => Owner::Node(n),
@@ -250,39 +251,35 @@ impl CallGraph {
         // exact duplicates (its other slots are names, which the exact key
         // has already), and only with nodes that have one in the same slot:
         // templates are compared among those nodes alone.
-        let mut templates: HashMap<&Template, u32> = HashMap::new();
+        let mut templates: HashMap<&Template, TemplateId> = HashMap::new();
         let mut template_of = Vec::with_capacity(self.nodes.len());
-        for n in &self.nodes {
+        for n in self.nodes.values() {
             let start = targets.len();
             let slots = &self.slots[n.start as usize..n.end as usize];
-            targets.extend(
-                slots
-                    .iter()
-                    .map(|&(name, taken)| match owners[name as usize] {
-                        Owner::Node(node) if !taken => Target::Function(node),
-                        _ => Target::Outside(name),
-                    }),
-            );
+            targets.extend(slots.iter().map(|&(name, taken)| match owners[name] {
+                Owner::Node(node) if !taken => Target::Function(node),
+                _ => Target::Outside(name),
+            }));
             let calls_nodes = targets[start..]
                 .iter()
                 .any(|t| matches!(t, Target::Function(_)));
             let template = (calls_nodes && n.template != NO_TEMPLATE)
                 .then(|| &self.templates[n.template as usize]);
             template_of.push(template.map(|t| {
-                let next = templates.len() as u32;
+                let next = TemplateId::new(templates.len());
                 *templates.entry(t).or_insert(next)
             }));
             ranges.push(start..targets.len());
         }
         // The others each get a template number of their own.
-        let mut unique = templates.len() as u32;
+        let mut unique = templates.len();
         let nodes: Vec<Node<'_>> = template_of
             .into_iter()
             .zip(ranges)
             .map(|(template, range)| Node {
                 template: template.unwrap_or_else(|| {
                     unique += 1;
-                    unique - 1
+                    TemplateId::new(unique - 1)
                 }),
                 slots: &targets[range],
             })
@@ -297,6 +294,7 @@ mod tests {
     use super::*;
     use crate::Fingerprinter;
     use crate::corpus::{FileOutcome, parse_text};
+    use crate::refine::RefinedClass;
 
     /// `(fingerprint, names, address taken, own name)` of each function of
     /// `text`.
@@ -343,18 +341,22 @@ mod tests {
 
     /// Classes of the functions of `text`, one node per function (or as
     /// `nodes` says: function `i` goes into node `nodes[i]`).
-    fn classes(text: &str, nodes: &[u32]) -> Vec<u32> {
+    fn classes(text: &str, nodes: &[u32]) -> Vec<RefinedClass> {
         let mut graph = CallGraph::new();
         let mut added = 0;
         for (i, (fingerprint, names, taken, own)) in parts(text).into_iter().enumerate() {
             if nodes[i] == added {
-                graph.add_node(&fingerprint, &names, &taken);
+                let node = graph.add_node(&fingerprint, &names, &taken);
+                assert_eq!(node.as_u32(), added, "nodes are numbered in order added");
                 added += 1;
             }
-            graph.add_function_with_func_name(&own, nodes[i]);
+            graph.add_function_with_func_name(&own, NodeId::from_u32(nodes[i]));
         }
         let r = graph.refine();
-        nodes.iter().map(|&n| r.class_of[n as usize]).collect()
+        nodes
+            .iter()
+            .map(|&n| r.class_of[NodeId::from_u32(n)])
+            .collect()
     }
 
     #[test]

@@ -15,6 +15,31 @@
 //! mutually recursive twins of any cycle length merge, which a merger that
 //! compares callees by name can never prove.
 //!
+//! # Index spaces
+//!
+//! Four numberings meet here, each with its own type, so that passing one
+//! where another is meant does not compile:
+//!
+//! - [`NodeId`]: a function of the input (its index in the slice given to
+//!   [`refine`], or a node of a [`CallGraph`], in the order added);
+//! - [`OutsideId`]: an interned name outside the set;
+//! - [`TemplateId`]: a template class;
+//! - [`RefinedClass`]: a class of the result.
+//!
+//! ```
+//! use jitfold::refine::{Node, NodeId, OutsideId, Target, TemplateId, refine};
+//! let slots = [Target::Function(NodeId::from_u32(0)), Target::Outside(OutsideId::from_u32(0))];
+//! let node = Node { template: TemplateId::from_u32(0), slots: &slots };
+//! let r = refine(&[node]);
+//! assert_eq!(r.class_of[NodeId::from_u32(0)].as_u32(), 0);
+//! ```
+//!
+//! ```compile_fail
+//! use jitfold::refine::{OutsideId, Target};
+//! // An outside name is not a function of the set.
+//! let _ = Target::Function(OutsideId::from_u32(0));
+//! ```
+//!
 //! # What this module guarantees
 //!
 //! 1. Soundness: functions in one class have equal templates, and slot `i`
@@ -23,32 +48,58 @@
 //!    the same classes, so merging a class never changes behaviour.
 //! 2. Coarsest: starting optimistically and only ever splitting, no two
 //!    functions that such a partition could keep together are separated.
-//! 3. Determinism: class numbers are dense, in order of each class's first
-//!    member in the input, so the result does not depend on hashing.
+//! 3. Determinism: class numbers ([`RefinedClass`]) are dense, in order of
+//!    each class's first member in the input, so the result does not depend
+//!    on hashing.
 //! 4. Rounds: each round splits at least one class or ends the loop, so
 //!    there are at most as many rounds as functions, plus one.
 
 mod graph;
 
 use core::hash::BuildHasher;
+use cranelift_codegen::entity::{EntityRef, PrimaryMap, entity_impl};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 pub use graph::CallGraph;
 
+/// A function of the input: its index in the nodes given to [`refine`],
+/// or a node of a [`CallGraph`], numbered from 0 in the order added.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u32);
+entity_impl!(NodeId, "node");
+
+/// An interned name of something outside the set: equal names have equal
+/// ids, different names different ones.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OutsideId(u32);
+entity_impl!(OutsideId, "outside");
+
+/// A template class: functions with equal templates have equal ids. Any
+/// numbers will do (they need not be dense).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TemplateId(u32);
+entity_impl!(TemplateId, "template");
+
+/// A class of a [`Refinement`]: dense from 0, in order of each class's
+/// first member in the input.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RefinedClass(u32);
+entity_impl!(RefinedClass, "refined");
+
 /// What one name slot of a function refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
-    /// The function at this index of the input.
-    Function(u32),
+    /// A function of the set.
+    Function(NodeId),
     /// Something outside the set, by an interned name.
-    Outside(u32),
+    Outside(OutsideId),
 }
 
 /// One function: its template class and its slots' targets.
 #[derive(Clone, Copy, Debug)]
 pub struct Node<'a> {
-    /// Functions with equal templates have equal numbers here.
-    pub template: u32,
+    /// Functions with equal templates have equal ids here.
+    pub template: TemplateId,
     /// What each name slot refers to, in slot order.
     pub slots: &'a [Target],
 }
@@ -56,8 +107,8 @@ pub struct Node<'a> {
 /// The result of [`refine`].
 #[derive(Clone, Debug)]
 pub struct Refinement {
-    /// The class of each input function, dense from 0.
-    pub class_of: Vec<u32>,
+    /// The class of each input function.
+    pub class_of: PrimaryMap<NodeId, RefinedClass>,
     /// Number of classes.
     pub classes: usize,
     /// Rounds until nothing split (the last round changes nothing).
@@ -71,9 +122,12 @@ impl Refinement {
     }
 }
 
-/// The coarsest stable partition of `nodes` (see the module docs).
+/// The coarsest stable partition of `nodes` (see the module docs); node
+/// `i` of `nodes` is `NodeId::new(i)`.
 pub fn refine(nodes: &[Node<'_>]) -> Refinement {
-    let (mut class_of, templates) = renumber(nodes.iter().map(|n| n.template));
+    // Classes are plain numbers while rounds run: the template classes
+    // first, then each round's from `templates` up.
+    let (mut class_of, templates) = renumber(nodes.iter().map(|n| n.template.as_u32()));
     // A function alone with its template is alone in every partition, so
     // only the others are refined. Their classes are numbered from
     // `templates` up in each round (signatures only hold the classes of
@@ -99,8 +153,8 @@ pub fn refine(nodes: &[Node<'_>]) -> Refinement {
             signature.clear();
             signature.push(class_of[i]);
             signature.extend(nodes[i].slots.iter().map(|t| match *t {
-                Target::Function(f) => class_of[f as usize] << 1,
-                Target::Outside(name) => name << 1 | 1,
+                Target::Function(f) => class_of[f.index()] << 1,
+                Target::Outside(name) => name.as_u32() << 1 | 1,
             }));
             *slot = templates as u32 + signatures.number(&signature);
         }
@@ -117,7 +171,7 @@ pub fn refine(nodes: &[Node<'_>]) -> Refinement {
     }
     let (class_of, classes) = renumber(class_of.iter().copied());
     Refinement {
-        class_of,
+        class_of: class_of.into_iter().map(RefinedClass::from_u32).collect(),
         classes,
         rounds,
     }
@@ -192,11 +246,50 @@ fn renumber(keys: impl ExactSizeIterator<Item = u32> + Clone) -> (Vec<u32>, usiz
 mod tests {
     use super::*;
 
-    fn node(template: u32, slots: &[Target]) -> Node<'_> {
-        Node { template, slots }
+    /// A slot as the tests write it: a call of node `F(n)`, or outside name
+    /// `O(n)`.
+    #[derive(Clone, Copy)]
+    enum Slot {
+        F(u32),
+        O(u32),
     }
 
-    use Target::{Function as F, Outside as O};
+    use Slot::{F, O};
+
+    /// A function: its template class and slots.
+    fn node(template: u32, slots: &[Slot]) -> (u32, &[Slot]) {
+        (template, slots)
+    }
+
+    /// [`refine`] of `functions`.
+    fn refine_all(functions: &[(u32, &[Slot])]) -> Refinement {
+        let slots: Vec<Vec<Target>> = functions
+            .iter()
+            .map(|(_, slots)| {
+                slots
+                    .iter()
+                    .map(|&slot| match slot {
+                        F(n) => Target::Function(NodeId::from_u32(n)),
+                        O(n) => Target::Outside(OutsideId::from_u32(n)),
+                    })
+                    .collect()
+            })
+            .collect();
+        let nodes: Vec<Node<'_>> = functions
+            .iter()
+            .zip(&slots)
+            .map(|(&(template, _), slots)| Node {
+                template: TemplateId::from_u32(template),
+                slots,
+            })
+            .collect();
+        refine(&nodes)
+    }
+
+    /// The class of each node, in input order.
+    fn classes(r: &Refinement) -> Vec<u32> {
+        r.class_of.values().map(|c| c.as_u32()).collect()
+    }
 
     #[test]
     fn recursive_twins_merge_and_a_differing_cycle_does_not() {
@@ -223,8 +316,8 @@ mod tests {
             node(4, &[F(16)]),
             node(4, &[O(0)]),
         ];
-        let r = refine(&nodes);
-        let c = &r.class_of;
+        let r = refine_all(&nodes);
+        let c = &classes(&r);
         assert_eq!(c[0], c[1]);
         assert_eq!((c[2], c[3]), (c[4], c[5]));
         assert_ne!(c[2], c[3]);
@@ -250,8 +343,8 @@ mod tests {
             node(0, &[O(2), O(1)]),
             node(0, &[O(1), O(3)]),
         ];
-        let r = refine(&nodes);
-        assert_eq!(r.class_of, [0, 0, 1, 2]);
+        let r = refine_all(&nodes);
+        assert_eq!(classes(&r), [0, 0, 1, 2]);
         assert_eq!(r.merged(), 1);
         assert_eq!(r.rounds, 2, "one round splits, one finds nothing to split");
     }

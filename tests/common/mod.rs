@@ -3,7 +3,6 @@
 
 pub mod build;
 pub mod canon;
-pub mod program;
 
 use cranelift_codegen::ir::Function;
 use std::path::PathBuf;
