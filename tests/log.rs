@@ -3,6 +3,7 @@
 //! adapter for), naming both functions. (One test per process: the logger
 //! is global.)
 
+#[path = "suite/common/mod.rs"]
 mod common;
 
 use common::build::{define, emit_call, twelve_steps};

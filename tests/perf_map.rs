@@ -2,6 +2,7 @@
 //! name is listed at the address it resolves to, shared entry points
 //! included. (Its own test binary: it sets an environment variable.)
 
+#[path = "suite/common/mod.rs"]
 mod common;
 
 use common::build::define;

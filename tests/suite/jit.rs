@@ -2,7 +2,7 @@
 //! with plain `JITModule` and through jitfold (every mode and option), every
 //! function is called, and the results must be equal.
 
-use common::build::{call1, define, emit_call};
+use crate::common::build::{call1, define, emit_call};
 use cranelift_codegen::ir;
 use cranelift_codegen::ir::{
     AbiParam, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, condcodes::IntCC,
@@ -15,8 +15,6 @@ use cranelift_module::{
     DataDescription, FuncId, Linkage, Module, ModuleError, default_libcall_names,
 };
 use jitfold::{DedupModule, DedupOptions, Mode};
-
-mod common;
 
 extern "C" fn host_triple(x: i64) -> i64 {
     3 * x

@@ -14,7 +14,7 @@
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
-mod common;
+use crate::common;
 
 use arbitrary::{Arbitrary, Unstructured};
 use cranelift_codegen::ir::{Function, UserFuncName, types::I64};

@@ -5,9 +5,9 @@
 
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 
-use common::canon::canonical_text;
+use crate::common::canon::canonical_text;
 use cranelift_codegen::ir::Function;
 use jitfold::fuzzing::program::{Body, Variant, standalone};
 use jitfold::{Fingerprint, Fingerprinter};

@@ -4,9 +4,7 @@
 //! function is called through plain `JITModule` and through jitfold, and
 //! the results must be equal.
 
-mod common;
-
-use common::build::{call1, define, emit_call};
+use crate::common::build::{call1, define, emit_call};
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, condcodes::IntCC, types::I64};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};

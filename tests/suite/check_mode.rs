@@ -2,7 +2,7 @@
 //! and adapters through, and turns a wrong cache into an error naming both
 //! functions instead of a false merge.
 
-use common::build::{built, call1, declare, define, emit_call};
+use crate::common::build::{built, call1, declare, define, emit_call};
 use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
@@ -11,7 +11,7 @@ use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitfold::module::Poison;
 use jitfold::{DedupModule, DedupOptions, Mode};
 
-mod common;
+use crate::common;
 
 fn dedup(options: DedupOptions) -> DedupModule<JITModule> {
     let builder = JITBuilder::with_flags(&[], default_libcall_names()).unwrap();

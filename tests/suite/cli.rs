@@ -1,6 +1,6 @@
 //! The `jitfold` command line on the project's own data and on bad input.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::path::Path;

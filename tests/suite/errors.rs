@@ -3,9 +3,9 @@
 //! documented kind), and jitfold's own failures are a `DedupError` inside
 //! `ModuleError::Backend`.
 
-mod common;
+use crate::common;
 
-use common::build::{call1, define};
+use crate::common::build::{call1, define};
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I32, types::I64};
 use cranelift_codegen::isa::CallConv;

@@ -4,9 +4,7 @@
 //! trampoline, alias, adapter), with reuse on and off; reused code has its
 //! template's frame description.
 
-mod common;
-
-use common::build::{define, emit_call, twelve_steps};
+use crate::common::build::{define, emit_call, twelve_steps};
 use cranelift_codegen::gimli::{self, UnwindSection};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, types::I64};
 use cranelift_codegen::isa::CallConv;

@@ -2,9 +2,9 @@
 //! functions they call and the symbols they read share one compilation, and
 //! still call their own callees and read their own data.
 
-mod common;
+use crate::common;
 
-use common::build::{call1, define, emit_call};
+use crate::common::build::{call1, define, emit_call};
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, MemFlagsData, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module, default_libcall_names};

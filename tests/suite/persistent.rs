@@ -3,9 +3,9 @@
 //! not check out, and a store that fails, cost compilations, never an
 //! error or wrong code.
 
-mod common;
+use crate::common;
 
-use common::build::{call1, declare, define, emit_call};
+use crate::common::build::{call1, declare, define, emit_call};
 use cranelift_codegen::ir::{InstBuilder, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};

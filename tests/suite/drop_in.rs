@@ -4,9 +4,7 @@
 //! signature (as a function pointer), so a wrapper method whose signature
 //! drifts fails to compile here.
 
-mod common;
-
-use common::build::{call1, define, emit_call};
+use crate::common::build::{call1, define, emit_call};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{

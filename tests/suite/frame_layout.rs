@@ -3,13 +3,13 @@
 //! functions of `tests/data/layout.clif` and callers of twins, run with
 //! plain `JITModule` and through jitfold in every mode.
 
-use common::build::{call1, define, emit_call};
+use crate::common::build::{call1, define, emit_call};
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitfold::{DedupModule, DedupOptions};
 
-mod common;
+use crate::common;
 
 fn jit() -> JITModule {
     let flags = [("opt_level", "speed"), ("preserve_frame_pointers", "true")];

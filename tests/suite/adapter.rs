@@ -2,9 +2,7 @@
 //! calling convention call it instead of being compiled, in every mode,
 //! and compute what plain `JITModule` computes.
 
-mod common;
-
-use common::build::define;
+use crate::common::build::define;
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, Signature, types::I64};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;

@@ -9,7 +9,7 @@ use jitfold::compile::{
 };
 use jitfold::isa::{host_isa, jit_flags};
 
-mod common;
+use crate::common;
 
 fn parse(text: &str) -> Function {
     cranelift_reader::parse_functions(text).unwrap().remove(0)

@@ -5,9 +5,7 @@
 //! and with shared addresses a duplicate shares its canonical function's
 //! only if its own address was not compiled into anything before.
 
-mod common;
-
-use common::build::{call1, define};
+use crate::common::build::{call1, define};
 use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};

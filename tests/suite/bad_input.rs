@@ -5,7 +5,7 @@
 //! failure, and keeps failing until the failed ids are defined again or
 //! given up.
 
-use common::build::{call1, declare, define, emit_call, sig};
+use crate::common::build::{call1, declare, define, emit_call, sig};
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::ir::{self, Block, Function, InstBuilder, UserFuncName, types::*};
@@ -14,8 +14,6 @@ use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, ModuleError, default_libcall_names};
 use jitfold::{DedupModule, DedupOptions, Mode};
-
-mod common;
 
 fn jit() -> JITModule {
     JITModule::new(JITBuilder::with_flags(&[], default_libcall_names()).unwrap())
