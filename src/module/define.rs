@@ -88,7 +88,11 @@ impl<M: Module> DedupModule<M> {
         let stored = self.define_stored(id, &walk, &ctx.func, &mut verified)?;
         let outcome = match stored {
             Some(outcome) => outcome,
-            None => self.compile(id, ctx, ctrl_plane, &walk, plan)?,
+            None => {
+                let compiled = self.compile(id, ctx, ctrl_plane, &walk, plan);
+                self.end_reservation();
+                compiled?
+            }
         };
         self.stats.count(&outcome);
         Ok(())

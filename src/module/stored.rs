@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A module's code store, with what its entries are checked against.
+/// Dropping it gives up its reservation, if any.
 pub(super) struct Stored {
     store: Arc<dyn CodeStore>,
     context: CodeContext,
@@ -48,6 +49,9 @@ pub(super) struct Stored {
     /// Whether the inner module may write frame descriptions of code
     /// defined from bytes (see 3 above).
     needs_frames: bool,
+    /// The key this module reserved (see [`CodeStore::get_or_reserve`])
+    /// and must end with a `put` or a release.
+    reserved: Option<StoreKey>,
 }
 
 impl<M: Module> DedupModule<M> {
@@ -67,6 +71,7 @@ impl<M: Module> DedupModule<M> {
             context: CodeContext::of(self.inner.isa()),
             secret,
             needs_frames: self.writes_frames,
+            reserved: None,
         });
         self
     }
@@ -81,14 +86,18 @@ impl<M: Module> DedupModule<M> {
         func: &Function,
         verified: &mut bool,
     ) -> ModuleResult<Option<Outcome>> {
-        let Some(stored) = &self.stored else {
+        // A reservation left by a definition that unwound is given up.
+        self.end_reservation();
+        let Some(stored) = &mut self.stored else {
             return Ok(None);
         };
         let template = walk.fingerprint.to_template();
         let key = StoreKey::of(&stored.context, &template);
-        let bytes = match stored.store.get(&key) {
+        let bytes = match stored.store.get_or_reserve(&key) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {
+                // Reserved (in a shared store): this module compiles it.
+                stored.reserved = Some(key);
                 self.stats.store_misses += 1;
                 return Ok(None);
             }
@@ -176,6 +185,8 @@ impl<M: Module> DedupModule<M> {
         let Some(code) = MachineCode::of(ctx) else {
             return;
         };
+        // A reservation not ended by the `put` below is released by
+        // `end_reservation`.
         let template = template.unwrap_or_else(|| walk.fingerprint.to_template());
         let unwind: Option<UnwindInfo> = ctx
             .compiled_code()
@@ -184,15 +195,40 @@ impl<M: Module> DedupModule<M> {
             return;
         };
         let key = StoreKey::of(&stored.context, &template);
-        match stored
+        let put = stored
             .store
-            .put(&key, &entry.encode(&stored.context, stored.secret.as_ref()))
+            .put(&key, &entry.encode(&stored.context, stored.secret.as_ref()));
+        if let Some(stored) = &mut self.stored
+            && stored.reserved == Some(key)
         {
+            stored.reserved = None;
+        }
+        match put {
             Ok(()) => self.stats.store_writes += 1,
             Err(e) => {
                 log::warn!("code store: {e}; not stored");
                 self.stats.store_errors += 1;
             }
+        }
+    }
+
+    /// Releases the key this module reserved, if the definition that
+    /// reserved it did not `put` it (its compile failed, panicked, or made
+    /// no entry): waiting modules may then compile it (see 3 in
+    /// [`crate::store::shared`]).
+    pub(super) fn end_reservation(&mut self) {
+        if let Some(stored) = &mut self.stored
+            && let Some(key) = stored.reserved.take()
+        {
+            stored.store.release(&key);
+        }
+    }
+}
+
+impl Drop for Stored {
+    fn drop(&mut self) {
+        if let Some(key) = self.reserved.take() {
+            self.store.release(&key);
         }
     }
 }

@@ -75,6 +75,7 @@ pub mod key;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod shared;
 
 pub use directory::DirectoryStore;
 pub use entry::{Entry, EntryRejected, EntryReloc, EntryTarget, EntryUnwind, Secret};
@@ -82,6 +83,7 @@ pub use key::{CodeContext, StoreKey};
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
+pub use shared::{SharedStats, SharedStore};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -100,6 +102,23 @@ pub trait CodeStore: Send + Sync {
     /// Stores `value` under `key`, replacing any value there. A store may
     /// drop values later (eviction, expiry); a `get` then misses.
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError>;
+
+    /// [`CodeStore::get`] for a caller that will compile the value and
+    /// `put` it if there is none. A store shared by threads
+    /// ([`SharedStore`]) reserves the key for the caller then, and makes
+    /// other callers wait for its `put` instead of compiling the same
+    /// value; the caller must end the reservation with `put` or
+    /// [`CodeStore::release`]. By default, `get`.
+    fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(key)
+    }
+
+    /// Gives up a reservation made by [`CodeStore::get_or_reserve`] without
+    /// a value (the compile failed, or made no entry): another caller may
+    /// reserve the key. By default, nothing.
+    fn release(&self, key: &StoreKey) {
+        let _ = key;
+    }
 }
 
 /// Why a store could not answer. Never a reason to fail compilation: the

@@ -30,4 +30,5 @@ mod persistent;
 mod reuse;
 #[cfg(feature = "runtests")]
 mod runtests;
+mod threads;
 mod unwind;

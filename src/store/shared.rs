@@ -1,0 +1,270 @@
+//! A code store shared by the JIT threads of one process, compiling each
+//! template once: a thread that looks up a template another thread is
+//! compiling waits for that thread's entry instead of compiling it again.
+//!
+//! Each thread keeps its own `DedupModule` (its own code memory and ids)
+//! and shares one [`SharedStore`] through an `Arc`
+//! ([`DedupModule::with_store`](crate::DedupModule::with_store)). A module
+//! that needs a template [reserves](CodeStore::get_or_reserve) it; while it
+//! compiles, no lock is held, and every other module that needs the same
+//! template waits; the entry it [puts](CodeStore::put) wakes them, and they
+//! define their functions from it. Optionally, a persistent store sits
+//! behind it: a reserved template is looked up there (once, by the
+//! reserving thread) before anyone compiles it, and what is compiled is
+//! written there too.
+//!
+//! # What this module guarantees
+//!
+//! 1. At most one reservation of a key exists at a time, and a key is
+//!    reserved only while it has no value: as long as no reservation is
+//!    given up, each template is compiled once in total, whatever the
+//!    number of threads and their timing.
+//! 2. A waiting thread holds no reservation (a module holds at most one,
+//!    from lookup to `put` or release), so waiting cannot deadlock.
+//! 3. A reservation given up ([`CodeStore::release`], called by the module
+//!    when its compile fails, panics or makes no entry) wakes the waiters,
+//!    and one of them reserves the key in turn: an error on one thread
+//!    never leaves another waiting forever.
+//! 4. Values are copied in and out; nothing in the map is executed. A
+//!    backing store that fails is a miss (counted in its user's
+//!    statistics only as this store's answer: a miss).
+
+use super::{CodeStore, StoreError, StoreKey};
+use hashbrown::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// What the map holds for a key.
+enum Slot {
+    /// A thread reserved it and is compiling it.
+    Reserved,
+    /// Its value.
+    Ready(Arc<[u8]>),
+}
+
+/// A code store in memory, shared by threads, that compiles each template
+/// once (see the [module docs](self)).
+#[derive(Default)]
+pub struct SharedStore {
+    slots: Mutex<HashMap<StoreKey, Slot>>,
+    /// Signalled whenever a reservation ends (a value put, or released).
+    changed: Condvar,
+    backing: Option<Arc<dyn CodeStore>>,
+    waits: AtomicU64,
+    waited_nanos: AtomicU64,
+    reservations: AtomicU64,
+}
+
+/// What a [`SharedStore`] counted so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedStats {
+    /// Templates handed to a thread to compile (reservations).
+    pub reservations: u64,
+    /// Lookups that waited for another thread's compile.
+    pub waits: u64,
+    /// Time spent waiting, summed over threads.
+    pub waited: Duration,
+    /// Values held.
+    pub entries: u64,
+}
+
+impl SharedStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty store in front of `backing` (a persistent store): a
+    /// reserved key is looked up there first, and values put are written
+    /// there too.
+    pub fn backed_by(backing: Arc<dyn CodeStore>) -> Self {
+        Self {
+            backing: Some(backing),
+            ..Self::default()
+        }
+    }
+
+    /// What it counted so far.
+    pub fn stats(&self) -> SharedStats {
+        SharedStats {
+            reservations: self.reservations.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            waited: Duration::from_nanos(self.waited_nanos.load(Ordering::Relaxed)),
+            entries: self
+                .lock()
+                .values()
+                .filter(|s| matches!(s, Slot::Ready(_)))
+                .count() as u64,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<StoreKey, Slot>> {
+        // Every critical section is one map operation on whole slots, so a
+        // panic while the lock was held leaves a consistent map.
+        self.slots
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Makes `value` the value of `key`, ending any reservation, and wakes
+    /// the waiters.
+    fn fill(&self, key: &StoreKey, value: Arc<[u8]>) {
+        self.lock().insert(*key, Slot::Ready(value));
+        self.changed.notify_all();
+    }
+}
+
+impl CodeStore for SharedStore {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.lock().get(key) {
+            Some(Slot::Ready(value)) => Ok(Some(value.to_vec())),
+            Some(Slot::Reserved) | None => Ok(None),
+        }
+    }
+
+    fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut slots = self.lock();
+        let mut waited_since: Option<Instant> = None;
+        loop {
+            match slots.get(key) {
+                Some(Slot::Ready(value)) => {
+                    let value = value.to_vec();
+                    drop(slots);
+                    if let Some(start) = waited_since {
+                        self.waits.fetch_add(1, Ordering::Relaxed);
+                        let nanos = start.elapsed().as_nanos() as u64;
+                        self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
+                    }
+                    return Ok(Some(value));
+                }
+                Some(Slot::Reserved) => {
+                    waited_since.get_or_insert_with(Instant::now);
+                    slots = self
+                        .changed
+                        .wait(slots)
+                        .unwrap_or_else(|poison| poison.into_inner());
+                }
+                None => break,
+            }
+        }
+        slots.insert(*key, Slot::Reserved);
+        drop(slots);
+        self.reservations.fetch_add(1, Ordering::Relaxed);
+        if let Some(start) = waited_since {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            let nanos = start.elapsed().as_nanos() as u64;
+            self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
+        // Reserved: the backing store may have it (asked without the lock;
+        // others wait meanwhile, as for a compile).
+        if let Some(backing) = &self.backing
+            && let Ok(Some(value)) = backing.get(key)
+        {
+            self.fill(key, value.as_slice().into());
+            return Ok(Some(value));
+        }
+        Ok(None)
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        self.fill(key, value.into());
+        match &self.backing {
+            Some(backing) => backing.put(key, value),
+            None => Ok(()),
+        }
+    }
+
+    fn release(&self, key: &StoreKey) {
+        let mut slots = self.lock();
+        if let Some(Slot::Reserved) = slots.get(key) {
+            slots.remove(key);
+        }
+        drop(slots);
+        self.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+
+    fn key(n: u8) -> StoreKey {
+        StoreKey::from_bytes([n; 32])
+    }
+
+    #[test]
+    fn one_thread_reserves_the_others_wait_for_its_value() {
+        let store = Arc::new(SharedStore::new());
+        let threads = 8;
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (store, barrier) = (store.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    match store.get_or_reserve(&key(1)).unwrap() {
+                        Some(value) => value,
+                        None => {
+                            // The one reservation: "compile", then put.
+                            std::thread::sleep(Duration::from_millis(20));
+                            store.put(&key(1), b"code").unwrap();
+                            b"code".to_vec()
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), b"code");
+        }
+        let stats = store.stats();
+        assert_eq!(stats.reservations, 1);
+        assert_eq!(stats.entries, 1);
+    }
+
+    #[test]
+    fn a_released_or_abandoned_reservation_passes_to_a_waiter() {
+        let store = Arc::new(SharedStore::new());
+        assert_eq!(store.get_or_reserve(&key(2)).unwrap(), None);
+        let waiter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                // Blocks until the reservation ends, then reserves itself.
+                let found = store.get_or_reserve(&key(2)).unwrap();
+                if found.is_none() {
+                    store.put(&key(2), b"second").unwrap();
+                }
+                found
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        // The first "compile" fails: released, not put.
+        store.release(&key(2));
+        assert_eq!(waiter.join().unwrap(), None);
+        assert_eq!(store.get(&key(2)).unwrap().as_deref(), Some(&b"second"[..]));
+        // A thread that panics holding a reservation: the module releases
+        // it (its compile runs under catch_unwind); releasing a key that
+        // has a value changes nothing.
+        store.release(&key(2));
+        assert_eq!(store.get(&key(2)).unwrap().as_deref(), Some(&b"second"[..]));
+        assert_eq!(store.stats().reservations, 2);
+    }
+
+    #[test]
+    fn a_backing_store_is_asked_once_per_reservation_and_written_through() {
+        let backing = Arc::new(super::super::MemoryStore::new());
+        backing.put(&key(3), b"stored").unwrap();
+        let store = SharedStore::backed_by(backing.clone());
+        assert_eq!(
+            store.get_or_reserve(&key(3)).unwrap().as_deref(),
+            Some(&b"stored"[..])
+        );
+        assert_eq!(store.get(&key(3)).unwrap().as_deref(), Some(&b"stored"[..]));
+        assert_eq!(store.get_or_reserve(&key(4)).unwrap(), None);
+        store.put(&key(4), b"new").unwrap();
+        assert_eq!(backing.get(&key(4)).unwrap().as_deref(), Some(&b"new"[..]));
+    }
+}

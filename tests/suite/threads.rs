@@ -1,0 +1,181 @@
+//! JIT threads sharing one code store (`SharedStore`): each thread has its
+//! own `DedupModule<JITModule>`, every template is compiled once in total,
+//! every function returns what plain `JITModule` returns, and a compile
+//! that fails or panics on one thread never leaves another waiting.
+
+use crate::common::build::{call1, declare, define, emit_call};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
+use cranelift_codegen::isa::CallConv;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use jitfold::store::{CodeStore, SharedStore};
+use jitfold::{DedupError, DedupModule, DedupOptions, Stats};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+/// Leaves with distinct constants (one template each) and a caller of
+/// each (one template for all callers).
+fn leaves() -> i64 {
+    if std::env::var_os("JITFOLD_STRESS").is_some() {
+        2000
+    } else {
+        60
+    }
+}
+
+/// Builds the program in `m`, in an order rotated by `rotate`; returns the
+/// ids in one order whatever the order of definition.
+fn build<M: Module>(m: &mut M, rotate: usize) -> Vec<FuncId> {
+    let n = leaves();
+    let conv = m.isa().default_call_conv();
+    let mut order: Vec<i64> = (0..n).collect();
+    order.rotate_left(rotate % n as usize);
+    let mut leaves = vec![FuncId::from_u32(0); n as usize];
+    let mut callers = leaves.clone();
+    for &k in &order {
+        leaves[k as usize] = declare(m, &format!("leaf{k}"), conv);
+        callers[k as usize] = declare(m, &format!("caller{k}"), conv);
+    }
+    for &k in &order {
+        define(m, leaves[k as usize], |b, _, p| {
+            let t = b.ins().imul_imm_s(p[0], 3 + k);
+            let r = b.ins().iadd_imm_s(t, 1000 * k);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        let leaf = leaves[k as usize];
+        define(m, callers[k as usize], |b, m, p| {
+            let one = b.ins().iconst(I64, 1);
+            let x = b.ins().iadd(p[0], one);
+            let r = emit_call(b, m, leaf, x);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    leaves.into_iter().chain(callers).collect()
+}
+
+fn results(ptr: impl Fn(FuncId) -> *const u8, ids: &[FuncId]) -> Vec<i64> {
+    ids.iter()
+        .flat_map(|&id| [-3, 0, 7].map(|x| call1(ptr(id), x)))
+        .collect()
+}
+
+fn builder() -> JITBuilder {
+    JITBuilder::new(default_libcall_names()).unwrap()
+}
+
+/// Runs `threads` threads, each defining the program through its own
+/// module on `store`; returns each thread's statistics and results.
+fn run_threads(
+    threads: usize,
+    store: Arc<SharedStore>,
+    options: DedupOptions,
+) -> Vec<(Stats, Vec<i64>)> {
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut m = DedupModule::with_options(builder(), options)
+                    .with_store(store as Arc<dyn CodeStore>, None);
+                barrier.wait();
+                let ids = build(&mut m, t * 7);
+                m.finalize_definitions().unwrap();
+                let out = results(|id| m.get_finalized_function(id), &ids);
+                (m.stats().clone(), out)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn every_template_is_compiled_once_across_threads() {
+    let expected = {
+        let mut m = JITModule::new(builder());
+        let ids = build(&mut m, 0);
+        m.finalize_definitions().unwrap();
+        results(|id| m.get_finalized_function(id), &ids)
+    };
+    // The leaves' templates and the callers' one.
+    let templates = leaves() as u64 + 1;
+    for (threads, options) in [
+        (4, DedupOptions::default()),
+        (3, DedupOptions::batch()),
+        (2, DedupOptions::default().with_reuse(false)),
+    ] {
+        let store = Arc::new(SharedStore::new());
+        let runs = run_threads(threads, store.clone(), options);
+        let compiled: u64 = runs.iter().map(|(s, _)| s.compiled).sum();
+        assert_eq!(compiled, templates, "{options}: {:?}", store.stats());
+        assert_eq!(store.stats().reservations, templates);
+        for (stats, out) in &runs {
+            assert_eq!(out, &expected, "{options}");
+            assert_eq!(stats.store_rejected + stats.store_errors, 0, "{stats}");
+        }
+    }
+}
+
+/// On x86-64, a `return_call` without `preserve_frame_pointers` makes
+/// Cranelift panic at emission (see `errors.rs`): every thread that defines
+/// it gets the panic as its error, in turn, and none waits forever.
+#[test]
+fn a_panicking_compile_releases_the_threads_waiting_for_it() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let threads = 4;
+    let store = Arc::new(SharedStore::new());
+    let barrier = Arc::new(Barrier::new(threads));
+    let after_all = Arc::new(Barrier::new(threads));
+    let (done, finished) = mpsc::channel();
+    for _ in 0..threads {
+        let (store, barrier, done) = (store.clone(), barrier.clone(), done.clone());
+        let after_all = after_all.clone();
+        std::thread::spawn(move || {
+            let mut m = DedupModule::with_options(builder(), DedupOptions::default())
+                .with_store(store as Arc<dyn CodeStore>, None);
+            let mut sig = m.make_signature();
+            sig.call_conv = CallConv::Tail;
+            sig.params.push(AbiParam::new(I64));
+            sig.returns.push(AbiParam::new(I64));
+            let callee = m.declare_function("callee", Linkage::Local, &sig).unwrap();
+            let f = m
+                .declare_function("tail_caller", Linkage::Local, &sig)
+                .unwrap();
+            barrier.wait();
+            let result = define(&mut m, f, |b, m, p| {
+                let callee = m.declare_func_in_func(callee, b.func);
+                b.ins().return_call(callee, &[p[0]]);
+            });
+            let panicked = matches!(
+                result.as_ref().map_err(DedupError::of),
+                Err(Some(DedupError::CraneliftPanic { .. }))
+            );
+            let _ = done.send(panicked);
+            // Every thread gets its error before any defines anything else
+            // (which would end a reservation left behind).
+            after_all.wait();
+            let conv = m.isa().default_call_conv();
+            let g = declare(&mut m, "after", conv);
+            let defined = define(&mut m, g, |b, _, p| {
+                let r = b.ins().iadd_imm_s(p[0], 1);
+                b.ins().return_(&[r]);
+            });
+            let _ = done.send(defined.is_ok());
+        });
+    }
+    for round in ["panicked", "defined a function after the panic"] {
+        for _ in 0..threads {
+            let ok = finished
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a thread waits forever for a compile that panicked");
+            assert!(ok, "a thread has not {round}");
+        }
+    }
+    // Each thread reserved the panicking template in turn (and `after`'s
+    // once).
+    assert_eq!(store.stats().reservations, threads as u64 + 1);
+}
