@@ -38,6 +38,7 @@ use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::{Block, Function, Inst};
 use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::isa::unwind::UnwindInfo;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
@@ -319,6 +320,8 @@ pub struct Compiled {
     pub code: MachineCode,
     /// Wall time of `Context::compile`.
     pub time: Duration,
+    /// The code's unwind information, where the ISA gives one.
+    pub unwind: Option<UnwindInfo>,
 }
 
 /// Compiles a copy of `func` for `isa` with a default control plane.
@@ -350,7 +353,10 @@ fn compile_with(
     let code = MachineCode::of(&ctx)
         .ok_or_else(|| "no compiled code after a successful compile".to_string())?;
     let text = ctx.compiled_code().and_then(|c| c.vcode.clone());
-    Ok((Compiled { code, time }, text))
+    let unwind = ctx
+        .compiled_code()
+        .and_then(|c| c.create_unwind_info(isa).ok().flatten());
+    Ok((Compiled { code, time, unwind }, text))
 }
 
 /// The text of a panic payload.

@@ -45,13 +45,14 @@
 //!   fingerprinting.
 
 use crate::cache::{ClassId, DedupCache};
-use crate::compile::{self, MachineCode, Renaming, compile, with_quiet_panics};
+use crate::compile::{self, Compiled, MachineCode, Renaming, compile, with_quiet_panics};
 use crate::corpus::{
     CorpusError, FileOutcome, find_clif_files, load_file, qualify_test_case_names,
 };
 use crate::fingerprint::{Fingerprinter, SymbolName};
 use crate::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
 use crate::refine::{CallGraph, NodeId};
+use crate::store::{CodeContext, CodeStore, Entry, StoreKey};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -117,6 +118,13 @@ pub struct CompileSummary {
     pub baseline_code_bytes: u64,
     /// Code bytes of one function per class.
     pub dedup_code_bytes: u64,
+    /// With a cache: functions to compile whose code came from the cache.
+    pub cache_loaded: usize,
+    /// With a cache: functions compiled and stored.
+    pub cache_stored: usize,
+    /// With a cache: entries that did not check out, or whose code was not
+    /// the function's own (then compiled and stored again).
+    pub cache_rejected: usize,
 }
 
 impl CompileSummary {
@@ -200,6 +208,11 @@ pub struct ReportOptions<'a> {
     pub reuse: bool,
     /// Refine classes over the call graph (`--merge calls`).
     pub merge_calls: bool,
+    /// With `compile_isa`: look each function to be compiled up in this
+    /// code store first, and store what is compiled (`--cache`); the
+    /// dedup time then counts a hit as its lookup, and a miss as its
+    /// compile plus its store write.
+    pub cache: Option<&'a dyn CodeStore>,
 }
 
 /// `--merge calls`: what call-graph refinement found.
@@ -319,6 +332,7 @@ fn build_inner(
     let mut by_isa: HashMap<String, usize> = HashMap::new();
     let mut compiling = options.compile_isa.map(|isa| Compiling {
         isa,
+        cache: options.cache.map(|store| (store, CodeContext::of(isa))),
         summary: CompileSummary {
             isa: isa.triple().to_string(),
             ..CompileSummary::default()
@@ -518,6 +532,7 @@ impl Grouping {
                     step,
                     kept_template,
                     names: &walk.names,
+                    walk,
                 };
                 c.compile(code, &func, &name, planned);
             }
@@ -558,11 +573,15 @@ struct Planned<'a> {
     kept_template: Option<ClassId>,
     /// Its names in slot order.
     names: &'a [SymbolName],
+    /// Its walk, for its template (`--cache`).
+    walk: &'a Walk,
 }
 
 /// The state of `--compile` and `--verify` while files are read.
 struct Compiling<'a> {
     isa: &'a dyn TargetIsa,
+    /// `--cache`: the store and what its entries must be for.
+    cache: Option<(&'a dyn CodeStore, CodeContext)>,
     summary: CompileSummary,
     verify: Option<VerifySummary>,
 }
@@ -632,7 +651,8 @@ impl Compiling<'_> {
             // An adapter is counted as compiled: its own compile time.
             Step::Adapter(_) | Step::Compile => {
                 self.summary.dedup_code_bytes += bytes;
-                self.summary.dedup_time += compiled.time;
+                let time = self.compile_or_load(&planned, &compiled);
+                self.summary.dedup_time += time;
                 if let Some(template) = planned.kept_template {
                     let kept = self.kept(name, func, &compiled.code);
                     code.template_code[template] = Some((kept, planned.names.to_vec()));
@@ -655,7 +675,7 @@ impl Compiling<'_> {
         name: &FunctionName,
         func: &Function,
         names: &[SymbolName],
-        own: &crate::compile::Compiled,
+        own: &Compiled,
     ) {
         let Some((rep, rep_names)) = &code.template_code[template] else {
             self.summary.dedup_time += own.time;
@@ -683,6 +703,48 @@ impl Compiling<'_> {
                 .reuse_mismatches
                 .push((name.clone(), rep.name.clone(), what));
         }
+    }
+
+    /// The time getting the code of a function to compile takes: its
+    /// compile time, or with a cache, the lookup of its entry if that
+    /// holds its own code, otherwise its compile time and the write of its
+    /// entry.
+    fn compile_or_load(&mut self, planned: &Planned<'_>, compiled: &Compiled) -> Duration {
+        let Some((store, context)) = &self.cache else {
+            return compiled.time;
+        };
+        let template = planned.walk.fingerprint.to_template();
+        let start = Instant::now();
+        let key = StoreKey::of(context, &template);
+        let loaded = store.get(&key).ok().flatten().map(|bytes| {
+            Entry::decode(&bytes, context, &template, None)
+                .ok()
+                .and_then(|entry| entry.code(planned.names))
+        });
+        let lookup = start.elapsed();
+        match loaded {
+            Some(Some(code)) if code == compiled.code => {
+                self.summary.cache_loaded += 1;
+                return lookup;
+            }
+            Some(_) => self.summary.cache_rejected += 1,
+            None => {}
+        }
+        let start = Instant::now();
+        let unwind = compiled.unwind.as_ref();
+        let entry = Entry::new(
+            &template,
+            planned.names,
+            &compiled.code,
+            compiled.time,
+            unwind,
+        );
+        if let Some(entry) = entry
+            && store.put(&key, &entry.encode(context, None)).is_ok()
+        {
+            self.summary.cache_stored += 1;
+        }
+        lookup + compiled.time + start.elapsed()
     }
 
     /// `func` (named `name`, compiled to `code`) as kept for comparisons.

@@ -85,6 +85,11 @@ struct ReportArgs {
     /// graph (`calls`; adds `refined_merged`, `refine_rounds`, `refine_s`).
     #[arg(long, value_enum, default_value_t = MergeArg::Exact)]
     merge: MergeArg,
+    /// With `--compile`: a directory of compiled code kept across runs (a
+    /// code store); functions whose code it holds count their lookup, not
+    /// their compile, in the dedup time.
+    #[arg(long, value_name = "DIR", requires = "compile")]
+    cache: Option<PathBuf>,
     /// `.clif` files or directories (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -179,6 +184,14 @@ fn run_report(args: &ReportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let cache = match args.cache.as_ref().map(jitfold::store::DirectoryStore::new) {
+        None => None,
+        Some(Ok(store)) => Some(store),
+        Some(Err(e)) => {
+            eprintln!("jitfold report: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut bar = Bar::default();
     let options = report::ReportOptions {
         default_isa: Some(&*isa),
@@ -186,6 +199,7 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         verify: args.verify,
         reuse: args.reuse,
         merge_calls: args.merge == MergeArg::Calls,
+        cache: cache.as_ref().map(|c| c as &dyn jitfold::store::CodeStore),
     };
     let report = match report::build(&args.paths, &options, &mut bar) {
         Ok(r) => r,
@@ -340,6 +354,9 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
             "dedup_s": c.dedup_time.as_secs_f64(),
             "baseline_code_bytes": c.baseline_code_bytes,
             "dedup_code_bytes": c.dedup_code_bytes,
+            "cache_loaded": c.cache_loaded,
+            "cache_stored": c.cache_stored,
+            "cache_rejected": c.cache_rejected,
         });
     }
     if let Some(v) = &r.verify {
@@ -433,6 +450,12 @@ fn print_summary(r: &Report, with_groups: bool) {
             c.dedup_time.as_secs_f64(),
             c.dedup_code_bytes
         );
+        if c.cache_loaded + c.cache_stored + c.cache_rejected > 0 {
+            println!(
+                "  cache: {} loaded, {} compiled and stored, {} rejected",
+                c.cache_loaded, c.cache_stored, c.cache_rejected
+            );
+        }
         let reasons = c.errors_by_reason();
         for (reason, n) in reasons.iter().take(10) {
             println!("  {n:>6} cannot compile: {reason}");
