@@ -363,16 +363,17 @@ pub fn compare(
     stubs: usize,
     options: &[crate::DedupOptions],
 ) -> ModuleResult<Vec<Run>> {
-    compare_with_store(units, stubs, options, None)
+    compare_with_store(units, stubs, options, None, None)
 }
 
 /// [`compare`], with every `DedupModule` looking functions up in `store`
-/// (and storing what it compiles) first.
+/// (and storing what it compiles) first, entries signed with `secret`.
 pub fn compare_with_store(
     units: usize,
     stubs: usize,
     options: &[crate::DedupOptions],
     store: Option<std::sync::Arc<dyn crate::store::CodeStore>>,
+    secret: Option<crate::store::Secret>,
 ) -> ModuleResult<Vec<Run>> {
     use cranelift_jit::{JITBuilder, JITModule};
     use std::time::Instant;
@@ -410,7 +411,7 @@ pub fn compare_with_store(
         let start = Instant::now();
         let mut dedup = crate::DedupModule::with_options(builder()?, opts);
         if let Some(store) = &store {
-            dedup = dedup.with_store(store.clone(), None);
+            dedup = dedup.with_store(store.clone(), secret.clone());
         }
         let workload = build(&mut dedup, units, stubs)?;
         dedup.finalize_definitions()?;

@@ -125,13 +125,14 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
             }
         },
     };
-    let runs = match jitfold::demo::compare_with_store(args.units, args.stubs, &options, store) {
-        Ok(runs) => runs,
-        Err(e) => {
-            eprintln!("jitfold demo: {e}");
-            return ExitCode::from(1);
-        }
-    };
+    let runs =
+        match jitfold::demo::compare_with_store(args.units, args.stubs, &options, store, None) {
+            Ok(runs) => runs,
+            Err(e) => {
+                eprintln!("jitfold demo: {e}");
+                return ExitCode::from(1);
+            }
+        };
     let plain = &runs[0];
     println!(
         "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10} {:>8}",
