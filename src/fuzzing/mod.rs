@@ -4,7 +4,7 @@
 //! same machine code ([`machine_code`]), whose calls run in
 //! child processes so that a trap is an outcome ([`isolated`]; Unix only).
 //! The cargo-fuzz targets in `fuzz/` and the seeded test in
-//! `tests/fuzz_seeds.rs` are thin callers of [`differential_bytes`] and
+//! `tests/suite/fuzz_seeds.rs` are thin callers of [`differential_bytes`] and
 //! [`fingerprint_bytes`].
 
 pub mod differential;
