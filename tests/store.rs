@@ -389,6 +389,15 @@ fn entries_of_another_context_or_template_are_rejected() {
         Entry::decode(&s.signed, &s.context, &h.template, Some(&s.secret)),
         Err(EntryRejected::OtherTemplate)
     );
+    // A template of the same length that differs in one word.
+    let h8 = compiled(&H.replace("iconst.i64 7", "iconst.i64 8"), &s.isa);
+    assert_eq!(h8.template.key().len(), h.template.key().len());
+    assert_ne!(h8.template, h.template);
+    let h_bytes = entry_of(&h).encode(&s.context, None);
+    assert_eq!(
+        Entry::decode(&h_bytes, &s.context, &h8.template, None),
+        Err(EntryRejected::OtherTemplate)
+    );
 }
 
 /// An entry stored under another entry's key (a copied file, a replayed
@@ -1124,6 +1133,54 @@ mod redis_store {
             assert!(store.get(&key(1)).is_err());
         }
         server.join().unwrap();
+    }
+
+    /// A server that stops answering mid-use (stopped with `SIGSTOP`, as a
+    /// server stalled by a long command, a fork or swapping): an operation
+    /// on the open connection times out, and once the server resumes the
+    /// store works again.
+    #[test]
+    fn a_stalled_server_times_out_and_is_used_again() {
+        let Some(mut server) = Server::start("stalled", &[]) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url())
+            .unwrap()
+            .with_retry_interval(Duration::ZERO);
+        store.put(&key(1), b"before").unwrap();
+        let pid = server.child.as_ref().unwrap().id().to_string();
+        let signal = |name: &str| {
+            let status = Command::new("kill").args([name, &pid]).status().unwrap();
+            assert!(status.success());
+        };
+        signal("-STOP");
+        // Should the store hang, the server resumes after a while, so that
+        // the test fails instead of hanging too.
+        let (resumed, watch) = std::sync::mpsc::channel::<()>();
+        let watchdog = {
+            let pid = pid.clone();
+            std::thread::spawn(move || {
+                let timed_out = watch.recv_timeout(HANG);
+                if timed_out == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+                }
+            })
+        };
+        let start = Instant::now();
+        let error = store.get(&key(1)).unwrap_err();
+        let StoreError::Redis { operation, source } = &error else {
+            panic!("{error}");
+        };
+        assert_eq!(*operation, "GET");
+        assert!(source.is_timeout(), "{error}");
+        // A new connection cannot be set up either.
+        assert!(store.get(&key(1)).is_err());
+        assert!(start.elapsed() < HANG);
+        signal("-CONT");
+        resumed.send(()).unwrap();
+        watchdog.join().unwrap();
+        assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"before"[..]));
+        server.kill();
     }
 
     #[test]
