@@ -1,7 +1,7 @@
 //! The embedded code store: one file per entry in a directory, shared by
 //! every process that opens the same directory, bounded in size.
 //!
-//! Each value is the file named by its key's 64 hex digits
+//! Each value is the file named by its key's 32 hex digits
 //! ([`StoreKey::hex`]). A `put` writes a temporary file in the same
 //! directory (`.tmp-…`, a name no other writer uses) and renames it over
 //! the entry's name; a `get` reads the file and sets its modification time
