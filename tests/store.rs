@@ -1014,6 +1014,49 @@ mod redis_store {
         }
     }
 
+    /// The child side of the two-process test: compiles `F` and stores
+    /// its signed entry in the Redis server at `JITFOLD_STORE_CHILD_REDIS`
+    /// (does nothing when it is not set).
+    #[test]
+    #[ignore = "run by the two-process Redis test as a child process"]
+    fn child_redis_writer() {
+        let Ok(url) = std::env::var("JITFOLD_STORE_CHILD_REDIS") else {
+            return;
+        };
+        let s = sample();
+        let store = RedisStore::new(&url).unwrap();
+        store
+            .put(&StoreKey::of(&s.context, &s.f.template), &s.signed)
+            .unwrap();
+    }
+
+    /// An entry stored by another process is a hit here, for a function
+    /// built with other names and other value and block numbers.
+    #[test]
+    fn another_process_entry_serves_this_process() {
+        let Some(server) = Server::start("two-processes", &[]) else {
+            return;
+        };
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "redis_store::child_redis_writer"])
+            .env("JITFOLD_STORE_CHILD_REDIS", server.url())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let isa = isa();
+        let context = CodeContext::of(&*isa);
+        let g = compiled(G, &isa);
+        let store = RedisStore::new(&server.url()).unwrap();
+        let bytes = store
+            .get(&StoreKey::of(&context, &g.template))
+            .unwrap()
+            .expect("the child stored the entry of F, which has G's template");
+        let secret = Secret::derive(b"test key material");
+        let entry = Entry::decode(&bytes, &context, &g.template, Some(&secret)).unwrap();
+        assert_eq!(entry.code(&g.names), Some(g.code));
+    }
+
     #[test]
     fn corrupt_and_misplaced_entries_in_redis_are_rejected() {
         let Some(server) = Server::start("corrupt", &[]) else {
