@@ -7,6 +7,11 @@
 //! the entry's name; a `get` reads the file and sets its modification time
 //! to now, which is what eviction orders by.
 //!
+//! Whoever can write to the directory can choose the code its readers run
+//! unless entries are signed (see the [trust model](super#trust-model)):
+//! give it permissions that only trusted writers have. [`DirectoryStore::new`]
+//! creates it with the process's default permissions.
+//!
 //! # What this module guarantees
 //!
 //! 1. **No torn entries.** Rename within a directory is atomic on POSIX

@@ -36,7 +36,8 @@ pub struct CodeContext {
 }
 
 impl CodeContext {
-    /// The context of code compiled by `isa`.
+    /// The context of code compiled by `isa`. Formats every setting:
+    /// compute it once per ISA (a module's lifetime), not per function.
     pub fn of(isa: &dyn TargetIsa) -> Self {
         let mut text = format!(
             "jitfold code context\ncranelift {CRANELIFT_VERSION}\nkey format {KEY_FORMAT_VERSION}\ntriple {}\n",
