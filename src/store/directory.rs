@@ -1,11 +1,16 @@
 //! The embedded code store: one file per entry in a directory, shared by
 //! every process that opens the same directory, bounded in size.
 //!
-//! Each value is the file named by its key's 64 hex digits
+//! Each value is the file named by its key's 32 hex digits
 //! ([`StoreKey::hex`]). A `put` writes a temporary file in the same
 //! directory (`.tmp-…`, a name no other writer uses) and renames it over
 //! the entry's name; a `get` reads the file and sets its modification time
 //! to now, which is what eviction orders by.
+//!
+//! Whoever can write to the directory can choose the code its readers run
+//! unless entries are signed (see the [trust model](super#trust-model)):
+//! give it permissions that only trusted writers have. [`DirectoryStore::new`]
+//! creates it with the process's default permissions.
 //!
 //! # What this module guarantees
 //!
@@ -152,7 +157,7 @@ impl DirectoryStore {
     /// What the directory holds, without evicting anything (stale
     /// temporary files are not counted, nor deleted).
     pub fn usage(&self) -> Result<Usage, StoreError> {
-        let (files, _) = self.scan(false)?;
+        let files = self.scan(false)?;
         Ok(Usage {
             entries: files.iter().filter(|f| f.entry).count() as u64,
             bytes: files.iter().map(|f| f.len).sum(),
@@ -173,17 +178,14 @@ impl DirectoryStore {
     }
 
     /// The files that count towards the size, deleting stale temporary
-    /// files when `clean`; with whether any read failed.
-    fn scan(&self, clean: bool) -> Result<(Vec<Counted>, bool), StoreError> {
+    /// files when `clean`. A file that cannot be listed or looked at (gone
+    /// since the listing began, say) does not count.
+    fn scan(&self, clean: bool) -> Result<Vec<Counted>, StoreError> {
         let now = SystemTime::now();
         let mut files = Vec::new();
-        let mut partial = false;
         let listing = fs::read_dir(&self.dir).map_err(self.io_error("list", self.dir.clone()))?;
         for item in listing {
-            let Ok(item) = item else {
-                partial = true;
-                continue;
-            };
+            let Ok(item) = item else { continue };
             let name = item.file_name();
             let Some(name) = name.to_str() else { continue };
             let entry = StoreKey::from_hex(name).is_some();
@@ -214,11 +216,15 @@ impl DirectoryStore {
                 entry,
             });
         }
-        Ok((files, partial))
+        Ok(files)
     }
 
     fn scan_and_evict(&self) -> Result<Usage, StoreError> {
-        let (mut files, _) = self.scan(true)?;
+        // Writes counted before the scan lists the directory are in what
+        // it finds; those counted while it runs may not be, and stay
+        // counted.
+        let counted = self.since_scan.load(Ordering::Relaxed);
+        let mut files = self.scan(true)?;
         let mut bytes: u64 = files.iter().map(|f| f.len).sum();
         let mut evicted = 0;
         if bytes > self.max_bytes {
@@ -239,8 +245,8 @@ impl DirectoryStore {
                 file.len = 0;
             }
         }
-        self.estimated.store(bytes, Ordering::Relaxed);
-        self.since_scan.store(0, Ordering::Relaxed);
+        let during = self.since_scan.fetch_sub(counted, Ordering::Relaxed) - counted;
+        self.estimated.store(bytes + during, Ordering::Relaxed);
         Ok(Usage {
             entries: files.iter().filter(|f| f.entry).count() as u64,
             bytes,

@@ -834,4 +834,170 @@ mod tests {
             [KnownSymbol::ElfGlobalOffsetTable, KnownSymbol::CoffTlsIndex]
         );
     }
+
+    /// A small entry of every target kind, built by hand.
+    fn small() -> Entry {
+        Entry {
+            template: vec![3, 1, 4, 1, 5].into(),
+            slots: 2,
+            bytes: (0..32).collect(),
+            alignment: 16,
+            relocs: vec![
+                EntryReloc {
+                    offset: 0,
+                    kind: Reloc::Abs8,
+                    addend: -8,
+                    target: EntryTarget::Slot(1),
+                },
+                EntryReloc {
+                    offset: 8,
+                    kind: Reloc::X86CallPCRel4,
+                    addend: -4,
+                    target: EntryTarget::LibCall(LibCall::Memcpy),
+                },
+                EntryReloc {
+                    offset: 12,
+                    kind: Reloc::X86PCRel4,
+                    addend: 0,
+                    target: EntryTarget::KnownSymbol(KnownSymbol::CoffTlsIndex),
+                },
+                EntryReloc {
+                    offset: 28,
+                    kind: Reloc::Abs4,
+                    addend: 3,
+                    target: EntryTarget::OwnOffset(32),
+                },
+            ],
+            compile_time: Duration::from_nanos(123_456_789),
+            unwind: EntryUnwind::Omitted,
+        }
+    }
+
+    fn context() -> CodeContext {
+        CodeContext::from_text("unit".into())
+    }
+
+    /// Recomputes the checksum of a changed plain entry.
+    fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes.truncate(bytes.len() - CHECKSUM_BYTES);
+        let checksum = xxhash_rust::xxh3::xxh3_128(&bytes);
+        bytes.extend_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Entry, EntryRejected> {
+        Entry::decode_words(bytes, &context(), &[3, 1, 4, 1, 5], None)
+    }
+
+    /// Where the relocation records start in an encoding of [`small`].
+    const RELOCS_AT: usize = 12 + 32 + 4 + 5 * 4 + 4 + 4 + 8 + 4 + 32 + 4;
+
+    #[test]
+    fn the_format_is_pinned() {
+        let entry = small();
+        let bytes = entry.encode(&context(), None);
+        assert_eq!(decode(&bytes), Ok(entry.clone()));
+        assert_eq!(
+            u32::from_le_bytes(bytes[RELOCS_AT - 4..RELOCS_AT].try_into().unwrap()),
+            4
+        );
+        // Any change of the layout, a number or the checksum shows here;
+        // it must come with a new FORMAT_VERSION.
+        assert_eq!(
+            blake3::hash(&bytes).to_hex()[..16],
+            *"c3b235196be94fa2",
+            "{bytes:02x?}"
+        );
+        let signed = entry.encode(&context(), Some(&Secret::new([1; 32])));
+        assert_eq!(signed.len(), bytes.len() + MAC_BYTES);
+        assert_eq!(
+            signed[..bytes.len() - CHECKSUM_BYTES],
+            bytes[..bytes.len() - CHECKSUM_BYTES][..]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| if i == 10 { b | 1 } else { *b })
+                .collect::<Vec<_>>()[..]
+        );
+    }
+
+    /// Each structural check, on an entry whose checksum is right.
+    #[test]
+    fn malformed_entries_with_a_good_checksum_are_rejected() {
+        let good = small().encode(&context(), None);
+        let patched = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            decode(&reseal(b))
+        };
+        // Record 0: offset 0..4, kind 4, target kind 5, addend 6..14,
+        // target 14..18.
+        let r = RELOCS_AT;
+        assert_eq!(
+            patched(r + 4, &[200]),
+            Err(EntryRejected::BadRelocKind(200))
+        );
+        assert_eq!(patched(r + 5, &[9]), Err(EntryRejected::BadTargetKind(9)));
+        assert_eq!(
+            patched(r + 14, &2u32.to_le_bytes()),
+            Err(EntryRejected::SlotOutOfRange { slot: 2, slots: 2 })
+        );
+        // Record 1 is a libcall, record 2 a known symbol.
+        let r1 = r + RELOC_BYTES;
+        let r2 = r1 + RELOC_BYTES;
+        assert_eq!(
+            patched(r1 + 14, &18u32.to_le_bytes()),
+            Err(EntryRejected::BadLibCall(18))
+        );
+        assert_eq!(
+            patched(r1 + 14, &256u32.to_le_bytes()),
+            Err(EntryRejected::BadLibCall(256))
+        );
+        assert_eq!(
+            patched(r2 + 14, &2u32.to_le_bytes()),
+            Err(EntryRejected::BadKnownSymbol(2))
+        );
+        // An Abs8 at 25 patches 25..33, past the 32 code bytes.
+        assert_eq!(
+            patched(r, &25u32.to_le_bytes()),
+            Err(EntryRejected::OutsideCode { offset: 25 })
+        );
+        assert!(patched(r, &24u32.to_le_bytes()).is_ok());
+        // An own offset past the end.
+        let r3 = r2 + RELOC_BYTES;
+        assert_eq!(
+            patched(r3 + 14, &33u32.to_le_bytes()),
+            Err(EntryRejected::OutsideCode { offset: 28 })
+        );
+        // Alignment (after the words and the slot count).
+        let align_at = 12 + 32 + 4 + 5 * 4 + 4;
+        assert_eq!(
+            patched(align_at, &12u32.to_le_bytes()),
+            Err(EntryRejected::BadAlignment(12))
+        );
+        assert_eq!(
+            patched(align_at, &0u32.to_le_bytes()),
+            Err(EntryRejected::BadAlignment(0))
+        );
+        // Unwind tag, the last byte before the checksum.
+        let unwind_at = good.len() - CHECKSUM_BYTES - 1;
+        assert_eq!(patched(unwind_at, &[3]), Err(EntryRejected::BadUnwind));
+        // A length that runs past the end.
+        assert_eq!(
+            patched(12 + 32, &1000u32.to_le_bytes()),
+            Err(EntryRejected::Truncated)
+        );
+        // A byte left over inside the checksummed part.
+        let mut longer = good.clone();
+        longer.insert(good.len() - CHECKSUM_BYTES, 0);
+        assert_eq!(decode(&reseal(longer)), Err(EntryRejected::TrailingBytes));
+    }
+
+    #[test]
+    fn entries_breaking_the_invariants_are_not_made() {
+        // `check_code` is what `new` relies on; the same checks as decode.
+        let mut entry = small();
+        assert_eq!(entry.check_code(), Ok(()));
+        entry.alignment = 3;
+        assert_eq!(entry.check_code(), Err(EntryRejected::BadAlignment(3)));
+    }
 }

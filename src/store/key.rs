@@ -9,8 +9,9 @@
 //!   jitfold is built against the same Cranelift and key format version.
 //! - [`StoreKey::of`] depends only on the entry format version, the
 //!   context and the template's key words: it is the same in every process
-//!   and on every machine (BLAKE3, no per-process seed), and distinct
-//!   contexts or templates get distinct keys unless BLAKE3 collides.
+//!   and on every machine (XXH3 with a fixed seed, no per-process state).
+//!   Distinct templates may collide (see [`StoreKey`]); entries are checked
+//!   against the whole template, so a collision is a miss.
 
 use super::entry::FORMAT_VERSION;
 use crate::fingerprint::{CRANELIFT_VERSION, KEY_FORMAT_VERSION, Template};
@@ -35,7 +36,8 @@ pub struct CodeContext {
 }
 
 impl CodeContext {
-    /// The context of code compiled by `isa`.
+    /// The context of code compiled by `isa`. Formats every setting:
+    /// compute it once per ISA (a module's lifetime), not per function.
     pub fn of(isa: &dyn TargetIsa) -> Self {
         let mut text = format!(
             "jitfold code context\ncranelift {CRANELIFT_VERSION}\nkey format {KEY_FORMAT_VERSION}\ntriple {}\n",
@@ -83,13 +85,20 @@ fn push_settings(text: &mut String, group: &str, values: Vec<Value>) {
     }
 }
 
-/// The key of a stored entry: a 256-bit BLAKE3 hash of the entry format
-/// version, the [`CodeContext`] and the template's key words, so that one
-/// key names the code of one template in one context. Written as 64
-/// lowercase hex digits ([`StoreKey::hex`]), which is the file name in a
-/// directory store.
+/// The key of a stored entry: a 128-bit XXH3 hash of the entry format
+/// version, the [`CodeContext`]'s digest and the template's key words, so
+/// that one key names the code of one template in one context. Written as
+/// 32 lowercase hex digits ([`StoreKey::hex`]), which is the file name in
+/// a directory store.
+///
+/// XXH3 is fast (the key is computed at every lookup) and not
+/// collision-resistant against someone who chooses the functions: two
+/// templates may share a key. That is safe because an entry holds its
+/// whole template key and [`Entry::decode`](super::Entry::decode)
+/// compares it, so a collision is a miss (and the two templates take turns
+/// in the store), never the other template's code.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StoreKey([u8; 32]);
+pub struct StoreKey([u8; 16]);
 
 impl StoreKey {
     /// The key of the code of `template` in `context`.
@@ -99,33 +108,34 @@ impl StoreKey {
 
     /// The key of the code of the template whose key words are `words`.
     pub fn of_words(context: &CodeContext, words: &[u32]) -> Self {
-        let mut hasher = blake3::Hasher::new_derive_key("jitfold code store key");
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(b"jitfold code store key");
         hasher.update(&FORMAT_VERSION.to_le_bytes());
         hasher.update(context.digest());
         hasher.update(&(words.len() as u64).to_le_bytes());
-        // Hashed in chunks, each word little-endian, without copying the
+        // Hashed in pieces, each word little-endian, without copying the
         // whole key.
-        let mut chunk = [0u8; 1024];
-        for words in words.chunks(chunk.len() / 4) {
-            for (bytes, word) in chunk.chunks_exact_mut(4).zip(words) {
+        let mut piece = [0u8; 4096];
+        for words in words.chunks(piece.len() / 4) {
+            for (bytes, word) in piece.chunks_exact_mut(4).zip(words) {
                 bytes.copy_from_slice(&word.to_le_bytes());
             }
-            hasher.update(&chunk[..words.len() * 4]);
+            hasher.update(&piece[..words.len() * 4]);
         }
-        Self(*hasher.finalize().as_bytes())
+        Self(hasher.digest128().to_le_bytes())
     }
 
     /// A key given by its bytes.
-    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
         Self(bytes)
     }
 
     /// The key's bytes.
-    pub fn as_bytes(&self) -> &[u8; 32] {
+    pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
 
-    /// The key as 64 lowercase hex digits.
+    /// The key as 32 lowercase hex digits.
     pub fn hex(&self) -> String {
         hex(&self.0)
     }
@@ -134,7 +144,7 @@ impl StoreKey {
     /// else (another length, uppercase or non-hex digits).
     pub fn from_hex(text: &str) -> Option<Self> {
         let text = text.as_bytes();
-        if text.len() != 64 {
+        if text.len() != 32 {
             return None;
         }
         let digit = |c: u8| match c {
@@ -142,7 +152,7 @@ impl StoreKey {
             b'a'..=b'f' => Some(c - b'a' + 10),
             _ => None,
         };
-        let mut bytes = [0u8; 32];
+        let mut bytes = [0u8; 16];
         for (byte, pair) in bytes.iter_mut().zip(text.chunks_exact(2)) {
             *byte = digit(pair[0])? << 4 | digit(pair[1])?;
         }
@@ -181,10 +191,10 @@ mod tests {
     fn hex_round_trips_and_rejects_other_text() {
         let key = StoreKey::from_bytes(core::array::from_fn(|i| (i * 37 + 5) as u8));
         let text = key.hex();
-        assert_eq!(text.len(), 64);
+        assert_eq!(text.len(), 32);
         assert_eq!(StoreKey::from_hex(&text), Some(key));
         assert_eq!(StoreKey::from_hex(&text.to_uppercase()), None);
-        assert_eq!(StoreKey::from_hex(&text[..63]), None);
+        assert_eq!(StoreKey::from_hex(&text[..31]), None);
         assert_eq!(StoreKey::from_hex(&format!("{text}0")), None);
         assert_eq!(StoreKey::from_hex(&format!("g{}", &text[1..])), None);
     }
@@ -198,10 +208,10 @@ mod tests {
         assert_ne!(key, StoreKey::of_words(&b, &[1, 2, 3]));
         assert_ne!(key, StoreKey::of_words(&a, &[1, 2, 4]));
         assert_ne!(key, StoreKey::of_words(&a, &[1, 2]));
-        // Longer than one hashing chunk: every word still counts.
-        let long: Vec<u32> = (0..1000).collect();
+        // Longer than one hashing piece: every word still counts.
+        let long: Vec<u32> = (0..10_000).collect();
         let mut other = long.clone();
-        other[999] = 0;
+        other[9_999] = 0;
         assert_ne!(
             StoreKey::of_words(&a, &long),
             StoreKey::of_words(&a, &other)
@@ -216,5 +226,5 @@ mod tests {
     /// The first 16 hex digits of the key of an empty template in an empty
     /// context, for this entry format version; a change means every stored
     /// key changes (and [`FORMAT_VERSION`] should too).
-    const PINNED_EMPTY_KEY_PREFIX: &str = "c22f1980f2d67b82";
+    const PINNED_EMPTY_KEY_PREFIX: &str = "afc452d188aba8df";
 }

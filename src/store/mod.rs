@@ -51,17 +51,21 @@
 //!   (a directory only its user can write, a Redis server on a private
 //!   network with access control).
 //! - With a secret, every entry carries a keyed BLAKE3 MAC over all of its
-//!   bytes, and an entry without a valid MAC is never used: a writer
-//!   without the secret can delete or corrupt entries (which costs
-//!   compilations), but cannot make a reader run code of its choosing.
-//!   The secret must be kept like a signing key: anyone who has it can sign
-//!   code that every process with it will run. The MAC does not hide the
-//!   code (entries are not encrypted) and does not stop an attacker from
-//!   replaying an older entry signed with the same secret for the same
-//!   template and context (which is the same code, so harmless, unless the
-//!   secret was used with another compiler build that emitted different
-//!   code under the same context, which the context's Cranelift version
-//!   makes unlikely).
+//!   bytes (the context, the template key, the code, the relocations), and
+//!   an entry without a valid MAC is never used: a writer without the
+//!   secret can delete, corrupt or swap entries (which costs compilations),
+//!   but cannot make a reader run code of its choosing. The secret must be
+//!   kept like a signing key: anyone who has it can sign code that every
+//!   process with it will run. Give each trust domain its own secret.
+//! - The MAC does not hide the code (entries are not encrypted). It does
+//!   not stop the replay of an older entry signed with the same secret for
+//!   the same context and template: that is code the same compiler made
+//!   for the same function, unless a jitfold or Cranelift build that
+//!   compiles differently shares the context (a patched build with an
+//!   unchanged version: give it another secret).
+//! - Checks happen before anything of an entry is used: the checksum, then
+//!   the MAC, then the context, the template and the code's structure (so
+//!   a relocation cannot patch outside the code).
 //!
 //! # Unwind information
 //!

@@ -7,6 +7,11 @@
 //! full server with the `noeviction` policy refuses `SET`, which is a
 //! [`StoreError`] like any other.
 //!
+//! Connections are plain TCP (or Unix sockets, `redis+unix://`): the
+//! `redis` crate's TLS support is not built in. Signed entries (see the
+//! [trust model](super#trust-model)) stay safe over an untrusted network
+//! path, but are not hidden from it.
+//!
 //! # What this module guarantees
 //!
 //! 1. **Bounded waits.** Connecting waits at most the connect timeout

@@ -192,7 +192,7 @@ mod tests {
     use std::sync::Barrier;
 
     fn key(n: u8) -> StoreKey {
-        StoreKey::from_bytes([n; 32])
+        StoreKey::from_bytes([n; 16])
     }
 
     #[test]

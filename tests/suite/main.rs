@@ -30,5 +30,6 @@ mod persistent;
 mod reuse;
 #[cfg(feature = "runtests")]
 mod runtests;
+mod store;
 mod threads;
 mod unwind;

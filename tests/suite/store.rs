@@ -1,0 +1,1380 @@
+//! The code store: entries of real compiled code round-trip and serve every
+//! function with their template; every kind of damaged, foreign or
+//! unauthenticated entry is rejected; the directory store is safe with
+//! concurrent threads and processes, with a writer killed mid-way, and
+//! stays bounded with least-recently-used eviction; the Redis store
+//! (feature `redis`) survives a server that is down, slow, full, killed and
+//! restarted.
+
+use cranelift_codegen::Context;
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::OwnedTargetIsa;
+use jitfold::Fingerprinter;
+use jitfold::code::MachineCode;
+use jitfold::isa::{flags, host_isa, jit_flags};
+use jitfold::store::{
+    CodeContext, CodeStore, DirectoryStore, Entry, EntryRejected, EntryTarget, EntryUnwind,
+    MemoryStore, Secret, StoreError, StoreKey,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Calls a name twice and a colocated name, reads two symbols (one with an
+/// offset, one colocated), and calls a libcall: relocations by slot of
+/// several kinds, and one by libcall.
+const F: &str = "function %f(i64, i64) -> i64 {
+    gv0 = symbol u1:5+8
+    gv1 = symbol colocated u1:6
+    sig0 = (i64) -> i64
+    sig1 = (i64, i64, i64)
+    fn0 = u0:1 sig0
+    fn1 = colocated u0:2 sig0
+    fn2 = %Memcpy sig1
+block0(v0: i64, v1: i64):
+    v2 = call fn0(v0)
+    v3 = call fn1(v2)
+    v4 = call fn0(v3)
+    v5 = symbol_value.i64 gv0
+    v6 = symbol_value.i64 gv1
+    call fn2(v5, v6, v1)
+    v7 = iadd v4, v5
+    v8 = iadd v7, v6
+    return v8
+}";
+
+/// `F` with other names in every slot, and other value and block numbers:
+/// the same template.
+const G: &str = "function %g(i64, i64) -> i64 {
+    gv3 = symbol u1:50+8
+    gv7 = symbol colocated u1:60
+    sig2 = (i64) -> i64
+    sig4 = (i64, i64, i64)
+    fn5 = u0:10 sig2
+    fn6 = colocated u0:20 sig2
+    fn9 = %Memcpy sig4
+block7(v10: i64, v11: i64):
+    v22 = call fn5(v10)
+    v23 = call fn6(v22)
+    v24 = call fn5(v23)
+    v25 = symbol_value.i64 gv3
+    v26 = symbol_value.i64 gv7
+    call fn9(v25, v26, v11)
+    v27 = iadd v24, v25
+    v28 = iadd v27, v26
+    return v28
+}";
+
+/// Another template (one constant differs).
+const H: &str = "function %h(i64) -> i64 {
+    sig0 = (i64) -> i64
+    fn0 = u0:1 sig0
+block0(v0: i64):
+    v1 = iconst.i64 7
+    v2 = iadd v0, v1
+    v3 = call fn0(v2)
+    return v3
+}";
+
+fn parse(text: &str) -> Function {
+    cranelift_reader::parse_functions(text).unwrap().remove(0)
+}
+
+fn isa() -> OwnedTargetIsa {
+    host_isa(jit_flags()).unwrap()
+}
+
+/// A compiled function, as the module would have it.
+struct Compiled {
+    template: jitfold::Template,
+    names: Vec<jitfold::SymbolName>,
+    code: MachineCode,
+    unwind: Option<cranelift_codegen::isa::unwind::UnwindInfo>,
+}
+
+fn compiled(text: &str, isa: &OwnedTargetIsa) -> Compiled {
+    let func = parse(text);
+    let mut walker = Fingerprinter::new();
+    let walk = walker.walk(&func);
+    let (template, names) = (walk.template(), walk.names().to_vec());
+    let mut ctx = Context::for_function(func);
+    ctx.compile(&**isa, &mut ControlPlane::default()).unwrap();
+    let code = MachineCode::of(&ctx).unwrap();
+    let unwind = ctx
+        .compiled_code()
+        .unwrap()
+        .create_unwind_info(&**isa)
+        .unwrap();
+    Compiled {
+        template,
+        names,
+        code,
+        unwind,
+    }
+}
+
+fn entry_of(c: &Compiled) -> Entry {
+    Entry::new(
+        &c.template,
+        &c.names,
+        &c.code,
+        Duration::from_micros(1234),
+        c.unwind.as_ref(),
+    )
+    .expect("compiled code with every name in the slot list makes an entry")
+}
+
+/// A compiled `F`, its entry, the context, and the entry's bytes without
+/// and with a MAC.
+struct Sample {
+    isa: OwnedTargetIsa,
+    context: CodeContext,
+    f: Compiled,
+    entry: Entry,
+    plain: Vec<u8>,
+    signed: Vec<u8>,
+    secret: Secret,
+}
+
+fn sample() -> Sample {
+    let isa = isa();
+    let context = CodeContext::of(&*isa);
+    let f = compiled(F, &isa);
+    let entry = entry_of(&f);
+    let secret = Secret::derive(b"test key material");
+    Sample {
+        plain: entry.encode(&context, None),
+        signed: entry.encode(&context, Some(&secret)),
+        isa,
+        context,
+        f,
+        entry,
+        secret,
+    }
+}
+
+#[test]
+fn real_code_round_trips_and_serves_every_function_with_its_template() {
+    let s = sample();
+    // The sample has relocations of every target kind the test means to
+    // cover: by slot (several slots), and by libcall.
+    let slots: Vec<u32> = s
+        .entry
+        .relocs()
+        .iter()
+        .filter_map(|r| match r.target {
+            EntryTarget::Slot(slot) => Some(slot),
+            _ => None,
+        })
+        .collect();
+    assert!(slots.len() >= 4, "{:?}", s.entry.relocs());
+    assert!(
+        s.entry
+            .relocs()
+            .iter()
+            .any(|r| matches!(r.target, EntryTarget::LibCall(_))),
+        "{:?}",
+        s.entry.relocs()
+    );
+    assert_eq!(s.entry.slots() as usize, s.f.names.len());
+    // The host ISA gives unwind information, which the entry carries
+    // with `store-unwind` and records as left out without it.
+    let expected = match &s.f.unwind {
+        None => EntryUnwind::None,
+        Some(info) if cfg!(feature = "store-unwind") => EntryUnwind::Info(info.clone()),
+        Some(_) => EntryUnwind::Omitted,
+    };
+    assert!(s.f.unwind.is_some());
+    assert_eq!(s.entry.unwind(), &expected);
+
+    for (bytes, secret) in [(&s.plain, None), (&s.signed, Some(&s.secret))] {
+        let decoded = Entry::decode(bytes, &s.context, &s.f.template, secret).unwrap();
+        assert_eq!(decoded, s.entry);
+        assert_eq!(decoded.code(&s.f.names).as_ref(), Some(&s.f.code));
+        assert_eq!(decoded.compile_time(), Duration::from_micros(1234));
+        assert_eq!(decoded.template_key(), s.f.template.key());
+    }
+    // A MAC'd entry is usable without the secret (which cannot check it).
+    assert_eq!(
+        Entry::decode(&s.signed, &s.context, &s.f.template, None).unwrap(),
+        s.entry
+    );
+
+    // One entry serves another function with the template: its code is
+    // what compiling that function gives.
+    let g = compiled(G, &s.isa);
+    assert_eq!(g.template, s.f.template);
+    assert_ne!(g.names, s.f.names);
+    assert_eq!(
+        StoreKey::of(&s.context, &g.template),
+        StoreKey::of(&s.context, &s.f.template)
+    );
+    let decoded = Entry::decode(&s.plain, &s.context, &g.template, None).unwrap();
+    assert_eq!(decoded.code(&g.names), Some(g.code));
+    // Names of another length are not this template's.
+    assert_eq!(decoded.code(&g.names[1..]), None);
+}
+
+#[test]
+fn code_against_a_name_outside_the_slot_list_makes_no_entry() {
+    let s = sample();
+    let fewer = &s.f.names[..s.f.names.len() - 1];
+    assert!(Entry::new(&s.f.template, fewer, &s.f.code, Duration::ZERO, None).is_none());
+}
+
+#[test]
+fn truncated_entries_are_rejected_at_every_length() {
+    let s = sample();
+    for (bytes, secret) in [
+        (&s.plain, None),
+        (&s.signed, Some(&s.secret)),
+        (&s.signed, None),
+    ] {
+        for len in 0..bytes.len() {
+            let result = Entry::decode(&bytes[..len], &s.context, &s.f.template, secret);
+            assert!(result.is_err(), "accepted a prefix of {len} bytes");
+        }
+        // A byte more is rejected too.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Entry::decode(&longer, &s.context, &s.f.template, secret).is_err());
+    }
+    assert_eq!(
+        Entry::decode(&s.plain[..5], &s.context, &s.f.template, None),
+        Err(EntryRejected::Truncated)
+    );
+    assert_eq!(
+        Entry::decode(b"", &s.context, &s.f.template, None),
+        Err(EntryRejected::Truncated)
+    );
+}
+
+/// Every bit of every byte flipped, one at a time: rejected, or (only
+/// where nothing can check it: the MAC read without a secret) accepted
+/// with exactly the same content.
+#[test]
+fn flipped_bits_are_never_accepted_with_other_content() {
+    let s = sample();
+    for (bytes, secret) in [
+        (&s.plain, None),
+        (&s.signed, Some(&s.secret)),
+        (&s.signed, None),
+    ] {
+        let mut accepted = 0;
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut flipped = bytes.clone();
+                flipped[i] ^= 1 << bit;
+                match Entry::decode(&flipped, &s.context, &s.f.template, secret) {
+                    Err(_) => {}
+                    Ok(entry) => {
+                        assert_eq!(entry, s.entry, "byte {i} bit {bit}");
+                        accepted += 1;
+                    }
+                }
+            }
+        }
+        // Only the 32 MAC bytes of a signed entry read without a secret.
+        let expected = if secret.is_none() && bytes == &s.signed {
+            32 * 8
+        } else {
+            0
+        };
+        assert_eq!(accepted, expected);
+    }
+}
+
+/// Recomputes the checksum of an entry changed in place, as anyone
+/// without the secret can; a `signed` entry gets a MAC, but under a key
+/// other than the writers' (the best such a forger can do).
+fn reseal(bytes: &mut Vec<u8>, signed: bool) {
+    let body_end = bytes.len() - 16 - if signed { 32 } else { 0 };
+    bytes.truncate(body_end);
+    let checksum = xxhash_rust::xxh3::xxh3_128(bytes);
+    bytes.extend_from_slice(&checksum.to_le_bytes());
+    if signed {
+        let forged = blake3::keyed_hash(&[7; 32], bytes);
+        bytes.extend_from_slice(forged.as_bytes());
+    }
+}
+
+#[test]
+fn tampering_that_fixes_the_checksum_is_caught_by_the_mac() {
+    let s = sample();
+    // Change a code byte and fix the checksum: without a secret that is
+    // indistinguishable from a real entry (the trust model); with one,
+    // the MAC is invalid.
+    let code_at = s
+        .plain
+        .windows(s.entry.bytes().len())
+        .position(|w| w == s.entry.bytes())
+        .unwrap();
+    let mut tampered = s.plain.clone();
+    tampered[code_at] ^= 0xff;
+    reseal(&mut tampered, false);
+    let accepted = Entry::decode(&tampered, &s.context, &s.f.template, None).unwrap();
+    assert_ne!(accepted.bytes(), s.entry.bytes());
+    assert_eq!(
+        Entry::decode(&tampered, &s.context, &s.f.template, Some(&s.secret)),
+        Err(EntryRejected::MacMissing)
+    );
+
+    let mut tampered = s.signed.clone();
+    tampered[code_at] ^= 0xff;
+    reseal(&mut tampered, true);
+    assert_eq!(
+        Entry::decode(&tampered, &s.context, &s.f.template, Some(&s.secret)),
+        Err(EntryRejected::MacInvalid)
+    );
+}
+
+#[test]
+fn macs_are_checked_when_a_secret_is_set() {
+    let s = sample();
+    assert_eq!(
+        Entry::decode(&s.plain, &s.context, &s.f.template, Some(&s.secret)),
+        Err(EntryRejected::MacMissing)
+    );
+    let other = Secret::new([9; 32]);
+    assert_eq!(
+        Entry::decode(&s.signed, &s.context, &s.f.template, Some(&other)),
+        Err(EntryRejected::MacInvalid)
+    );
+    assert_eq!(
+        Entry::decode(
+            &s.signed,
+            &s.context,
+            &s.f.template,
+            Some(&Secret::derive(b"test key material"))
+        )
+        .unwrap(),
+        s.entry
+    );
+    // The secret is never printed.
+    assert_eq!(format!("{:?}", s.secret), "Secret(..)");
+}
+
+#[test]
+fn entries_of_another_context_or_template_are_rejected() {
+    let s = sample();
+    // Other shared flags: another context, another key.
+    let other_isa = host_isa(flags(&[("opt_level", "none")]).unwrap()).unwrap();
+    let other = CodeContext::of(&*other_isa);
+    assert_ne!(other, s.context);
+    assert_ne!(
+        StoreKey::of(&other, &s.f.template),
+        StoreKey::of(&s.context, &s.f.template)
+    );
+    assert_eq!(
+        Entry::decode(&s.plain, &other, &s.f.template, None),
+        Err(EntryRejected::OtherContext)
+    );
+    // The same ISA built twice is the same context.
+    assert_eq!(CodeContext::of(&*isa()), s.context);
+    assert!(
+        s.context.text().contains("opt_level=speed"),
+        "{}",
+        s.context.text()
+    );
+
+    // Another template (a key collision, as far as decoding can tell).
+    let h = compiled(H, &s.isa);
+    assert_eq!(
+        Entry::decode(&s.plain, &s.context, &h.template, None),
+        Err(EntryRejected::OtherTemplate)
+    );
+    assert_eq!(
+        Entry::decode(&s.signed, &s.context, &h.template, Some(&s.secret)),
+        Err(EntryRejected::OtherTemplate)
+    );
+    // A template of the same length that differs in one word.
+    let h8 = compiled(&H.replace("iconst.i64 7", "iconst.i64 8"), &s.isa);
+    assert_eq!(h8.template.key().len(), h.template.key().len());
+    assert_ne!(h8.template, h.template);
+    let h_bytes = entry_of(&h).encode(&s.context, None);
+    assert_eq!(
+        Entry::decode(&h_bytes, &s.context, &h8.template, None),
+        Err(EntryRejected::OtherTemplate)
+    );
+}
+
+/// An entry stored under another entry's key (a copied file, a replayed
+/// Redis value) is rejected when that key is looked up, in every store.
+#[test]
+fn an_entry_under_another_key_is_rejected() {
+    let s = sample();
+    let h = compiled(H, &s.isa);
+    let h_key = StoreKey::of(&s.context, &h.template);
+    let dir = TempDir::new("other-key");
+    let stores: Vec<Box<dyn CodeStore>> = vec![
+        Box::new(MemoryStore::new()),
+        Box::new(DirectoryStore::new(dir.path()).unwrap()),
+    ];
+    for store in stores {
+        store.put(&h_key, &s.signed).unwrap();
+        let bytes = store.get(&h_key).unwrap().unwrap();
+        assert_eq!(
+            Entry::decode(&bytes, &s.context, &h.template, Some(&s.secret)),
+            Err(EntryRejected::OtherTemplate)
+        );
+        // Storing the right entry replaces it.
+        let right = entry_of(&h).encode(&s.context, Some(&s.secret));
+        store.put(&h_key, &right).unwrap();
+        let bytes = store.get(&h_key).unwrap().unwrap();
+        assert!(Entry::decode(&bytes, &s.context, &h.template, Some(&s.secret)).is_ok());
+    }
+}
+
+#[test]
+fn another_version_magic_or_flags_is_rejected() {
+    let s = sample();
+    let mut other = s.plain.clone();
+    other[8] = other[8].wrapping_add(1);
+    reseal(&mut other, false);
+    assert!(matches!(
+        Entry::decode(&other, &s.context, &s.f.template, None),
+        Err(EntryRejected::OtherVersion(_))
+    ));
+    let mut other = s.plain.clone();
+    other[11] |= 0x80;
+    reseal(&mut other, false);
+    assert!(matches!(
+        Entry::decode(&other, &s.context, &s.f.template, None),
+        Err(EntryRejected::UnknownFlags(_))
+    ));
+    let mut other = s.plain.clone();
+    other[0] = b'X';
+    assert_eq!(
+        Entry::decode(&other, &s.context, &s.f.template, None),
+        Err(EntryRejected::BadMagic)
+    );
+    assert_eq!(
+        Entry::decode(
+            b"not an entry at all, but long enough",
+            &s.context,
+            &s.f.template,
+            None
+        ),
+        Err(EntryRejected::BadMagic)
+    );
+}
+
+/// A scratch directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("jitfold-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The key numbered `id` in the tests.
+fn key(id: u32) -> StoreKey {
+    StoreKey::of_words(&CodeContext::from_text("tests".into()), &[id])
+}
+
+/// A value that says which key and version it is, and checks itself: key
+/// id, version, length, pseudo-random bytes, and an XXH3 of all of it.
+fn value(id: u32, version: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 28);
+    v.extend_from_slice(&id.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    v.extend_from_slice(&(len as u64).to_le_bytes());
+    let mut state = (u64::from(id) << 32 ^ version).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    v.extend((0..len).map(|_| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state as u8
+    }));
+    let hash = xxhash_rust::xxh3::xxh3_64(&v);
+    v.extend_from_slice(&hash.to_le_bytes());
+    v
+}
+
+/// Whether `bytes` is a whole value made by [`value`] for key `id`.
+fn check_value(id: u32, bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() < 28 {
+        return Err(format!("key {id}: {} bytes", bytes.len()));
+    }
+    let (body, hash) = bytes.split_at(bytes.len() - 8);
+    if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != hash {
+        return Err(format!(
+            "key {id}: torn or mixed value of {} bytes",
+            bytes.len()
+        ));
+    }
+    let got = u32::from_le_bytes(body[..4].try_into().unwrap());
+    let len = u64::from_le_bytes(body[12..20].try_into().unwrap());
+    if got != id || len as usize + 20 != body.len() {
+        return Err(format!("key {id}: value of key {got}, length {len}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn memory_store_round_trips() {
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    assert_eq!(store.get(&key(1)).unwrap(), None);
+    store.put(&key(1), b"one").unwrap();
+    store.put(&key(2), b"two").unwrap();
+    store.put(&key(1), b"uno").unwrap();
+    assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"uno"[..]));
+    assert_eq!(store.get(&key(2)).unwrap().as_deref(), Some(&b"two"[..]));
+    assert_eq!(store.get(&key(3)).unwrap(), None);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..100 {
+                    store.put(&key(100 + t), &value(100 + t, i, 64)).unwrap();
+                    check_value(100 + t, &store.get(&key(100 + t)).unwrap().unwrap()).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn directory_store_round_trips() {
+    let dir = TempDir::new("round-trip");
+    let store = DirectoryStore::new(dir.path().join("nested/store")).unwrap();
+    assert_eq!(store.get(&key(1)).unwrap(), None);
+    store.put(&key(1), b"one").unwrap();
+    store.put(&key(1), b"uno").unwrap();
+    store.put(&key(2), b"").unwrap();
+    assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"uno"[..]));
+    assert_eq!(store.get(&key(2)).unwrap().as_deref(), Some(&b""[..]));
+    // One file per entry, named by the key's hex.
+    assert!(store.dir().join(key(1).hex()).is_file());
+    let usage = store.usage().unwrap();
+    assert_eq!((usage.entries, usage.bytes), (2, 3));
+    // A second store on the same directory sees the entries.
+    let again = DirectoryStore::new(store.dir()).unwrap();
+    assert_eq!(again.get(&key(1)).unwrap().as_deref(), Some(&b"uno"[..]));
+    // A value larger than the store keeps is an error, and not stored.
+    let small = DirectoryStore::new(store.dir()).unwrap().with_limit(100);
+    assert!(matches!(
+        small.put(&key(3), &[0; 81]),
+        Err(StoreError::TooLarge { len: 81, limit: 80 })
+    ));
+    assert_eq!(small.get(&key(3)).unwrap(), None);
+}
+
+#[test]
+fn corrupt_or_truncated_files_are_rejected_not_errors() {
+    let s = sample();
+    let dir = TempDir::new("corrupt");
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    let k = StoreKey::of(&s.context, &s.f.template);
+    store.put(&k, &s.plain).unwrap();
+    let path = store.path_of(&k);
+    // Truncated in place.
+    std::fs::write(&path, &s.plain[..s.plain.len() / 2]).unwrap();
+    let bytes = store.get(&k).unwrap().unwrap();
+    assert!(Entry::decode(&bytes, &s.context, &s.f.template, None).is_err());
+    // Garbage.
+    std::fs::write(&path, b"garbage").unwrap();
+    let bytes = store.get(&k).unwrap().unwrap();
+    assert_eq!(
+        Entry::decode(&bytes, &s.context, &s.f.template, None),
+        Err(EntryRejected::BadMagic)
+    );
+    // Empty.
+    std::fs::write(&path, b"").unwrap();
+    let bytes = store.get(&k).unwrap().unwrap();
+    assert!(Entry::decode(&bytes, &s.context, &s.f.template, None).is_err());
+    // A put replaces it.
+    store.put(&k, &s.plain).unwrap();
+    let bytes = store.get(&k).unwrap().unwrap();
+    assert_eq!(
+        Entry::decode(&bytes, &s.context, &s.f.template, None).unwrap(),
+        s.entry
+    );
+}
+
+#[test]
+fn a_removed_directory_is_an_error_or_a_miss_never_a_panic() {
+    let dir = TempDir::new("removed");
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    store.put(&key(1), b"one").unwrap();
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    assert_eq!(store.get(&key(1)).unwrap(), None);
+    let error = store.put(&key(1), b"one").unwrap_err();
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    assert!(std::error::Error::source(&error).is_some());
+    assert!(store.trim().is_err());
+}
+
+/// Threads writing the same and different keys while others read: every
+/// read is a whole value of its key, and the last writes are all there.
+#[test]
+fn concurrent_threads_never_see_a_torn_entry() {
+    let dir = TempDir::new("threads");
+    let store = Arc::new(DirectoryStore::new(dir.path()).unwrap());
+    let threads: Vec<_> = (0..6u32)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..150u64 {
+                    // Shared keys 0..4, with lengths that differ by writer
+                    // (a torn or mixed read would show), and a key of its own.
+                    let shared = (i % 4) as u32;
+                    store
+                        .put(&key(shared), &value(shared, i, 1000 + 997 * t as usize))
+                        .unwrap();
+                    store.put(&key(10 + t), &value(10 + t, i, 300)).unwrap();
+                    for id in [shared, (shared + 1) % 4, 10 + t] {
+                        if let Some(bytes) = store.get(&key(id)).unwrap() {
+                            check_value(id, &bytes).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for id in (0..4).chain(10..16) {
+        check_value(id, &store.get(&key(id)).unwrap().unwrap()).unwrap();
+    }
+    // No temporary file is left behind.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 10, "{names:?}");
+}
+
+/// The child side of the multi-process tests: writes and reads values in
+/// the directory given by `JITFOLD_STORE_CHILD_DIR` (does nothing when it
+/// is not set, so running ignored tests by hand is harmless).
+#[test]
+#[ignore = "run by the multi-process tests as a child process"]
+fn child_writer() {
+    let Ok(dir) = std::env::var("JITFOLD_STORE_CHILD_DIR") else {
+        return;
+    };
+    let seed: u64 = std::env::var("JITFOLD_STORE_CHILD_SEED")
+        .unwrap()
+        .parse()
+        .unwrap();
+    // `forever`: write until killed (the killed-writer test).
+    let forever = std::env::var("JITFOLD_STORE_CHILD_FOREVER").is_ok();
+    let store = DirectoryStore::new(dir).unwrap();
+    let mut i = 0u64;
+    while forever || i < 200 {
+        let id = (i % 4) as u32;
+        let len = if forever {
+            1 << 20
+        } else {
+            500 + 311 * seed as usize
+        };
+        store
+            .put(&key(id), &value(id, seed << 32 | i, len))
+            .unwrap();
+        if let Some(bytes) = store.get(&key((id + 1) % 4)).unwrap() {
+            check_value((id + 1) % 4, &bytes).unwrap();
+        }
+        i += 1;
+    }
+}
+
+fn child(dir: &Path, seed: u64, forever: bool) -> std::process::Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--ignored", "--exact", "store::child_writer", "--test-threads=1"])
+        .env("JITFOLD_STORE_CHILD_DIR", dir)
+        .env("JITFOLD_STORE_CHILD_SEED", seed.to_string())
+        .stdout(Stdio::null());
+    if forever {
+        command.env("JITFOLD_STORE_CHILD_FOREVER", "1");
+    }
+    command.spawn().unwrap()
+}
+
+#[test]
+fn several_processes_share_a_directory_without_torn_entries() {
+    let dir = TempDir::new("processes");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let children: Vec<_> = (1..=3).map(|seed| child(dir.path(), seed, false)).collect();
+    // This process reads (and writes) meanwhile.
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    for i in 0..300u64 {
+        let id = (i % 4) as u32;
+        if let Some(bytes) = store.get(&key(id)).unwrap() {
+            check_value(id, &bytes).unwrap();
+        }
+        if i % 10 == 0 {
+            store.put(&key(id), &value(id, i, 2000)).unwrap();
+        }
+    }
+    for mut c in children {
+        assert!(c.wait().unwrap().success(), "a child failed its checks");
+    }
+    for id in 0..4 {
+        check_value(id, &store.get(&key(id)).unwrap().unwrap()).unwrap();
+    }
+}
+
+/// A writer killed at an arbitrary point leaves no torn entry: every entry
+/// file is a whole value, and a temporary file left over is not an entry
+/// and is deleted once stale.
+#[test]
+fn a_killed_writer_leaves_no_torn_entry() {
+    let dir = TempDir::new("killed");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    for round in 0..3 {
+        let mut writer = child(dir.path(), 10 + round, true);
+        // Until it has written every key at least once (bounded: the child
+        // writes a value in milliseconds).
+        let mut polls = 0;
+        while (0..4).any(|id| !store.path_of(&key(id)).exists()) {
+            assert!(polls < 2000, "the writer wrote nothing");
+            std::thread::sleep(Duration::from_millis(5));
+            polls += 1;
+        }
+        std::thread::sleep(Duration::from_millis(7 * round));
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+        for id in 0..4 {
+            check_value(id, &store.get(&key(id)).unwrap().unwrap()).unwrap();
+        }
+    }
+    // What a writer killed between creating and renaming its temporary
+    // file leaves: never read, counted while fresh, deleted when stale.
+    let temp = dir.path().join(format!(".tmp-{}-1-1", &key(0).hex()[..16]));
+    std::fs::write(&temp, &value(0, 99, 100)[..50]).unwrap();
+    check_value(0, &store.get(&key(0)).unwrap().unwrap()).unwrap();
+    store.trim().unwrap();
+    assert!(temp.exists(), "a fresh temporary file may still be written");
+    let stale =
+        SystemTime::now() - jitfold::store::directory::STALE_TEMP_AGE - Duration::from_secs(1);
+    std::fs::File::options()
+        .write(true)
+        .open(&temp)
+        .unwrap()
+        .set_modified(stale)
+        .unwrap();
+    store.trim().unwrap();
+    assert!(!temp.exists(), "a stale temporary file is deleted");
+    for id in 0..4 {
+        check_value(id, &store.get(&key(id)).unwrap().unwrap()).unwrap();
+    }
+}
+
+/// Over its limit, the store deletes the least recently used entries (a
+/// `get` counts as a use) until it is at most the low-water mark.
+#[test]
+fn eviction_keeps_the_bound_in_lru_order() {
+    let dir = TempDir::new("evict");
+    let store = DirectoryStore::new(dir.path()).unwrap().with_limit(10_000);
+    assert_eq!(store.low_water_bytes(), 8_000);
+    for id in 0..10 {
+        store.put(&key(id), &[id as u8; 1000]).unwrap();
+    }
+    assert_eq!(store.usage().unwrap().bytes, 10_000);
+    // Used again: 0 and 2 are now the most recent.
+    store.get(&key(0)).unwrap().unwrap();
+    store.get(&key(2)).unwrap().unwrap();
+    store.put(&key(10), &[10; 1000]).unwrap();
+    // 11 000 > 10 000: down to 8 000, the oldest first (1, 3, 4).
+    let usage = store.usage().unwrap();
+    assert_eq!((usage.entries, usage.bytes), (8, 8_000));
+    let present: Vec<u32> = (0..=10)
+        .filter(|id| store.get(&key(*id)).unwrap().is_some())
+        .collect();
+    assert_eq!(present, [0, 2, 5, 6, 7, 8, 9, 10]);
+    // Files that are not entries are neither counted nor deleted.
+    std::fs::write(dir.path().join("README"), [0; 5000]).unwrap();
+    assert_eq!(store.trim().unwrap().bytes, 8_000);
+    assert!(dir.path().join("README").exists());
+}
+
+/// Many writers of many keys: the directory stays within its bound (up to
+/// the values written while a scan runs), and a trim brings it under.
+#[test]
+fn eviction_bounds_concurrent_writers() {
+    let dir = TempDir::new("evict-threads");
+    let limit = 50_000;
+    let store = Arc::new(DirectoryStore::new(dir.path()).unwrap().with_limit(limit));
+    let threads: Vec<_> = (0..4u32)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u32 {
+                    let id = t * 1000 + i;
+                    store.put(&key(id), &value(id, 0, 700)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let usage = store.usage().unwrap();
+    assert!(usage.bytes <= limit + 4 * 728, "{usage:?}");
+    assert!(store.trim().unwrap().bytes <= limit);
+    // What is left is whole, and the entry written last is there.
+    store.put(&key(5000), &value(5000, 0, 700)).unwrap();
+    let mut left = 0;
+    for id in (0..4).flat_map(|t| t * 1000..t * 1000 + 200).chain([5000]) {
+        if let Some(bytes) = store.get(&key(id)).unwrap() {
+            check_value(id, &bytes).unwrap();
+            left += 1;
+        }
+    }
+    assert!(left >= 40_000 / 728, "{left} entries left");
+    assert!(store.get(&key(5000)).unwrap().is_some());
+}
+
+#[cfg(feature = "redis")]
+mod redis_store {
+    //! Against a real `redis-server` on a loopback port, started by each
+    //! test (skipped when it is not installed, unless `CI` is set).
+
+    use super::*;
+    use jitfold::store::RedisStore;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::process::Child;
+    use std::time::Instant;
+
+    /// A `redis-server` child process on a port of its own, killed when
+    /// dropped.
+    struct Server {
+        child: Option<Child>,
+        port: u16,
+        dir: TempDir,
+        extra: Vec<String>,
+    }
+
+    impl Server {
+        /// A running server, or `None` (with a message) when `redis-server`
+        /// is not installed outside CI.
+        fn start(name: &str, extra: &[&str]) -> Option<Self> {
+            if Command::new("redis-server")
+                .arg("--version")
+                .output()
+                .is_err()
+            {
+                if std::env::var_os("CI").is_some() {
+                    panic!("redis-server is not installed, and CI must run the Redis tests");
+                }
+                eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+                return None;
+            }
+            let mut server = Self {
+                child: None,
+                port: free_port(),
+                dir: TempDir::new(&format!("redis-{name}")),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            server.restart();
+            Some(server)
+        }
+
+        fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
+
+        /// Starts the server (again, on the same port) and waits until it
+        /// answers `PING`.
+        fn restart(&mut self) {
+            std::fs::create_dir_all(self.dir.path()).unwrap();
+            let child = Command::new("redis-server")
+                .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(self.dir.path())
+                .args(&self.extra)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            self.child = Some(child);
+            for _ in 0..400 {
+                if ping(self.port) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            panic!("redis-server did not answer on port {}", self.port);
+        }
+
+        fn kill(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                child.kill().unwrap();
+                child.wait().unwrap();
+            }
+        }
+
+        /// A plain client, for what the store does not do.
+        fn raw(&self) -> redis::Connection {
+            redis::Client::open(self.url())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            self.kill();
+        }
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn ping(port: u16) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut answer = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut answer).is_ok()
+            && &answer == b"+PONG\r\n"
+    }
+
+    /// Generous: the store's own timeouts are milliseconds; this only
+    /// catches a hang.
+    const HANG: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn round_trip_overwrite_and_ttl() {
+        let Some(server) = Server::start("round-trip", &[]) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url()).unwrap();
+        assert_eq!(store.get(&key(1)).unwrap(), None);
+        store.put(&key(1), &value(1, 0, 5000)).unwrap();
+        store.put(&key(1), &value(1, 1, 3000)).unwrap();
+        let bytes = store.get(&key(1)).unwrap().unwrap();
+        assert_eq!(bytes, value(1, 1, 3000));
+        // Keys are the prefix and the hex.
+        let mut raw = server.raw();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("jitfold:code:{}", key(1).hex()))
+            .query(&mut raw)
+            .unwrap();
+        assert_eq!(ttl, -1, "no expiry by default");
+        let expiring = RedisStore::new(&server.url())
+            .unwrap()
+            .with_ttl(Duration::from_secs(300))
+            .with_prefix("other:");
+        expiring.put(&key(1), b"x").unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("other:{}", key(1).hex()))
+            .query(&mut raw)
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 300_000, "{ttl}");
+        // Prefixes keep stores apart.
+        assert_eq!(expiring.get(&key(1)).unwrap().as_deref(), Some(&b"x"[..]));
+        assert_eq!(store.get(&key(1)).unwrap().unwrap(), value(1, 1, 3000));
+        // Threads share the pool.
+        let store = Arc::new(store);
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        store.put(&key(20 + t), &value(20 + t, i, 800)).unwrap();
+                        check_value(20 + t, &store.get(&key(20 + t)).unwrap().unwrap()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    /// The child side of the two-process test: compiles `F` and stores
+    /// its signed entry in the Redis server at `JITFOLD_STORE_CHILD_REDIS`
+    /// (does nothing when it is not set).
+    #[test]
+    #[ignore = "run by the two-process Redis test as a child process"]
+    fn child_redis_writer() {
+        let Ok(url) = std::env::var("JITFOLD_STORE_CHILD_REDIS") else {
+            return;
+        };
+        let s = sample();
+        let store = RedisStore::new(&url).unwrap();
+        store
+            .put(&StoreKey::of(&s.context, &s.f.template), &s.signed)
+            .unwrap();
+    }
+
+    /// An entry stored by another process is a hit here, for a function
+    /// built with other names and other value and block numbers.
+    #[test]
+    fn another_process_entry_serves_this_process() {
+        let Some(server) = Server::start("two-processes", &[]) else {
+            return;
+        };
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "store::redis_store::child_redis_writer"])
+            .env("JITFOLD_STORE_CHILD_REDIS", server.url())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let isa = isa();
+        let context = CodeContext::of(&*isa);
+        let g = compiled(G, &isa);
+        let store = RedisStore::new(&server.url()).unwrap();
+        let bytes = store
+            .get(&StoreKey::of(&context, &g.template))
+            .unwrap()
+            .expect("the child stored the entry of F, which has G's template");
+        let secret = Secret::derive(b"test key material");
+        let entry = Entry::decode(&bytes, &context, &g.template, Some(&secret)).unwrap();
+        assert_eq!(entry.code(&g.names), Some(g.code));
+    }
+
+    #[test]
+    fn corrupt_and_misplaced_entries_in_redis_are_rejected() {
+        let Some(server) = Server::start("corrupt", &[]) else {
+            return;
+        };
+        let s = sample();
+        let store = RedisStore::new(&server.url()).unwrap();
+        let k = StoreKey::of(&s.context, &s.f.template);
+        let redis_key = format!("jitfold:code:{}", k.hex());
+        let mut raw = server.raw();
+        let corruptions: Vec<Vec<u8>> = vec![
+            s.signed[..s.signed.len() - 1].to_vec(),
+            {
+                let mut flipped = s.signed.clone();
+                flipped[40] ^= 4;
+                flipped
+            },
+            s.plain.clone(),
+            entry_of(&compiled(H, &s.isa)).encode(&s.context, Some(&s.secret)),
+            Vec::new(),
+        ];
+        for bytes in corruptions {
+            let _: () = redis::cmd("SET")
+                .arg(&redis_key)
+                .arg(bytes)
+                .query(&mut raw)
+                .unwrap();
+            let got = store.get(&k).unwrap().unwrap();
+            assert!(Entry::decode(&got, &s.context, &s.f.template, Some(&s.secret)).is_err());
+        }
+        store.put(&k, &s.signed).unwrap();
+        let got = store.get(&k).unwrap().unwrap();
+        assert_eq!(
+            Entry::decode(&got, &s.context, &s.f.template, Some(&s.secret)).unwrap(),
+            s.entry
+        );
+    }
+
+    #[test]
+    fn a_server_that_is_down_is_an_error_at_once() {
+        let port = free_port();
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+        let start = Instant::now();
+        let error = store.get(&key(1)).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StoreError::Redis {
+                    operation: "connect",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        // Within the retry interval, no new connect is tried.
+        assert!(matches!(
+            store.put(&key(1), b"x").unwrap_err(),
+            StoreError::RedisBackingOff
+        ));
+        assert!(start.elapsed() < HANG);
+        // A URL that does not parse is the only error `new` gives.
+        assert!(RedisStore::new("not a url").is_err());
+    }
+
+    /// A server that accepts connections and never answers: the store's
+    /// timeouts end every operation.
+    #[test]
+    fn a_silent_server_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::thread::spawn(move || {
+            // Hold the connections open without a word, until the test
+            // is done with them.
+            let mut held = Vec::new();
+            listener.set_nonblocking(true).unwrap();
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until {
+                if let Ok((stream, _)) = listener.accept() {
+                    held.push(stream);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .with_retry_interval(Duration::ZERO);
+        for _ in 0..3 {
+            let start = Instant::now();
+            let error = store.get(&key(1)).unwrap_err();
+            let StoreError::Redis { source, .. } = &error else {
+                panic!("{error}");
+            };
+            assert!(source.is_timeout(), "{error}");
+            assert!(start.elapsed() < HANG);
+        }
+        accepted.join().unwrap();
+    }
+
+    /// A server that answers garbage: an error, and the connection is not
+    /// kept.
+    #[test]
+    fn a_server_answering_garbage_is_an_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 256];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"%%% not RESP %%%\r\n");
+            }
+        });
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .with_retry_interval(Duration::ZERO);
+        for _ in 0..2 {
+            assert!(store.get(&key(1)).is_err());
+        }
+        server.join().unwrap();
+    }
+
+    /// A server that stops answering mid-use (stopped with `SIGSTOP`, as a
+    /// server stalled by a long command, a fork or swapping): an operation
+    /// on the open connection times out, and once the server resumes the
+    /// store works again.
+    #[test]
+    fn a_stalled_server_times_out_and_is_used_again() {
+        let Some(mut server) = Server::start("stalled", &[]) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url())
+            .unwrap()
+            .with_retry_interval(Duration::ZERO);
+        store.put(&key(1), b"before").unwrap();
+        let pid = server.child.as_ref().unwrap().id().to_string();
+        let signal = |name: &str| {
+            let status = Command::new("kill").args([name, &pid]).status().unwrap();
+            assert!(status.success());
+        };
+        signal("-STOP");
+        // Should the store hang, the server resumes after a while, so that
+        // the test fails instead of hanging too.
+        let (resumed, watch) = std::sync::mpsc::channel::<()>();
+        let watchdog = {
+            let pid = pid.clone();
+            std::thread::spawn(move || {
+                let timed_out = watch.recv_timeout(HANG);
+                if timed_out == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+                }
+            })
+        };
+        let start = Instant::now();
+        let error = store.get(&key(1)).unwrap_err();
+        let StoreError::Redis { operation, source } = &error else {
+            panic!("{error}");
+        };
+        assert_eq!(*operation, "GET");
+        assert!(source.is_timeout(), "{error}");
+        // A new connection cannot be set up either.
+        assert!(store.get(&key(1)).is_err());
+        assert!(start.elapsed() < HANG);
+        signal("-CONT");
+        resumed.send(()).unwrap();
+        watchdog.join().unwrap();
+        assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"before"[..]));
+        server.kill();
+    }
+
+    #[test]
+    fn a_restarted_server_is_used_again() {
+        let Some(mut server) = Server::start("restart", &[]) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url())
+            .unwrap()
+            .with_retry_interval(Duration::ZERO);
+        store.put(&key(1), b"before").unwrap();
+        assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"before"[..]));
+        server.kill();
+        // The pooled connection is dead: an error, then a failed connect.
+        let start = Instant::now();
+        assert!(store.get(&key(1)).is_err());
+        assert!(store.put(&key(1), b"lost").is_err());
+        assert!(start.elapsed() < HANG);
+        server.restart();
+        // Nothing was saved, and the store works again.
+        assert_eq!(store.get(&key(1)).unwrap(), None);
+        store.put(&key(1), b"after").unwrap();
+        assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"after"[..]));
+    }
+
+    /// The retry interval passes, then the store connects again.
+    #[test]
+    fn backing_off_ends_after_the_retry_interval() {
+        let Some(mut server) = Server::start("backoff", &[]) else {
+            return;
+        };
+        server.kill();
+        let store = RedisStore::new(&server.url())
+            .unwrap()
+            .with_retry_interval(Duration::from_millis(200));
+        assert!(matches!(
+            store.get(&key(1)).unwrap_err(),
+            StoreError::Redis { .. }
+        ));
+        assert!(matches!(
+            store.get(&key(1)).unwrap_err(),
+            StoreError::RedisBackingOff
+        ));
+        server.restart();
+        // Bounded: each try costs at most a connect timeout.
+        let start = Instant::now();
+        loop {
+            match store.get(&key(1)) {
+                Ok(None) => break,
+                Ok(Some(_)) => panic!("nothing was stored"),
+                Err(StoreError::RedisBackingOff) => {
+                    assert!(start.elapsed() < HANG);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// Threads using the store while the server is killed and restarted:
+    /// each operation returns (a value, a miss or an error), every value
+    /// read is whole, and afterwards the store works.
+    #[test]
+    fn a_server_killed_mid_use() {
+        let Some(mut server) = Server::start("killed", &[]) else {
+            return;
+        };
+        let store = Arc::new(
+            RedisStore::new(&server.url())
+                .unwrap()
+                .with_retry_interval(Duration::from_millis(10)),
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads: Vec<_> = (0..3u32)
+            .map(|t| {
+                let (store, stop) = (store.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let (mut ok, mut errors) = (0u32, 0u32);
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let id = t * 10 + i % 3;
+                        match store.put(&key(id), &value(id, u64::from(i), 20_000)) {
+                            Ok(()) => ok += 1,
+                            Err(_) => errors += 1,
+                        }
+                        match store.get(&key(id)) {
+                            Ok(Some(bytes)) => check_value(id, &bytes).unwrap(),
+                            Ok(None) => {}
+                            Err(_) => errors += 1,
+                        }
+                        i += 1;
+                    }
+                    (ok, errors)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        server.kill();
+        std::thread::sleep(Duration::from_millis(100));
+        server.restart();
+        std::thread::sleep(Duration::from_millis(100));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (mut ok, mut errors) = (0, 0);
+        for t in threads {
+            let (o, e) = t.join().unwrap();
+            ok += o;
+            errors += e;
+        }
+        assert!(ok > 0 && errors > 0, "{ok} successes, {errors} errors");
+        // Working again.
+        let mut tries = 0;
+        while store.put(&key(99), b"back").is_err() {
+            tries += 1;
+            assert!(tries < 500, "the store does not recover");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(store.get(&key(99)).unwrap().as_deref(), Some(&b"back"[..]));
+    }
+
+    /// A server out of memory refuses `SET`: an error, and `GET` still
+    /// works.
+    #[test]
+    fn a_full_server_refuses_puts_with_an_error() {
+        let Some(server) = Server::start(
+            "full",
+            &["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"],
+        ) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url())
+            .unwrap()
+            .with_timeouts(Duration::from_millis(500), Duration::from_secs(2));
+        store.put(&key(0), &value(0, 0, 1000)).unwrap();
+        let mut refused = None;
+        for id in 1..200 {
+            if let Err(e) = store.put(&key(id), &value(id, 0, 100_000)) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let refused = refused.expect("a 2 MB server takes 20 MB");
+        assert!(
+            matches!(
+                refused,
+                StoreError::Redis {
+                    operation: "SET",
+                    ..
+                }
+            ),
+            "{refused}"
+        );
+        check_value(0, &store.get(&key(0)).unwrap().unwrap()).unwrap();
+    }
+}
