@@ -5,10 +5,9 @@
 
 use crate::common;
 
-use crate::common::build::{call1, define};
+use crate::common::build::{call1, define, tail_caller};
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I32, types::I64};
-use cranelift_codegen::isa::CallConv;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{DataId, FuncId, Linkage, Module, ModuleError, default_libcall_names};
 use jitfold::{DedupError, DedupModule, DedupOptions, Mode};
@@ -298,20 +297,6 @@ fn several_batch_failures_are_listed() {
 fn a_cranelift_panic_is_its_own_kind() {
     if !cfg!(target_arch = "x86_64") {
         return;
-    }
-    fn tail_caller<M: Module>(m: &mut M) -> Result<(), ModuleError> {
-        let mut sig = m.make_signature();
-        sig.call_conv = CallConv::Tail;
-        sig.params.push(AbiParam::new(I64));
-        sig.returns.push(AbiParam::new(I64));
-        let callee = m.declare_function("callee", Linkage::Local, &sig).unwrap();
-        let f = m
-            .declare_function("tail_caller", Linkage::Local, &sig)
-            .unwrap();
-        define(m, f, |b, m, p| {
-            let callee = m.declare_func_in_func(callee, b.func);
-            b.ins().return_call(callee, &[p[0]]);
-        })
     }
     let plain = catch_unwind(AssertUnwindSafe(|| tail_caller(&mut jit())));
     let mut d = DedupModule::wrap(jit(), DedupOptions::default());

@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use crate::common::build::{call1, declare, define, emit_call};
-use cranelift_codegen::ir::{InstBuilder, types::I64};
+use crate::common::build::{call1, declare, leaves_and_callers};
+use cranelift_codegen::ir::InstBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};
 use jitfold::store::{
@@ -24,34 +24,11 @@ const LEAVES: i64 = 6;
 /// (other ids, other names in each function's name table); returns the
 /// ids in one order whatever the declaration order.
 fn build<M: Module>(m: &mut M, reverse: bool) -> Vec<FuncId> {
-    let conv = m.isa().default_call_conv();
     let mut order: Vec<i64> = (0..LEAVES).collect();
     if reverse {
         order.reverse();
     }
-    let mut leaves = vec![FuncId::from_u32(0); LEAVES as usize];
-    let mut callers = leaves.clone();
-    for &k in &order {
-        leaves[k as usize] = declare(m, &format!("leaf{k}"), conv);
-        callers[k as usize] = declare(m, &format!("caller{k}"), conv);
-    }
-    for &k in &order {
-        define(m, leaves[k as usize], |b, _, p| {
-            let t = b.ins().imul_imm_s(p[0], 3 + k);
-            let r = b.ins().iadd_imm_s(t, 100 * k);
-            b.ins().return_(&[r]);
-        })
-        .unwrap();
-        let leaf = leaves[k as usize];
-        define(m, callers[k as usize], |b, m, p| {
-            let one = b.ins().iconst(I64, 1);
-            let x = b.ins().iadd(p[0], one);
-            let r = emit_call(b, m, leaf, x);
-            b.ins().return_(&[r]);
-        })
-        .unwrap();
-    }
-    leaves.into_iter().chain(callers).collect()
+    leaves_and_callers(m, &order, 100)
 }
 
 /// Every function called with a few inputs.

@@ -701,7 +701,12 @@ fn child_writer() {
 fn child(dir: &Path, seed: u64, forever: bool) -> std::process::Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--ignored", "--exact", "store::child_writer", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "store::child_writer",
+            "--test-threads=1",
+        ])
         .env("JITFOLD_STORE_CHILD_DIR", dir)
         .env("JITFOLD_STORE_CHILD_SEED", seed.to_string())
         .stdout(Stdio::null());
@@ -1038,7 +1043,11 @@ mod redis_store {
             return;
         };
         let status = Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "store::redis_store::child_redis_writer"])
+            .args([
+                "--ignored",
+                "--exact",
+                "store::redis_store::child_redis_writer",
+            ])
             .env("JITFOLD_STORE_CHILD_REDIS", server.url())
             .stdout(Stdio::null())
             .status()

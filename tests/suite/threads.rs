@@ -3,11 +3,10 @@
 //! every function returns what plain `JITModule` returns, and a compile
 //! that fails or panics on one thread never leaves another waiting.
 
-use crate::common::build::{call1, declare, define, emit_call};
-use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
-use cranelift_codegen::isa::CallConv;
+use crate::common::build::{call1, declare, define, leaves_and_callers, tail_caller};
+use cranelift_codegen::ir::InstBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use cranelift_module::{FuncId, Module, default_libcall_names};
 use jitfold::store::{CodeStore, SharedStore};
 use jitfold::{DedupError, DedupModule, DedupOptions, Stats};
 use std::sync::mpsc;
@@ -27,33 +26,10 @@ fn leaves() -> i64 {
 /// Builds the program in `m`, in an order rotated by `rotate`; returns the
 /// ids in one order whatever the order of definition.
 fn build<M: Module>(m: &mut M, rotate: usize) -> Vec<FuncId> {
-    let n = leaves();
-    let conv = m.isa().default_call_conv();
-    let mut order: Vec<i64> = (0..n).collect();
-    order.rotate_left(rotate % n as usize);
-    let mut leaves = vec![FuncId::from_u32(0); n as usize];
-    let mut callers = leaves.clone();
-    for &k in &order {
-        leaves[k as usize] = declare(m, &format!("leaf{k}"), conv);
-        callers[k as usize] = declare(m, &format!("caller{k}"), conv);
-    }
-    for &k in &order {
-        define(m, leaves[k as usize], |b, _, p| {
-            let t = b.ins().imul_imm_s(p[0], 3 + k);
-            let r = b.ins().iadd_imm_s(t, 1000 * k);
-            b.ins().return_(&[r]);
-        })
-        .unwrap();
-        let leaf = leaves[k as usize];
-        define(m, callers[k as usize], |b, m, p| {
-            let one = b.ins().iconst(I64, 1);
-            let x = b.ins().iadd(p[0], one);
-            let r = emit_call(b, m, leaf, x);
-            b.ins().return_(&[r]);
-        })
-        .unwrap();
-    }
-    leaves.into_iter().chain(callers).collect()
+    let mut order: Vec<i64> = (0..leaves()).collect();
+    let len = order.len();
+    order.rotate_left(rotate % len);
+    leaves_and_callers(m, &order, 1000)
 }
 
 fn results(ptr: impl Fn(FuncId) -> *const u8, ids: &[FuncId]) -> Vec<i64> {
@@ -137,19 +113,8 @@ fn a_panicking_compile_releases_the_threads_waiting_for_it() {
         std::thread::spawn(move || {
             let mut m = DedupModule::with_options(builder(), DedupOptions::default())
                 .with_store(store as Arc<dyn CodeStore>, None);
-            let mut sig = m.make_signature();
-            sig.call_conv = CallConv::Tail;
-            sig.params.push(AbiParam::new(I64));
-            sig.returns.push(AbiParam::new(I64));
-            let callee = m.declare_function("callee", Linkage::Local, &sig).unwrap();
-            let f = m
-                .declare_function("tail_caller", Linkage::Local, &sig)
-                .unwrap();
             barrier.wait();
-            let result = define(&mut m, f, |b, m, p| {
-                let callee = m.declare_func_in_func(callee, b.func);
-                b.ins().return_call(callee, &[p[0]]);
-            });
+            let result = tail_caller(&mut m);
             let panicked = matches!(
                 result.as_ref().map_err(DedupError::of),
                 Err(Some(DedupError::CraneliftPanic { .. }))

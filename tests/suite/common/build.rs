@@ -85,3 +85,51 @@ pub fn twelve_steps(b: &mut FunctionBuilder, x: ir::Value) -> ir::Value {
     }
     a
 }
+
+/// Leaves `leaf{k}` (`x * (3 + k) + step * k`: a template each) and a
+/// caller of each, `caller{k}` (`leaf{k}(x + 1)`: one template for all),
+/// declared and defined in `order` (other orders give other ids and name
+/// tables); returns the leaves, then the callers, by `k`.
+pub fn leaves_and_callers<M: Module>(m: &mut M, order: &[i64], step: i64) -> Vec<FuncId> {
+    let conv = m.isa().default_call_conv();
+    let n = order.len();
+    let mut leaves = vec![FuncId::from_u32(0); n];
+    let mut callers = leaves.clone();
+    for &k in order {
+        leaves[k as usize] = declare(m, &format!("leaf{k}"), conv);
+        callers[k as usize] = declare(m, &format!("caller{k}"), conv);
+    }
+    for &k in order {
+        define(m, leaves[k as usize], |b, _, p| {
+            let t = b.ins().imul_imm_s(p[0], 3 + k);
+            let r = b.ins().iadd_imm_s(t, step * k);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        let leaf = leaves[k as usize];
+        define(m, callers[k as usize], |b, m, p| {
+            let one = b.ins().iconst(ir::types::I64, 1);
+            let x = b.ins().iadd(p[0], one);
+            let r = emit_call(b, m, leaf, x);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    leaves.into_iter().chain(callers).collect()
+}
+
+/// Declares `callee` and `tail_caller` (both `tail`) and defines
+/// `tail_caller` as a `return_call` of `callee`: on x86-64 without
+/// `preserve_frame_pointers`, Cranelift panics while emitting it.
+pub fn tail_caller<M: Module>(m: &mut M) -> Result<(), ModuleError> {
+    let mut sig = m.make_signature();
+    sig.call_conv = CallConv::Tail;
+    sig.params.push(ir::AbiParam::new(ir::types::I64));
+    sig.returns.push(ir::AbiParam::new(ir::types::I64));
+    let callee = m.declare_function("callee", Linkage::Local, &sig)?;
+    let f = m.declare_function("tail_caller", Linkage::Local, &sig)?;
+    define(m, f, |b, m, p| {
+        let callee = m.declare_func_in_func(callee, b.func);
+        b.ins().return_call(callee, &[p[0]]);
+    })
+}
