@@ -31,6 +31,7 @@
 //!    `finalize_definitions`) fails, listing it.
 
 use super::ids::State;
+use super::parallel::Precompiled;
 use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
@@ -64,6 +65,12 @@ impl Batch {
     pub(super) fn record(&mut self, id: FuncId, func: Function, ctrl_plane: ControlPlane) {
         self.pending.push((id, func));
         self.pending_control.insert(id, ctrl_plane);
+    }
+
+    /// A copy of the control plane `id` was recorded with (the default if
+    /// none), for compiling it elsewhere.
+    pub(super) fn control_plane(&self, id: FuncId) -> ControlPlane {
+        self.pending_control.get(&id).cloned().unwrap_or_default()
     }
 
     /// Forgets that a definition of `id` failed: it is being defined again.
@@ -142,9 +149,13 @@ impl<M: Module> DedupModule<M> {
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
             })
             .collect();
-        for (id, func) in pending.iter_mut() {
+        // With several threads, what is to be compiled is compiled first
+        // (see `parallel.rs`), and defined below in its turn.
+        let mut precompiled = self.compile_in_parallel(pending);
+        for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
-                self.define_own(*id, func, failures);
+                let code = precompiled.get_mut(i).and_then(Option::take);
+                self.define_own(*id, func, code, failures);
             }
         }
         for (i, canonical) in planned {
@@ -171,22 +182,46 @@ impl<M: Module> DedupModule<M> {
                 }
             } else {
                 // Its class's compiled function failed: it is on its own.
-                self.define_own(*id, func, failures);
+                self.define_own(*id, func, None, failures);
             }
         }
     }
 
-    /// Defines `id` as `define_now` does in eager mode (`func` is taken).
-    fn define_own(&mut self, id: FuncId, func: &mut Function, failures: &mut Failures) {
+    /// Defines `id` as `define_now` does in eager mode (`func` is taken),
+    /// with `code` compiled for it on another thread, if any (used only if
+    /// `func` is still what was compiled, see `parallel.rs`).
+    fn define_own(
+        &mut self,
+        id: FuncId,
+        func: &mut Function,
+        mut code: Option<Precompiled>,
+        failures: &mut Failures,
+    ) {
         self.ids.plan(id, State::Undefined);
         // Planning may have found duplicates since `func` was last
         // rewritten (a failed class's members are defined here too).
-        self.canonicalize_references(func);
+        if self.canonicalize_references(func) {
+            // Not the function that was compiled.
+            self.discard_precompiled(id, code.take());
+        }
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
         // The control plane the caller defined it with, as it was then.
         let mut ctrl_plane = self.batch.pending_control.remove(&id).unwrap_or_default();
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane) {
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut code) {
             failures.push((id, e));
+        }
+        self.discard_precompiled(id, code);
+    }
+
+    /// Drops `code`, compiled for `id` on another thread, if any: `id` was
+    /// not defined from it (see 3 in `parallel.rs`).
+    fn discard_precompiled(&mut self, id: FuncId, code: Option<Precompiled>) {
+        if code.is_some() {
+            log::debug!(
+                "{} ({id}): code compiled on another thread not used",
+                self.function_name(id)
+            );
+            self.stats.parallel_discarded += 1;
         }
     }
 

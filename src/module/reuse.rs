@@ -52,6 +52,18 @@ impl CodeTemplate {
         let unwind = ctx
             .compiled_code()
             .and_then(|compiled| compiled.create_unwind_info(isa).ok().flatten());
+        Self::of_code(source, code, names, compile_time, unwind)
+    }
+
+    /// [`CodeTemplate::capture`] of code compiled elsewhere: `code`, with
+    /// unwind information `unwind`, compiled for `source`.
+    pub(crate) fn of_code(
+        source: FuncId,
+        code: MachineCode,
+        names: &[SymbolName],
+        compile_time: Duration,
+        unwind: Option<UnwindInfo>,
+    ) -> Option<Self> {
         let retargetable = code.relocs.iter().all(|r| match &r.target {
             RelocTarget::Name(name) => names.contains(name),
             RelocTarget::LibCall(_) | RelocTarget::KnownSymbol(_) | RelocTarget::OwnOffset(_) => {

@@ -3,8 +3,9 @@
 //!
 //! `ObjectModule` (with `ObjectBuilder::unwind_info(true)`) writes an FDE
 //! for every function it compiles, and none for functions defined from
-//! bytes. jitfold defines two kinds of function from bytes: reused code and
-//! trampolines. This module writes their FDEs, in a CIE of its own
+//! bytes. jitfold defines three kinds of function from bytes: reused code,
+//! trampolines, and code compiled on the threads of a batch flush (see
+//! `parallel.rs`). This module writes their FDEs, in a CIE of its own
 //! appended to the same `.eh_frame` section.
 //!
 //! # What this module guarantees
@@ -26,8 +27,15 @@
 //!    writes their FDEs.
 //! 4. Nothing is written when the object has no `.eh_frame` data of the
 //!    inner module's (unwind information was not asked for; the section
-//!    may then be left empty) or the ISA has no System V CIE. Functions the user defines from bytes get no FDE, as
-//!    in plain `ObjectModule`.
+//!    may then be left empty) or the ISA has no System V CIE. (A parallel
+//!    flush leaves a module's first compile to the inner module, so that
+//!    this tells.) Functions the user defines from bytes get no FDE, as in
+//!    plain `ObjectModule`.
+//! 5. Code compiled on a thread of a batch flush has the unwind information
+//!    Cranelift computed for it, which is what the inner module would have
+//!    written: every function is described as in a one-thread flush, but
+//!    its FDE is in this CIE, after the inner module's, so the bytes of
+//!    `.eh_frame` are laid out differently (the code is not).
 
 use super::frames::Frame;
 use super::reuse::CodeTemplate;
@@ -90,28 +98,33 @@ impl RelocateWriter for Section {
 fn fde(
     frame: Frame,
     templates: &[CodeTemplate],
+    own: &[UnwindInfo],
     address: Address,
 ) -> Option<FrameDescriptionEntry> {
-    match frame {
-        Frame::Entry(len) => Some(FrameDescriptionEntry::new(address, len)),
-        Frame::Template(index) => match templates.get(index)?.unwind.as_ref()? {
-            UnwindInfo::SystemV(info) => Some(info.to_fde(address)),
-            UnwindInfo::WindowsX64(_) | UnwindInfo::WindowsArm64(_) => None,
-            // `UnwindInfo` is `#[non_exhaustive]`: a kind added later is
-            // not System V either.
-            _ => None,
-        },
+    let unwind = match frame {
+        Frame::Entry(len) => return Some(FrameDescriptionEntry::new(address, len)),
+        Frame::Template(index) => templates.get(index)?.unwind.as_ref()?,
+        Frame::Own(index) => own.get(index)?,
+    };
+    match unwind {
+        UnwindInfo::SystemV(info) => Some(info.to_fde(address)),
+        UnwindInfo::WindowsX64(_) | UnwindInfo::WindowsArm64(_) => None,
+        // `UnwindInfo` is `#[non_exhaustive]`: a kind added later is not
+        // System V either.
+        _ => None,
     }
 }
 
 /// Appends to `product`'s `.eh_frame` section one CIE and an FDE for each
 /// of `frames` (see the module docs), if the section has the inner
-/// module's data; `templates` are the module's code templates.
+/// module's data; `templates` are the module's code templates, `own` the
+/// unwind information of [`Frame::Own`] frames.
 pub(super) fn write_frames(
     product: &mut ObjectProduct,
     target: &Target,
     frames: &[(FuncId, Frame)],
     templates: &[CodeTemplate],
+    own: &[UnwindInfo],
 ) -> ModuleResult<()> {
     if frames.is_empty() {
         return Ok(());
@@ -133,7 +146,7 @@ pub(super) fn write_frames(
             symbol: symbols.len(),
             addend: 0,
         };
-        if let Some(fde) = fde(frame, templates, address) {
+        if let Some(fde) = fde(frame, templates, own, address) {
             symbols.push(symbol);
             table.add_fde(cie, fde);
         }
