@@ -521,19 +521,16 @@ fn object_files_with_unwind_information_describe_every_function_the_same() {
 }
 
 /// A batch of distinct functions only, nothing the inner module would
-/// compile but them: with unwind information, each is still covered by an
-/// FDE on two threads (the inner module's first compile shows that frame
-/// descriptions were asked for).
+/// compile but them, so that jitfold has no frames to write but theirs:
+/// with unwind information, each is still covered by an FDE on two threads
+/// (the inner module's first compile shows that frame descriptions were
+/// asked for); without, the object is the one-thread object.
 #[test]
 fn distinct_functions_alone_get_their_frame_descriptions() {
-    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
-        return;
-    }
-    for threads in [1, 2] {
-        let mut d = DedupModule::wrap(object_module(true), batch(threads));
-        let n = 30;
+    let run = |threads: usize, unwind_info: bool| {
+        let mut d = DedupModule::wrap(object_module(unwind_info), batch(threads));
         let conv = d.isa().default_call_conv();
-        for i in 0..n {
+        for i in 0..30 {
             let id = common::build::declare(&mut d, &format!("g{i}"), conv);
             common::build::define(&mut d, id, |b, _, p| {
                 let r = big_body(b, p[0], i);
@@ -542,13 +539,19 @@ fn distinct_functions_alone_get_their_frame_descriptions() {
             .unwrap();
         }
         d.flush().unwrap();
-        assert_eq!(d.stats().compiled, n as u64);
+        assert_eq!(d.stats().compiled, 30);
         if threads > 1 {
             assert_compiled_once(d.stats(), threads, "distinct");
         }
-        let read = read(&d.finish().emit().unwrap());
-        assert_eq!(read.fdes.len(), n, "{threads} threads");
-        assert!(read.fdes.values().all(|i| !i.is_empty()));
+        d.finish().emit().unwrap()
+    };
+    assert!(run(2, false) == run(1, false), "objects differ");
+    if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        for threads in [1, 2] {
+            let read = read(&run(threads, true));
+            assert_eq!(read.fdes.len(), 30, "{threads} threads");
+            assert!(read.fdes.values().all(|i| !i.is_empty()));
+        }
     }
 }
 
@@ -752,4 +755,48 @@ fn stress() {
             );
         }
     }
+}
+
+/// On an ISA without a machine-code trampoline (riscv64), batch planning
+/// makes no duplicates: a `tail` twin becomes one only in its turn (a
+/// `return_call` to its twin), and a caller compiled on a thread before
+/// that still calls the twin. Its turn rewrites the call, so that code is
+/// not used (counted as discarded) and the caller is compiled as on one
+/// thread: the objects are the same.
+#[cfg(feature = "all-targets")]
+#[test]
+fn code_compiled_before_a_reference_is_rewritten_is_not_used() {
+    use common::build::{declare, define};
+    let run = |threads: usize| {
+        let isa = cranelift_codegen::isa::lookup_by_name("riscv64")
+            .unwrap()
+            .finish(settings::Flags::new(settings::builder()))
+            .unwrap();
+        let builder = ObjectBuilder::new(isa, "riscv", default_libcall_names()).unwrap();
+        let mut d = DedupModule::wrap(ObjectModule::new(builder), batch(threads));
+        let [first, a, b, caller, other] =
+            ["first", "a", "b", "caller", "other"].map(|n| declare(&mut d, n, CallConv::Tail));
+        for (id, k) in [(first, 1), (a, 5), (b, 5), (other, 9)] {
+            define(&mut d, id, |b, _, p| {
+                let r = leaf_body(b, p[0], k);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        define(&mut d, caller, |bd, m, p| {
+            let y = emit_call(bd, m, b, p[0]);
+            let r = bd.ins().imul(y, p[0]);
+            bd.ins().return_(&[r]);
+        })
+        .unwrap();
+        d.flush().unwrap();
+        assert_eq!(d.canonical(b), Some(a));
+        let stats = d.stats().clone();
+        (d.finish().emit().unwrap(), stats)
+    };
+    let (serial, serial_stats) = run(1);
+    let (bytes, stats) = run(2);
+    assert_eq!(outcome_counts(&stats), outcome_counts(&serial_stats));
+    assert_eq!(stats.parallel_discarded, 1, "{stats:?}");
+    assert!(bytes == serial, "objects differ");
 }

@@ -155,7 +155,6 @@ impl<M: Module> DedupModule<M> {
             }
         };
         let mut kept_bytes = None;
-        let mut kept_frame = None;
         if let Some(template) = plan.keep_template {
             let code = match &precompiled {
                 None => CodeTemplate::capture(id, ctx, walk.names, time, self.inner.isa()),
@@ -165,7 +164,7 @@ impl<M: Module> DedupModule<M> {
             };
             if let Some(code) = code {
                 kept_bytes = Some(code.heap_bytes() as u64);
-                kept_frame = self.compiled.keep_template(template, code);
+                self.compiled.keep_template(template, code);
             }
         }
         log::debug!(
@@ -184,14 +183,9 @@ impl<M: Module> DedupModule<M> {
         let machine_code = match precompiled {
             None => original.as_ref().and_then(|_| MachineCode::of(ctx)),
             Some(compiled) => {
-                // Its frame, for object files (see `unwind.rs`): its
-                // template's when one was kept, which is the same.
-                match (kept_frame, compiled.unwind) {
-                    (Some(template), Some(_)) => {
-                        self.frames.push(id, Frame::Template(template.index()));
-                    }
-                    (None, Some(unwind)) => self.frames.push_own(id, unwind),
-                    (_, None) => {}
+                // Its frame, for object files (see `unwind.rs`).
+                if let Some(unwind) = compiled.unwind {
+                    self.frames.push_own(id, unwind);
                 }
                 Some(compiled.code)
             }

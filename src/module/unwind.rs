@@ -35,7 +35,11 @@
 //!    Cranelift computed for it, which is what the inner module would have
 //!    written: every function is described as in a one-thread flush, but
 //!    its FDE is in this CIE, after the inner module's, so the bytes of
-//!    `.eh_frame` are laid out differently (the code is not).
+//!    `.eh_frame` are laid out differently (the code is not). Without
+//!    unwind information the object is the one-thread object: where a
+//!    one-thread flush has no frames to write (neither reused code nor
+//!    trampolines), the section is looked for without being created,
+//!    at the cost of writing the object once more.
 
 use super::frames::Frame;
 use super::reuse::CodeTemplate;
@@ -132,6 +136,14 @@ pub(super) fn write_frames(
     let Some(cie) = target.cie.clone() else {
         return Ok(());
     };
+    // Looking the section up creates it where it is missing. Where a
+    // one-thread flush would have had no frames to write (all are of code
+    // compiled on a flush's threads), it does not look, so neither does
+    // this unless the section is there (see 5 above).
+    let own_only = frames.iter().all(|(_, f)| matches!(f, Frame::Own(_)));
+    if own_only && !has_eh_frame_data(&product.object)? {
+        return Ok(());
+    }
     let Some(section_id) = existing_eh_frame(&mut product.object) else {
         return Ok(());
     };
@@ -214,6 +226,21 @@ pub(super) fn write_frames(
 fn existing_eh_frame(object: &mut write::Object<'_>) -> Option<write::SectionId> {
     let id = object.section_id(write::StandardSection::EhFrame);
     (!object.section(id).data().is_empty()).then_some(id)
+}
+
+/// Whether `object` has a `.eh_frame` section with data, found without
+/// creating one (`object` cannot look a section up otherwise): by writing
+/// the object and reading it back.
+fn has_eh_frame_data(object: &write::Object<'_>) -> ModuleResult<bool> {
+    use cranelift_object::object::{Object as _, ObjectSection as _};
+    let bytes = object
+        .write()
+        .map_err(|e| backend(format!("cannot write the object: {e}")))?;
+    let file = cranelift_object::object::File::parse(&*bytes)
+        .map_err(|e| backend(format!("cannot read the object back: {e}")))?;
+    Ok(file.sections().any(|section| {
+        matches!(section.name(), Ok(".eh_frame" | "__eh_frame")) && section.size() > 0
+    }))
 }
 
 fn backend(message: String) -> ModuleError {
