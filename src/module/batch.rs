@@ -87,6 +87,19 @@ impl<M: Module> DedupModule<M> {
     /// callers of merged functions merge too), compiles one function per
     /// group and defines the others as duplicates. Does nothing in eager mode.
     ///
+    /// With more than one [thread](super::DedupOptions::threads), the
+    /// functions it compiles are compiled on that many threads first, then
+    /// every function is defined in definition order, as on one thread:
+    /// the inner module gets the same code in the same order (the same
+    /// bytes and symbol offsets), failures are the same, listed in the same
+    /// order. What differs: the inner module is handed that code with
+    /// `define_function_bytes` (a wrapper inside it does not see it
+    /// compiled; `ObjectModule`'s frame descriptions of it are written by
+    /// jitfold, elsewhere in `.eh_frame`), functions with exception tables
+    /// and a module's first compile are still compiled by the inner module,
+    /// and [`Stats`](super::Stats) counts the compiles per thread and the
+    /// phase's wall time.
+    ///
     /// On an error the failed functions are left undefined and may be
     /// defined again; the others are defined. The error is the one failed
     /// function's own, or one listing every failed function; until each

@@ -79,7 +79,9 @@
 //! canonical function). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
-//! see every function that is actually compiled, and only those. Inner
+//! see every function that is actually compiled, and only those (except,
+//! in batch mode on several [threads](DedupOptions::threads), the functions
+//! compiled on the flush's threads, which they receive as bytes). Inner
 //! modules receive duplicates' trampolines and reused code through
 //! `define_function_bytes`, for which `cranelift-object` writes no unwind
 //! information; `DedupModule<ObjectModule>` writes their frame

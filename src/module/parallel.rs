@@ -33,9 +33,9 @@
 //!    with. No lock is taken while compiling (nor at all: the functions
 //!    are borrowed, the results are each thread's own until it ends).
 //! 2. The module is the same as with one thread, byte for byte: a function
-//!    is compiled from the same `Function` (references rewritten as the
-//!    define pass rewrites them), ISA and control plane, and Cranelift's
-//!    output depends on nothing else; it is defined in its turn with
+//!    is compiled from the same `Function` (as planning left it; see 3 for
+//!    one rewritten since), ISA and control plane, and Cranelift's output
+//!    depends on nothing else; it is defined in its turn with
 //!    `define_function_bytes`, with the alignment and relocations the inner
 //!    module derives from the compiled code in `define_function` (the same
 //!    `ModuleReloc::from_mach_reloc`), and `JITModule` and `ObjectModule`
