@@ -20,7 +20,9 @@
 //! way on the 0% workload, against plain `JITModule` in the same run
 //! (`jit/batch1/0`, `jit/batch2/0`); `cargo bench --bench jit -- batch`
 //! runs only those, and prints the load average before and after, since
-//! two threads only show on cores nobody else uses.
+//! two threads only show on cores nobody else uses, and the most two
+//! threads can give on the machine: two plain modules compiling at once
+//! against one alone.
 
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::{
@@ -287,6 +289,25 @@ fn main() {
                 median
             );
         }
+        // What two threads can give on this machine at best: two plain
+        // modules compiling the workload at once, against one alone.
+        let mut ceilings: Vec<f64> = (0..ROUNDS / 2)
+            .map(|_| {
+                let alone = time_plain(&funcs);
+                let both = std::thread::scope(|s| {
+                    let other = s.spawn(|| time_plain(&funcs));
+                    let mine = time_plain(&funcs);
+                    mine.max(other.join().unwrap())
+                });
+                2.0 * alone.as_secs_f64() / both.as_secs_f64()
+            })
+            .collect();
+        ceilings.sort_by(f64::total_cmp);
+        println!(
+            "two plain JITModules at once on two threads: {:.2}x the throughput of one (median of {}), the most two threads give here",
+            ceilings[ceilings.len() / 2],
+            ceilings.len()
+        );
         println!("load average after: {}", load_average());
     }
     if batch_only {
