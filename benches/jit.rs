@@ -14,6 +14,15 @@
 //! adjacent pair (the median of the pairs' ratios, which a machine that
 //! slows down for a while between pairs does not move).
 //! `cargo bench --bench jit -- none` prints only those.
+//!
+//! Batch mode on one and on two threads
+//! ([`DedupOptions::threads`](jitfold::DedupOptions)) is measured the same
+//! way on the 0% workload, against plain `JITModule` in the same run
+//! (`jit/batch1/0`, `jit/batch2/0`); `cargo bench --bench jit -- batch`
+//! runs only those, and prints the load average before and after, since
+//! two threads only show on cores nobody else uses, and the most two
+//! threads can give on the machine: two plain modules compiling at once
+//! against one alone.
 
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::{
@@ -145,8 +154,23 @@ fn time_plain(funcs: &[Function]) -> Duration {
 
 /// [`time_plain`] through jitfold.
 fn time_jitfold(funcs: &[Function]) -> Duration {
+    time_dedup(funcs, DedupOptions::default()).0
+}
+
+/// [`time_plain`] through jitfold in batch mode on one thread.
+fn time_batch1(funcs: &[Function]) -> Duration {
+    time_dedup(funcs, DedupOptions::batch()).0
+}
+
+/// [`time_plain`] through jitfold in batch mode on two threads.
+fn time_batch2(funcs: &[Function]) -> Duration {
+    time_dedup(funcs, DedupOptions::batch().with_threads(2)).0
+}
+
+/// [`time_plain`] through jitfold with `options`; also the module's stats.
+fn time_dedup(funcs: &[Function], options: DedupOptions) -> (Duration, jitfold::Stats) {
     let inputs = Inputs::of(funcs);
-    let mut m = DedupModule::wrap(JITModule::new(builder()), DedupOptions::default());
+    let mut m = DedupModule::wrap(JITModule::new(builder()), options);
     let start = Instant::now();
     let ids = jit_all(&mut m, inputs);
     m.finalize_definitions().unwrap();
@@ -154,9 +178,10 @@ fn time_jitfold(funcs: &[Function]) -> Duration {
         black_box(m.get_finalized_function(id));
     }
     let elapsed = start.elapsed();
+    let stats = m.stats().clone();
     // SAFETY: as above.
     unsafe { m.into_inner().free_memory() };
-    elapsed
+    (elapsed, stats)
 }
 
 /// Criterion's measurement of `iters` runs of `run`.
@@ -168,9 +193,13 @@ fn iterated(iters: u64, run: fn(&[Function]) -> Duration, funcs: &[Function]) ->
 const ROUNDS: usize = 101;
 
 /// Over `rounds` alternating pairs of runs: the best time of plain, the
-/// best time of jitfold, and the median over the pairs of plain's time
-/// divided by jitfold's.
-fn alternating(funcs: &[Function], rounds: usize) -> (Duration, Duration, f64) {
+/// best time of jitfold (`time_jitfold`), and the median over the pairs
+/// of plain's time divided by jitfold's.
+fn alternating(
+    funcs: &[Function],
+    rounds: usize,
+    time_jitfold: fn(&[Function]) -> Duration,
+) -> (Duration, Duration, f64) {
     let (mut plain, mut jitfold) = (Duration::MAX, Duration::MAX);
     let mut ratios = Vec::with_capacity(rounds);
     for round in 0..rounds {
@@ -191,11 +220,35 @@ fn alternating(funcs: &[Function], rounds: usize) -> (Duration, Duration, f64) {
     (plain, jitfold, ratios[rounds / 2])
 }
 
+/// The 1-, 5- and 15-minute load averages (Linux), for the record.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The benchmark name filter given on the command line, if any (the first
+/// argument that is not an option, as criterion reads it).
+fn filter() -> Option<String> {
+    std::env::args().skip(1).find(|a| !a.starts_with('-'))
+}
+
 fn main() {
     let call_conv = JITModule::new(builder()).isa().default_call_conv();
+    let filter = filter();
+    let batch_only = filter.as_deref().is_some_and(|f| f.contains("batch"));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("{cores} cores; load average {}", load_average());
     let mut c = Criterion::default().configure_from_args().sample_size(10);
     let mut group = c.benchmark_group("jit");
     group.throughput(Throughput::Elements(FUNCTIONS as u64));
+    let funcs = workload(0, call_conv);
+    group.bench_with_input(BenchmarkId::new("batch1", 0), &funcs, |b, funcs| {
+        b.iter_custom(|iters| iterated(iters, time_batch1, funcs))
+    });
+    group.bench_with_input(BenchmarkId::new("batch2", 0), &funcs, |b, funcs| {
+        b.iter_custom(|iters| iterated(iters, time_batch2, funcs))
+    });
     for percent in [0usize, 50, 90] {
         let funcs = workload(percent, call_conv);
         group.bench_with_input(BenchmarkId::new("plain", percent), &funcs, |b, funcs| {
@@ -208,8 +261,62 @@ fn main() {
     group.finish();
     c.final_summary();
 
+    let all = filter.is_none() || filter.as_deref() == Some("none");
+    if all || batch_only {
+        let (_, stats) = time_dedup(&funcs, DedupOptions::batch().with_threads(2));
+        println!(
+            "batch, 2 threads: {} compiled, per thread {:?}, parallel phase {:.2} ms, compile time {:.2} ms summed",
+            stats.compiled,
+            stats.compiles_per_thread,
+            stats.parallel_time.as_secs_f64() * 1e3,
+            stats.compile_time.as_secs_f64() * 1e3
+        );
+        for (name, time) in [
+            (
+                "batch, 1 thread ",
+                time_batch1 as fn(&[Function]) -> Duration,
+            ),
+            ("batch, 2 threads", time_batch2),
+        ] {
+            let (plain, jitfold, median) = alternating(&funcs, ROUNDS, time);
+            println!(
+                " 0% duplicates, {name}, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
+                plain.as_secs_f64() * 1e3,
+                jitfold.as_secs_f64() * 1e3,
+                jitfold.as_secs_f64() / plain.as_secs_f64(),
+                plain.as_secs_f64() / jitfold.as_secs_f64(),
+                1.0 / median,
+                median
+            );
+        }
+        // What two threads can give on this machine at best: two plain
+        // modules compiling the workload at once, against one alone.
+        let mut ceilings: Vec<f64> = (0..ROUNDS / 2)
+            .map(|_| {
+                let alone = time_plain(&funcs);
+                let both = std::thread::scope(|s| {
+                    let other = s.spawn(|| time_plain(&funcs));
+                    let mine = time_plain(&funcs);
+                    mine.max(other.join().unwrap())
+                });
+                2.0 * alone.as_secs_f64() / both.as_secs_f64()
+            })
+            .collect();
+        ceilings.sort_by(f64::total_cmp);
+        println!(
+            "two plain JITModules at once on two threads: {:.2}x the throughput of one (median of {}), the most two threads give here",
+            ceilings[ceilings.len() / 2],
+            ceilings.len()
+        );
+        println!("load average after: {}", load_average());
+    }
+    if batch_only {
+        return;
+    }
+
     for percent in [0usize, 50, 90] {
-        let (plain, jitfold, median) = alternating(&workload(percent, call_conv), ROUNDS);
+        let (plain, jitfold, median) =
+            alternating(&workload(percent, call_conv), ROUNDS, time_jitfold);
         println!(
             "{percent:>2}% duplicates, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
             plain.as_secs_f64() * 1e3,

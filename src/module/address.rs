@@ -96,7 +96,8 @@ impl<M: Module> DedupModule<M> {
     /// Rewrites `func`'s references to known duplicates into references to
     /// their canonical functions: calls always, names used as data only
     /// where the duplicate shares its canonical function's address.
-    pub(super) fn canonicalize_references(&self, func: &mut Function) {
+    /// Returns whether it rewrote any.
+    pub(super) fn canonicalize_references(&self, func: &mut Function) -> bool {
         let target_of = |id: FuncId, as_data: bool| {
             let id = match self.ids.state(id) {
                 State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
@@ -115,7 +116,7 @@ impl<M: Module> DedupModule<M> {
             name.namespace == 0 && target_of(id, false) != id
         });
         if !any {
-            return;
+            return false;
         }
         let used_as_data = names_used_as_data(func);
         let rewrites: Vec<(UserExternalNameRef, FuncId)> = named
@@ -126,6 +127,7 @@ impl<M: Module> DedupModule<M> {
                 (id.as_u32() != name.index).then_some((r, id))
             })
             .collect();
+        let rewrote = !rewrites.is_empty();
         for (r, canonical) in rewrites {
             log::trace!(
                 "{}: references to {} rewritten to {canonical}",
@@ -135,6 +137,7 @@ impl<M: Module> DedupModule<M> {
             func.params
                 .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
         }
+        rewrote
     }
 }
 

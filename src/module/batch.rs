@@ -31,6 +31,7 @@
 //!    `finalize_definitions`) fails, listing it.
 
 use super::ids::State;
+use super::parallel::Precompiled;
 use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
@@ -66,6 +67,12 @@ impl Batch {
         self.pending_control.insert(id, ctrl_plane);
     }
 
+    /// A copy of the control plane `id` was recorded with (the default if
+    /// none), for compiling it elsewhere.
+    pub(super) fn control_plane(&self, id: FuncId) -> ControlPlane {
+        self.pending_control.get(&id).cloned().unwrap_or_default()
+    }
+
     /// Forgets that a definition of `id` failed: it is being defined again.
     pub(super) fn forget_failure(&mut self, id: FuncId) {
         if !self.failed.is_empty() {
@@ -79,6 +86,19 @@ impl<M: Module> DedupModule<M> {
     /// fingerprint (repeating after each round of reference rewriting, so that
     /// callers of merged functions merge too), compiles one function per
     /// group and defines the others as duplicates. Does nothing in eager mode.
+    ///
+    /// With more than one [thread](super::DedupOptions::threads), the
+    /// functions it compiles are compiled on that many threads first, then
+    /// every function is defined in definition order, as on one thread:
+    /// the inner module gets the same code in the same order (the same
+    /// bytes and symbol offsets), failures are the same, listed in the same
+    /// order. What differs: the inner module is handed that code with
+    /// `define_function_bytes` (a wrapper inside it does not see it
+    /// compiled; `ObjectModule`'s frame descriptions of it are written by
+    /// jitfold, elsewhere in `.eh_frame`), functions with exception tables
+    /// and a module's first compile are still compiled by the inner module,
+    /// and [`Stats`](super::Stats) counts the compiles per thread and the
+    /// phase's wall time.
     ///
     /// On an error the failed functions are left undefined and may be
     /// defined again; the others are defined. The error is the one failed
@@ -142,9 +162,13 @@ impl<M: Module> DedupModule<M> {
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
             })
             .collect();
-        for (id, func) in pending.iter_mut() {
+        // With several threads, what is to be compiled is compiled first
+        // (see `parallel.rs`), and defined below in its turn.
+        let mut precompiled = self.compile_in_parallel(pending);
+        for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
-                self.define_own(*id, func, failures);
+                let code = precompiled.get_mut(i).and_then(Option::take);
+                self.define_own(*id, func, code, failures);
             }
         }
         for (i, canonical) in planned {
@@ -171,22 +195,46 @@ impl<M: Module> DedupModule<M> {
                 }
             } else {
                 // Its class's compiled function failed: it is on its own.
-                self.define_own(*id, func, failures);
+                self.define_own(*id, func, None, failures);
             }
         }
     }
 
-    /// Defines `id` as `define_now` does in eager mode (`func` is taken).
-    fn define_own(&mut self, id: FuncId, func: &mut Function, failures: &mut Failures) {
+    /// Defines `id` as `define_now` does in eager mode (`func` is taken),
+    /// with `code` compiled for it on another thread, if any (used only if
+    /// `func` is still what was compiled, see `parallel.rs`).
+    fn define_own(
+        &mut self,
+        id: FuncId,
+        func: &mut Function,
+        mut code: Option<Precompiled>,
+        failures: &mut Failures,
+    ) {
         self.ids.plan(id, State::Undefined);
         // Planning may have found duplicates since `func` was last
         // rewritten (a failed class's members are defined here too).
-        self.canonicalize_references(func);
+        if self.canonicalize_references(func) {
+            // Not the function that was compiled.
+            self.discard_precompiled(id, code.take());
+        }
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
         // The control plane the caller defined it with, as it was then.
         let mut ctrl_plane = self.batch.pending_control.remove(&id).unwrap_or_default();
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane) {
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut code) {
             failures.push((id, e));
+        }
+        self.discard_precompiled(id, code);
+    }
+
+    /// Drops `code`, compiled for `id` on another thread, if any: `id` was
+    /// not defined from it (see 3 in `parallel.rs`).
+    fn discard_precompiled(&mut self, id: FuncId, code: Option<Precompiled>) {
+        if code.is_some() {
+            log::debug!(
+                "{} ({id}): code compiled on another thread not used",
+                self.function_name(id)
+            );
+            self.stats.parallel_discarded += 1;
         }
     }
 

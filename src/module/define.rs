@@ -20,9 +20,11 @@
 use super::frames::Frame;
 use super::ids::State;
 use super::join::ClassNames;
+use super::parallel::{Compiled, Precompiled};
 use super::reuse::CodeTemplate;
 use super::{DedupError, DedupModule, adapter, trampoline, verify};
 use crate::cache::{ClassId, Lookup};
+use crate::code::MachineCode;
 use crate::fingerprint::Fingerprinter;
 use crate::plan::{ClassFacts, Outcome, Plan, Step, WalkRef};
 use cranelift_codegen::control::ControlPlane;
@@ -36,18 +38,21 @@ use std::time::{Duration, Instant};
 impl<M: Module> DedupModule<M> {
     /// Defines `id` now, as [the planner](crate::plan) says: the first
     /// step of its plan that works (a duplicate, reused code, an adapter,
-    /// or compiling it in the inner module). Counts the outcome.
+    /// or compiling it: in the inner module, or, if `precompiled` holds the
+    /// result of compiling `ctx.func` on another thread, by taking that).
+    /// Counts the outcome.
     pub(super) fn define_now(
         &mut self,
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
+        precompiled: &mut Option<Precompiled>,
     ) -> ModuleResult<()> {
         // The walk's results stay where the walk left them, so that a
         // cache hit copies nothing; the fingerprinter is out of `self`
         // meanwhile.
         let mut walker = std::mem::take(&mut self.fingerprinter);
-        let result = self.define_walked(id, ctx, ctrl_plane, &mut walker);
+        let result = self.define_walked(id, ctx, ctrl_plane, precompiled, &mut walker);
         self.fingerprinter = walker;
         result
     }
@@ -58,6 +63,7 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
+        precompiled: &mut Option<Precompiled>,
         walker: &mut Fingerprinter,
     ) -> ModuleResult<()> {
         let walk = verify::walk_checked(walker, &ctx.func, self.inner.isa())?;
@@ -85,11 +91,16 @@ impl<M: Module> DedupModule<M> {
                 return Ok(());
             }
         }
+        // The first compile of a module is the inner module's (see 5 in
+        // `parallel.rs`). Code compiled on another thread that the store
+        // makes unneeded is left in `precompiled`, and discarded by the
+        // caller.
         let stored = self.define_stored(id, &walk, &ctx.func, &mut verified)?;
         let outcome = match stored {
             Some(outcome) => outcome,
             None => {
-                let compiled = self.compile(id, ctx, ctrl_plane, &walk, plan);
+                let precompiled = precompiled.take_if(|_| self.frames.inner_compiled());
+                let compiled = self.compile(id, ctx, ctrl_plane, &walk, plan, precompiled);
                 self.end_reservation();
                 compiled?
             }
@@ -116,8 +127,9 @@ impl<M: Module> DedupModule<M> {
         self.define_trampoline(id, canonical)
     }
 
-    /// Compiles `id` in the inner module (the plan's last step), keeping
-    /// what the plan says to keep for later functions.
+    /// Compiles `id` in the inner module (the plan's last step), or
+    /// defines the code `precompiled` holds for it, keeping what the plan
+    /// says to keep for later functions.
     fn compile(
         &mut self,
         id: FuncId,
@@ -125,30 +137,54 @@ impl<M: Module> DedupModule<M> {
         ctrl_plane: &mut ControlPlane,
         walk: &WalkRef<'_>,
         plan: Plan,
+        precompiled: Option<Precompiled>,
     ) -> ModuleResult<Outcome> {
         // Compiling rewrites `ctx.func`; the check lays out the original.
+        // (Code compiled on another thread was compiled from a copy.)
         let original = self.options.check.then(|| ctx.func.clone());
-        let start = Instant::now();
-        let inner = &mut self.inner;
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            inner.define_function_with_control_plane(id, ctx, ctrl_plane)
-        }))
-        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
-        let time = start.elapsed();
-        result?;
-        let code_bytes = ctx
-            .compiled_code()
-            .map_or(0, |c| u64::from(c.code_info().total_size));
-        self.ids.note_references(ctx);
+        let (time, code_bytes, precompiled) = match precompiled {
+            None => {
+                let start = Instant::now();
+                let inner = &mut self.inner;
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    inner.define_function_with_control_plane(id, ctx, ctrl_plane)
+                }))
+                .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
+                let time = start.elapsed();
+                result?;
+                self.frames.note_inner_compiled();
+                let code_bytes = ctx
+                    .compiled_code()
+                    .map_or(0, |c| u64::from(c.code_info().total_size));
+                self.ids.note_references(ctx);
+                (time, code_bytes, None)
+            }
+            Some(precompiled) => {
+                let compiled = self.define_precompiled(id, precompiled)?;
+                (compiled.time, compiled.code_bytes, Some(compiled))
+            }
+        };
         if self.stored.is_some() {
-            self.store_compiled(ctx, walk, plan.keep_template.clone(), time);
+            self.store_compiled(
+                ctx,
+                precompiled.as_ref(),
+                walk,
+                plan.keep_template.clone(),
+                time,
+            );
         }
         let mut kept_bytes = None;
-        if let Some(template) = plan.keep_template
-            && let Some(code) = CodeTemplate::capture(id, ctx, walk.names, time, self.inner.isa())
-        {
-            kept_bytes = Some(code.heap_bytes() as u64);
-            self.compiled.keep_template(template, code);
+        if let Some(template) = plan.keep_template {
+            let code = match &precompiled {
+                None => CodeTemplate::capture(id, ctx, walk.names, time, self.inner.isa()),
+                Some(c) => {
+                    CodeTemplate::from_parts(id, c.code.clone(), walk.names, time, c.unwind.clone())
+                }
+            };
+            if let Some(code) = code {
+                kept_bytes = Some(code.heap_bytes() as u64);
+                self.compiled.keep_template(template, code);
+            }
         }
         log::debug!(
             "{} ({id}): compiled, {code_bytes} bytes in {time:?}",
@@ -163,14 +199,50 @@ impl<M: Module> DedupModule<M> {
             let call_conv = self.call_conv(id);
             self.compiled.keep_body(body, class, call_conv);
         }
+        let machine_code = match precompiled {
+            None => original.as_ref().and_then(|_| MachineCode::of(ctx)),
+            Some(compiled) => {
+                // Its frame, for object files (see `unwind.rs`).
+                if let Some(unwind) = compiled.unwind {
+                    self.frames.push_own(id, unwind);
+                }
+                Some(compiled.code)
+            }
+        };
         if let Some(original) = original {
-            self.keep_reference_code(id, &original, crate::code::MachineCode::of(ctx));
+            self.keep_reference_code(id, &original, machine_code);
         }
         Ok(Outcome::Compiled {
             code_bytes,
             time,
             kept_bytes,
         })
+    }
+
+    /// Defines `id` in the inner module from the code `precompiled` holds
+    /// for it (see `parallel.rs`), or returns the error compiling it in the
+    /// inner module would have returned. Notes its references.
+    fn define_precompiled(
+        &mut self,
+        id: FuncId,
+        precompiled: Precompiled,
+    ) -> ModuleResult<Compiled> {
+        let compiled =
+            precompiled.map_err(|failure| failure.into_error(|| self.function_name(id)))?;
+        let inner = &mut self.inner;
+        catch_unwind(AssertUnwindSafe(|| {
+            inner.define_function_bytes(
+                id,
+                u64::from(compiled.code.alignment),
+                &compiled.code.bytes,
+                &compiled.relocs,
+            )
+        }))
+        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)))?;
+        for reloc in &compiled.relocs {
+            self.ids.note_reference(&reloc.name);
+        }
+        Ok(compiled)
     }
 
     /// Records `id`, just defined (walked as `walk`; its names kept for
@@ -319,6 +391,7 @@ impl<M: Module> DedupModule<M> {
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         if result.is_ok() {
+            self.frames.note_inner_compiled();
             self.ids.note_references(&ctx);
         }
         (result, time, code_bytes)

@@ -119,9 +119,11 @@ impl<M: Module> Module for DedupModule<M> {
         // when `flush` finds out).
         self.stats.defined += 1;
         match self.options.mode {
-            Mode::Eager => self.define_now(id, ctx, ctrl_plane).inspect_err(|_| {
-                self.stats.defined -= 1;
-            }),
+            Mode::Eager => self
+                .define_now(id, ctx, ctrl_plane, &mut None)
+                .inspect_err(|_| {
+                    self.stats.defined -= 1;
+                }),
             Mode::Batch => {
                 log::trace!(
                     "{} ({id}): recorded for the next flush",

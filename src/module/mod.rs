@@ -79,7 +79,9 @@
 //! canonical function). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
-//! see every function that is actually compiled, and only those. Inner
+//! see every function that is actually compiled, and only those (except,
+//! in batch mode on several [threads](DedupOptions::threads), the functions
+//! compiled on the flush's threads, which they receive as bytes). Inner
 //! modules receive duplicates' trampolines and reused code through
 //! `define_function_bytes`, for which `cranelift-object` writes no unwind
 //! information; `DedupModule<ObjectModule>` writes their frame
@@ -98,6 +100,12 @@
 //! and copying code between twins with one template (2). The entry point
 //! of a compiled id never changes afterwards.
 //!
+//! In batch mode, [`DedupOptions::threads`] above 1 compiles the functions
+//! a flush compiles on that many threads, then defines them in
+//! definition order: the module is the same, byte for byte, as with one
+//! thread (see `parallel.rs` for what else differs: where object files
+//! keep their frame descriptions, and the statistics of time).
+//!
 //! # Layout
 //!
 //! Deciding is [the planner's](crate::plan) (pure, over the module-free
@@ -111,6 +119,7 @@
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
 //! | `verify.rs` | the walk that never panics, verification before trust | |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
+//! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
@@ -138,6 +147,7 @@ mod join;
 #[cfg(feature = "object")]
 mod object;
 mod options;
+mod parallel;
 pub mod reuse;
 pub mod stats;
 mod stored;

@@ -98,7 +98,13 @@ impl DedupModule<ObjectModule> {
             alias.value = value;
             alias.size = size;
         }
-        unwind::write_frames(&mut product, &target, &frames, &templates)?;
+        unwind::write_frames(
+            &mut product,
+            &target,
+            &frames,
+            &templates,
+            self.frames.own(),
+        )?;
         Ok(product)
     }
 }

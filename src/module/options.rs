@@ -1,6 +1,6 @@
 //! The options of a [`DedupModule`](super::DedupModule): when functions
 //! are compiled, whether duplicates keep their own addresses, whether code
-//! is reused, and check mode.
+//! is reused, check mode, and how many threads compile a batch.
 
 #[cfg(doc)]
 use super::{DedupModule, Stats};
@@ -16,13 +16,13 @@ pub enum Mode {
 }
 
 /// Options of a [`DedupModule`]. The default is eager, an address of its
-/// own for every function id, reuse on, check mode off.
+/// own for every function id, reuse on, check mode off, one thread.
 ///
 /// More options will come, so the struct cannot be written out in full
 /// outside this crate: start from [`DedupOptions::eager`] (the default) or
 /// [`DedupOptions::batch`] and change what differs with the `with_`
 /// methods. Its [`Display`](core::fmt::Display) is the one name of a set of
-/// options (`eager`, `batch, distinct, no reuse, check`, ...).
+/// options (`eager`, `batch, distinct, no reuse, check, 4 threads`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DedupOptions {
@@ -55,6 +55,16 @@ pub struct DedupOptions {
     /// compilation per such function (two per adapter), and keeps the code
     /// of each class. Off by default.
     pub check: bool,
+    /// How many threads compile the functions of a batch flush (in
+    /// [`Mode::Batch`]; eager mode compiles on the caller's thread). With
+    /// 1, the default, everything happens on the caller's thread, one
+    /// function after the other; 0 counts as 1. With more, the functions a
+    /// flush compiles are compiled on that many threads (the caller's and
+    /// `threads - 1` scoped threads started for the flush), then defined
+    /// in the inner module in definition order, so that the module is the
+    /// same, byte for byte, as with one thread; see
+    /// [`DedupModule::flush`] for what differs (nothing in the code).
+    pub threads: usize,
 }
 
 impl Default for DedupOptions {
@@ -66,13 +76,15 @@ impl Default for DedupOptions {
 impl core::fmt::Display for DedupOptions {
     /// The mode (`eager` or `batch`), then what differs from sharing
     /// addresses without reuse or checks: `, distinct`, `, no reuse`,
-    /// `, check`.
+    /// `, check`; then `, N threads` when more than one thread compiles
+    /// batches.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let Self {
             mode,
             distinct_addresses,
             reuse,
             check,
+            threads,
         } = *self;
         f.write_str(match mode {
             Mode::Eager => "eager",
@@ -87,19 +99,23 @@ impl core::fmt::Display for DedupOptions {
                 f.write_str(what)?;
             }
         }
+        if threads.max(1) != 1 {
+            write!(f, ", {threads} threads")?;
+        }
         Ok(())
     }
 }
 
 impl DedupOptions {
     /// The default options: eager, distinct addresses, reuse on, check
-    /// mode off.
+    /// mode off, one thread.
     pub const fn eager() -> Self {
         Self {
             mode: Mode::Eager,
             distinct_addresses: true,
             reuse: true,
             check: false,
+            threads: 1,
         }
     }
 
@@ -131,6 +147,12 @@ impl DedupOptions {
         Self { check, ..self }
     }
 
+    /// These options with [`DedupOptions::threads`] set: batch flushes
+    /// compile on `threads` threads (0 counts as 1).
+    pub const fn with_threads(self, threads: usize) -> Self {
+        Self { threads, ..self }
+    }
+
     /// Every combination of mode and address identity with reuse on, and
     /// each mode with reuse off: for tests and comparisons that must cover
     /// every option. [Check mode](DedupOptions::check) is on in the four
@@ -143,36 +165,42 @@ impl DedupOptions {
             distinct_addresses: false,
             reuse: true,
             check: true,
+            threads: 1,
         },
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: true,
             reuse: true,
             check: true,
+            threads: 1,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: false,
             reuse: true,
             check: true,
+            threads: 1,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: true,
             reuse: true,
             check: true,
+            threads: 1,
         },
         DedupOptions {
             mode: Mode::Eager,
             distinct_addresses: false,
             reuse: false,
             check: false,
+            threads: 1,
         },
         DedupOptions {
             mode: Mode::Batch,
             distinct_addresses: true,
             reuse: false,
             check: false,
+            threads: 1,
         },
     ];
 }

@@ -20,7 +20,9 @@ use std::time::Duration;
 pub struct Stats {
     /// Functions defined through `define_function` (and `_with_control_plane`).
     pub defined: u64,
-    /// Functions the inner module compiled.
+    /// Functions compiled: by the inner module, or, in a batch flush with
+    /// more than one [thread](crate::DedupOptions::threads), on the flush's
+    /// threads and then defined in the inner module from the code.
     pub compiled: u64,
     /// Functions defined as a copy of compiled code with relocations
     /// retargeted to their own callees and symbols.
@@ -58,7 +60,8 @@ pub struct Stats {
     /// Machine-code bytes that compiling every function would have emitted
     /// (each duplicate counted at its canonical function's size).
     pub code_bytes_without_dedup: u64,
-    /// Time spent compiling.
+    /// Time spent compiling, summed over the functions (on several threads,
+    /// more than the time it took: see [`Stats::parallel_time`]).
     pub compile_time: Duration,
     /// Estimated compile time saved: for each duplicate and each reused
     /// function, the time the function whose code it shares took to compile.
@@ -73,6 +76,24 @@ pub struct Stats {
     /// callee turned out to be a duplicate, and compiled functions found
     /// equal to another (later calls to them go to the other).
     pub joined: u64,
+    /// Functions compiled on each thread by the parallel phases of batch
+    /// flushes (with more than one [thread](crate::DedupOptions::threads)),
+    /// summed over the flushes: entry 0 is the thread that flushes, the
+    /// others the threads started for it. Empty when no flush compiled in
+    /// parallel. Every one of them is defined from its code (and counted
+    /// in `compiled`), or failed, or was discarded
+    /// ([`Stats::parallel_discarded`]).
+    pub compiles_per_thread: Vec<u64>,
+    /// Wall time of the parallel phases of batch flushes (compiling on
+    /// every thread until the last one is done), summed.
+    pub parallel_time: Duration,
+    /// Functions compiled in a parallel phase whose code was not used:
+    /// defining them in order found they had to be defined otherwise (a
+    /// reference rewritten since, or another plan), and they were defined
+    /// as a one-thread flush would. Counted so that a compile done twice
+    /// shows; the selection leaves such functions out, so this stays 0
+    /// unless late merges change a function under it.
+    pub parallel_discarded: u64,
 }
 
 impl Stats {
@@ -138,6 +159,25 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// Counts one parallel phase of a batch flush: the functions each
+    /// thread compiled (the flushing thread first) and its wall time.
+    pub fn count_parallel_phase(&mut self, per_thread: &[u64], wall_time: Duration) {
+        add_per_thread(&mut self.compiles_per_thread, per_thread);
+        self.parallel_time += wall_time;
+    }
+}
+
+/// Adds `other` to `sum`, entry by entry (`sum` grows to `other`'s length).
+fn add_per_thread(sum: &mut Vec<u64>, other: &[u64]) {
+    if sum.len() < other.len() {
+        sum.resize(other.len(), 0);
+    }
+    for (s, o) in sum.iter_mut().zip(other) {
+        *s += o;
+    }
+}
+
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "functions defined     {}", self.defined)?;
@@ -167,7 +207,17 @@ impl fmt::Display for Stats {
             "compile time          {:.3} ms (about {:.3} ms saved)",
             self.compile_time.as_secs_f64() * 1e3,
             self.compile_time_saved.as_secs_f64() * 1e3
-        )
+        )?;
+        if !self.compiles_per_thread.is_empty() {
+            write!(
+                f,
+                "\nparallel compiles     {:?} per thread in {:.3} ms ({} discarded)",
+                self.compiles_per_thread,
+                self.parallel_time.as_secs_f64() * 1e3,
+                self.parallel_discarded
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -195,6 +245,9 @@ impl AddAssign for Stats {
             reuse_memory_bytes,
             refine_rounds,
             joined,
+            compiles_per_thread,
+            parallel_time,
+            parallel_discarded,
         } = other;
         self.defined += defined;
         self.compiled += compiled;
@@ -216,5 +269,8 @@ impl AddAssign for Stats {
         self.reuse_memory_bytes += reuse_memory_bytes;
         self.refine_rounds += refine_rounds;
         self.joined += joined;
+        add_per_thread(&mut self.compiles_per_thread, &compiles_per_thread);
+        self.parallel_time += parallel_time;
+        self.parallel_discarded += parallel_discarded;
     }
 }

@@ -24,10 +24,10 @@
 //!    so later functions with the same template reuse it without asking the
 //!    store again.
 
-use super::DedupModule;
 use super::frames::Frame;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
+use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, WalkRef};
@@ -169,12 +169,14 @@ impl<M: Module> DedupModule<M> {
         Ok(Some(Outcome::Loaded { code_bytes, saved }))
     }
 
-    /// Stores the code just compiled in `ctx` for a function walked as
-    /// `walk` (with template `template`, compiled in `time`), if there is a
-    /// store and the code can be retargeted.
+    /// Stores the code just compiled for a function walked as `walk` (with
+    /// template `template`, compiled in `time`): in `ctx`, or on another
+    /// thread (`precompiled`), if there is a store and the code can be
+    /// retargeted.
     pub(super) fn store_compiled(
         &mut self,
         ctx: &Context,
+        precompiled: Option<&parallel::Compiled>,
         walk: &WalkRef<'_>,
         template: Option<Template>,
         time: Duration,
@@ -182,15 +184,21 @@ impl<M: Module> DedupModule<M> {
         let Some(stored) = &self.stored else {
             return;
         };
-        let Some(code) = MachineCode::of(ctx) else {
-            return;
-        };
         // A reservation not ended by the `put` below is released by
         // `end_reservation`.
+        let (code, unwind) = match precompiled {
+            Some(compiled) => (compiled.code.clone(), compiled.unwind.clone()),
+            None => {
+                let Some(code) = MachineCode::of(ctx) else {
+                    return;
+                };
+                let unwind: Option<UnwindInfo> = ctx.compiled_code().and_then(|compiled| {
+                    compiled.create_unwind_info(self.inner.isa()).ok().flatten()
+                });
+                (code, unwind)
+            }
+        };
         let template = template.unwrap_or_else(|| walk.fingerprint.to_template());
-        let unwind: Option<UnwindInfo> = ctx
-            .compiled_code()
-            .and_then(|compiled| compiled.create_unwind_info(self.inner.isa()).ok().flatten());
         let Some(entry) = Entry::new(&template, walk.names, &code, time, unwind.as_ref()) else {
             return;
         };

@@ -3,8 +3,9 @@
 //!
 //! `ObjectModule` (with `ObjectBuilder::unwind_info(true)`) writes an FDE
 //! for every function it compiles, and none for functions defined from
-//! bytes. jitfold defines two kinds of function from bytes: reused code and
-//! trampolines. This module writes their FDEs, in a CIE of its own
+//! bytes. jitfold defines three kinds of function from bytes: reused code,
+//! trampolines, and code compiled on the threads of a batch flush (see
+//! `parallel.rs`). This module writes their FDEs, in a CIE of its own
 //! appended to the same `.eh_frame` section.
 //!
 //! # What this module guarantees
@@ -26,8 +27,19 @@
 //!    writes their FDEs.
 //! 4. Nothing is written when the object has no `.eh_frame` data of the
 //!    inner module's (unwind information was not asked for; the section
-//!    may then be left empty) or the ISA has no System V CIE. Functions the user defines from bytes get no FDE, as
-//!    in plain `ObjectModule`.
+//!    may then be left empty) or the ISA has no System V CIE. (A parallel
+//!    flush leaves a module's first compile to the inner module, so that
+//!    this tells.) Functions the user defines from bytes get no FDE, as in
+//!    plain `ObjectModule`.
+//! 5. Code compiled on a thread of a batch flush has the unwind information
+//!    Cranelift computed for it, which is what the inner module would have
+//!    written: every function is described as in a one-thread flush, but
+//!    its FDE is in this CIE, after the inner module's, so the bytes of
+//!    `.eh_frame` are laid out differently (the code is not). Without
+//!    unwind information the object is the one-thread object: where a
+//!    one-thread flush has no frames to write (neither reused code nor
+//!    trampolines), the section is looked for without being created,
+//!    at the cost of writing the object once more.
 
 use super::frames::Frame;
 use super::reuse::CodeTemplate;
@@ -90,28 +102,33 @@ impl RelocateWriter for Section {
 fn fde(
     frame: Frame,
     templates: &[CodeTemplate],
+    own: &[UnwindInfo],
     address: Address,
 ) -> Option<FrameDescriptionEntry> {
-    match frame {
-        Frame::Entry(len) => Some(FrameDescriptionEntry::new(address, len)),
-        Frame::Template(index) => match templates.get(index)?.unwind.as_ref()? {
-            UnwindInfo::SystemV(info) => Some(info.to_fde(address)),
-            UnwindInfo::WindowsX64(_) | UnwindInfo::WindowsArm64(_) => None,
-            // `UnwindInfo` is `#[non_exhaustive]`: a kind added later is
-            // not System V either.
-            _ => None,
-        },
+    let unwind = match frame {
+        Frame::Entry(len) => return Some(FrameDescriptionEntry::new(address, len)),
+        Frame::Template(index) => templates.get(index)?.unwind.as_ref()?,
+        Frame::Own(index) => own.get(index)?,
+    };
+    match unwind {
+        UnwindInfo::SystemV(info) => Some(info.to_fde(address)),
+        UnwindInfo::WindowsX64(_) | UnwindInfo::WindowsArm64(_) => None,
+        // `UnwindInfo` is `#[non_exhaustive]`: a kind added later is not
+        // System V either.
+        _ => None,
     }
 }
 
 /// Appends to `product`'s `.eh_frame` section one CIE and an FDE for each
 /// of `frames` (see the module docs), if the section has the inner
-/// module's data; `templates` are the module's code templates.
+/// module's data; `templates` are the module's code templates, `own` the
+/// unwind information of [`Frame::Own`] frames.
 pub(super) fn write_frames(
     product: &mut ObjectProduct,
     target: &Target,
     frames: &[(FuncId, Frame)],
     templates: &[CodeTemplate],
+    own: &[UnwindInfo],
 ) -> ModuleResult<()> {
     if frames.is_empty() {
         return Ok(());
@@ -119,6 +136,14 @@ pub(super) fn write_frames(
     let Some(cie) = target.cie.clone() else {
         return Ok(());
     };
+    // Looking the section up creates it where it is missing. Where a
+    // one-thread flush would have had no frames to write (all are of code
+    // compiled on a flush's threads), it does not look, so neither does
+    // this unless the section is there (see 5 above).
+    let own_only = frames.iter().all(|(_, f)| matches!(f, Frame::Own(_)));
+    if own_only && !has_eh_frame_data(&product.object)? {
+        return Ok(());
+    }
     let Some(section_id) = existing_eh_frame(&mut product.object) else {
         return Ok(());
     };
@@ -133,7 +158,7 @@ pub(super) fn write_frames(
             symbol: symbols.len(),
             addend: 0,
         };
-        if let Some(fde) = fde(frame, templates, address) {
+        if let Some(fde) = fde(frame, templates, own, address) {
             symbols.push(symbol);
             table.add_fde(cie, fde);
         }
@@ -201,6 +226,21 @@ pub(super) fn write_frames(
 fn existing_eh_frame(object: &mut write::Object<'_>) -> Option<write::SectionId> {
     let id = object.section_id(write::StandardSection::EhFrame);
     (!object.section(id).data().is_empty()).then_some(id)
+}
+
+/// Whether `object` has a `.eh_frame` section with data, found without
+/// creating one (`object` cannot look a section up otherwise): by writing
+/// the object and reading it back.
+fn has_eh_frame_data(object: &write::Object<'_>) -> ModuleResult<bool> {
+    use cranelift_object::object::{Object as _, ObjectSection as _};
+    let bytes = object
+        .write()
+        .map_err(|e| backend(format!("cannot write the object: {e}")))?;
+    let file = cranelift_object::object::File::parse(&*bytes)
+        .map_err(|e| backend(format!("cannot read the object back: {e}")))?;
+    Ok(file.sections().any(|section| {
+        matches!(section.name(), Ok(".eh_frame" | "__eh_frame")) && section.size() > 0
+    }))
 }
 
 fn backend(message: String) -> ModuleError {

@@ -26,6 +26,7 @@ mod fuzz_seeds;
 mod jit;
 mod machine_code;
 mod object;
+mod parallel;
 mod persistent;
 mod reuse;
 #[cfg(feature = "runtests")]

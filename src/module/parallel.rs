@@ -1,0 +1,302 @@
+//! Parallel compilation in batch mode: with more than one
+//! [thread](super::DedupOptions::threads), a flush compiles the functions
+//! it is going to compile on that many threads first, then defines every
+//! function in the inner module in definition order, as a flush on one
+//! thread does.
+//!
+//! # How
+//!
+//! After planning (see `batch.rs`), the pending functions are walked in
+//! definition order and planned against the cache as it was before the
+//! flush. A function is *selected* when its plan is to compile it and no
+//! earlier function of the flush has its exact key, its template (when it
+//! is to be kept for reuse) or its body with the calling convention erased
+//! (when adaptable): those are the functions a one-thread flush compiles,
+//! since an earlier function with one of these keys would make it a
+//! duplicate, reused code or an adapter. The others are left to the define
+//! pass, and so are functions whose walk fails, functions with exception
+//! tables (see 5), and, in a module whose inner module has compiled
+//! nothing yet, the first selected function (see 5).
+//!
+//! The selected functions are compiled on a pool: the flushing thread and
+//! `threads - 1` scoped threads (with the 8 MiB stack of a main thread),
+//! each taking the next function from an atomic counter, each with its own
+//! `Context`, reused from one function to the next. Then the define pass
+//! (`batch.rs`) goes through the functions in definition order as before,
+//! and where a function's plan is to compile it, defines the code compiled
+//! for it instead of compiling it in the inner module.
+//!
+//! # What this module guarantees
+//!
+//! 1. Each selected function is compiled once, on one thread, against the
+//!    inner module's ISA, with a copy of the control plane it was defined
+//!    with. No lock is taken while compiling (nor at all: the functions
+//!    are borrowed, the results are each thread's own until it ends).
+//! 2. The module is the same as with one thread, byte for byte: a function
+//!    is compiled from the same `Function` (as planning left it; see 3 for
+//!    one rewritten since), ISA and control plane, and Cranelift's output
+//!    depends on nothing else; it is defined in its turn with
+//!    `define_function_bytes`, with the alignment and relocations the inner
+//!    module derives from the compiled code in `define_function` (the same
+//!    `ModuleReloc::from_mach_reloc`), and `JITModule` and `ObjectModule`
+//!    place such code exactly as code they compile. The inner module so
+//!    receives the same definitions in the same order: the same code bytes
+//!    and symbol offsets.
+//! 3. The define pass decides: code from the parallel phase is used only
+//!    if, in the function's turn, rewriting its references changed nothing
+//!    and its plan is still to compile it. Otherwise the code is dropped
+//!    (counted in [`Stats::parallel_discarded`](super::Stats)) and the
+//!    function is defined as on one thread.
+//! 4. A compile error, or a panic of Cranelift, on a thread is that
+//!    function's result, reported in its turn as on one thread: the
+//!    `CodegenError` the inner module returns, or
+//!    [`DedupError::CraneliftPanic`] naming the function. Failures are so
+//!    listed in definition order, and every other function is defined. A
+//!    thread that cannot be started leaves its share to the others; a
+//!    function that got no result (its thread died) is compiled in its
+//!    turn.
+//! 5. What differs from one thread, none of it in the code:
+//!    - The inner module does not compile these functions, so a wrapper
+//!      inside it that reads `ctx.compiled_code()` does not see them (as
+//!      with reused code; see "Where the wrapper sits" in the module docs).
+//!    - `ObjectModule` writes frame descriptions only for what it compiles:
+//!      jitfold writes those of these functions from their own unwind
+//!      information (`unwind.rs`), the same descriptions in another place
+//!      of `.eh_frame`. It knows that they were asked for when the inner
+//!      module wrote one of its own, so a module's first compile is left
+//!      to the inner module.
+//!    - `JITModule` registers no unwind information, but with
+//!      cranelift-jit's `wasmtime-unwinder` feature it records exception
+//!      tables of the functions it compiles: functions with exception
+//!      tables are left to the inner module.
+//!    - [`Stats::compile_time`](super::Stats) counts each function's
+//!      compile on its thread (without the inner module's defining); the
+//!      phase's wall time is [`Stats::parallel_time`](super::Stats).
+
+use super::ids::State;
+use super::{DedupError, DedupModule, verify};
+use crate::code::MachineCode;
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::isa::unwind::UnwindInfo;
+use cranelift_codegen::{CodegenError, Context};
+use cranelift_module::{FuncId, Module, ModuleError, ModuleReloc};
+use hashbrown::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The stack of each thread started for a flush: a main thread's, so that
+/// a function that compiles on the flushing thread compiles on any.
+const STACK_BYTES: usize = 8 << 20;
+
+/// A function compiled on a thread of a flush: what defining it needs.
+pub(super) struct Compiled {
+    /// Its code, with relocations by name (kept as a template for reuse,
+    /// or as reference code in check mode).
+    pub(super) code: MachineCode,
+    /// Its relocations, as the inner module would derive them.
+    pub(super) relocs: Vec<ModuleReloc>,
+    /// The code size Cranelift reports (`code_info().total_size`).
+    pub(super) code_bytes: u64,
+    /// Its unwind information, if the ISA has any for it.
+    pub(super) unwind: Option<UnwindInfo>,
+    /// How long compiling it took on its thread.
+    pub(super) time: Duration,
+}
+
+/// Why a function compiled on a thread has no code.
+pub(super) enum Failure {
+    /// Cranelift returned this error.
+    Codegen(CodegenError),
+    /// Cranelift panicked with this payload.
+    Panic(Box<dyn std::any::Any + Send>),
+}
+
+/// What compiling a function on a thread gave.
+pub(super) type Precompiled = Result<Compiled, Failure>;
+
+impl Failure {
+    /// The error a one-thread flush gives for it, for function `function`.
+    pub(super) fn into_error(self, function: impl FnOnce() -> String) -> ModuleError {
+        match self {
+            // What `From<CompileError>` for `ModuleError` makes of it.
+            Failure::Codegen(e) => ModuleError::Compilation(e),
+            Failure::Panic(panic) => DedupError::CraneliftPanic {
+                function: function(),
+                message: crate::compile::panic_message(&panic),
+            }
+            .into(),
+        }
+    }
+}
+
+/// One function to compile on a thread.
+struct Job<'a> {
+    /// Its index among the pending functions.
+    index: usize,
+    id: FuncId,
+    func: &'a Function,
+    ctrl_plane: ControlPlane,
+}
+
+impl<M: Module> DedupModule<M> {
+    /// Compiles the functions of `pending` (planned, in definition order)
+    /// that the define pass is going to compile, on
+    /// [`DedupOptions::threads`](super::DedupOptions::threads) threads (see
+    /// the module docs). Returns each one's result at its index (`None`
+    /// for the others); empty with one thread, or fewer than two such
+    /// functions.
+    pub(super) fn compile_in_parallel(
+        &mut self,
+        pending: &[(FuncId, Function)],
+    ) -> Vec<Option<Precompiled>> {
+        let threads = self.options.threads.max(1);
+        if threads == 1 {
+            return Vec::new();
+        }
+        let selected = self.select_for_parallel(pending);
+        if selected.len() < 2 {
+            return Vec::new();
+        }
+        let jobs: Vec<Job<'_>> = selected
+            .into_iter()
+            .map(|index| {
+                let (id, func) = &pending[index];
+                Job {
+                    index,
+                    id: *id,
+                    func,
+                    ctrl_plane: self.batch.control_plane(*id),
+                }
+            })
+            .collect();
+        let threads = threads.min(jobs.len());
+        let isa = self.inner.isa();
+        let next = AtomicUsize::new(0);
+        let start = Instant::now();
+        // Each thread's results, the flushing thread's first.
+        let done: Vec<Vec<(usize, Precompiled)>> = std::thread::scope(|scope| {
+            let (jobs, next) = (&jobs, &next);
+            let work = move || {
+                let mut ctx = Context::new();
+                let mut done = Vec::new();
+                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    done.push((job.index, compile_job(&mut ctx, job, isa)));
+                }
+                done
+            };
+            let started: Vec<_> = (1..threads)
+                .filter_map(|t| {
+                    std::thread::Builder::new()
+                        .name(format!("jitfold-flush-{t}"))
+                        .stack_size(STACK_BYTES)
+                        .spawn_scoped(scope, work)
+                        .ok()
+                })
+                .collect();
+            let mut done = vec![work()];
+            // A thread that died (outside the compiles, which catch
+            // panics) gave nothing: its functions are compiled in turn.
+            done.extend(started.into_iter().map(|t| t.join().unwrap_or_default()));
+            done
+        });
+        let wall_time = start.elapsed();
+        let per_thread: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
+        log::debug!(
+            "batch flush: {} functions compiled on {} threads ({per_thread:?}) in {wall_time:?}",
+            jobs.len(),
+            done.len()
+        );
+        self.stats.count_parallel_phase(&per_thread, wall_time);
+        let mut results: Vec<Option<Precompiled>> = Vec::new();
+        results.resize_with(pending.len(), || None);
+        for (index, result) in done.into_iter().flatten() {
+            results[index] = Some(result);
+        }
+        results
+    }
+
+    /// The indices of the functions of `pending` to compile in parallel,
+    /// in definition order (see the module docs).
+    fn select_for_parallel(&mut self, pending: &[(FuncId, Function)]) -> Vec<usize> {
+        let policy = self.policy();
+        let mut walker = std::mem::take(&mut self.fingerprinter);
+        let isa = self.inner.isa();
+        // Every key that a function of this flush may add to the cache
+        // before its turn.
+        let mut exact = HashSet::new();
+        let mut templates = HashSet::new();
+        let mut bodies = HashSet::new();
+        // The inner module compiles a module's first function (see 5).
+        let mut leave_one = !self.frames.inner_compiled();
+        let mut selected = Vec::new();
+        for (index, (id, func)) in pending.iter().enumerate() {
+            if self.ids.state(*id) != State::Pending {
+                continue;
+            }
+            let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
+                continue;
+            };
+            let plan = self.compiled.plan(&walk.planned(func), policy);
+            let compiles =
+                plan.duplicate_of.is_none() && plan.reuse.is_none() && plan.adapter_for.is_none();
+            let new_key = exact.insert(walk.fingerprint.to_fingerprint());
+            let new_template = plan.keep_template.is_none_or(|t| templates.insert(t));
+            let new_body = plan.keep_body.is_none_or(|b| bodies.insert(b));
+            if !(compiles && new_key && new_template && new_body) {
+                continue;
+            }
+            if !func.dfg.exception_tables.is_empty() {
+                continue;
+            }
+            if leave_one {
+                leave_one = false;
+                continue;
+            }
+            selected.push(index);
+        }
+        self.fingerprinter = walker;
+        selected
+    }
+}
+
+/// Compiles `job` in `ctx` against `isa` (see 1 and 4 in the module docs).
+fn compile_job(ctx: &mut Context, job: &Job<'_>, isa: &dyn TargetIsa) -> Precompiled {
+    let start = Instant::now();
+    let mut ctrl_plane = job.ctrl_plane.clone();
+    let compiled = catch_unwind(AssertUnwindSafe(|| {
+        ctx.clear();
+        ctx.func = job.func.clone();
+        if let Err(e) = ctx.compile(isa, &mut ctrl_plane) {
+            return Err(Failure::Codegen(e.inner));
+        }
+        let code = ctx.compiled_code().expect("just compiled");
+        let relocs = code
+            .buffer
+            .relocs()
+            .iter()
+            .map(|reloc| ModuleReloc::from_mach_reloc(reloc, &ctx.func, job.id))
+            .collect();
+        Ok(Compiled {
+            code: MachineCode::of(ctx).expect("just compiled"),
+            relocs,
+            code_bytes: u64::from(code.code_info().total_size),
+            unwind: code.create_unwind_info(isa).ok().flatten(),
+            time: Duration::ZERO,
+        })
+    }));
+    match compiled {
+        Ok(Ok(compiled)) => Ok(Compiled {
+            time: start.elapsed(),
+            ..compiled
+        }),
+        Ok(Err(failure)) => Err(failure),
+        Err(panic) => {
+            // Whatever the panic left in the context goes with it.
+            *ctx = Context::new();
+            Err(Failure::Panic(panic))
+        }
+    }
+}
