@@ -251,6 +251,10 @@ impl<M: Module> DedupModule<M> {
             if !func.dfg.exception_tables.is_empty() {
                 continue;
             }
+            // What the code store holds is loaded, not compiled.
+            if self.store_holds(&walk) {
+                continue;
+            }
             if leave_one {
                 leave_one = false;
                 continue;

@@ -220,6 +220,17 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
+    /// Whether the code store holds an entry for the template of a
+    /// function walked as `walk` (not checked: a batch flush leaves such
+    /// functions to the store instead of compiling them on threads).
+    pub(super) fn store_holds(&self, walk: &WalkRef<'_>) -> bool {
+        let Some(stored) = &self.stored else {
+            return false;
+        };
+        let key = StoreKey::of(&stored.context, &walk.fingerprint.to_template());
+        matches!(stored.store.get(&key), Ok(Some(_)))
+    }
+
     /// Releases the key this module reserved, if the definition that
     /// reserved it did not `put` it (its compile failed, panicked, or made
     /// no entry): waiting modules may then compile it (see 3 in

@@ -112,11 +112,14 @@ fn a_second_run_compiles_nothing_and_returns_the_same_results() {
     // Batch mode and check mode read the same entries.
     for options in [
         DedupOptions::batch(),
+        DedupOptions::batch().with_threads(2),
         DedupOptions::default().with_check(true),
     ] {
         let (warm, out) = run(store.clone(), None, options, false);
         assert_eq!(out, expected);
         assert_eq!(warm.compiled, 0, "{options}: {warm}");
+        // Nothing was compiled on threads only to be dropped.
+        assert_eq!(warm.parallel_discarded, 0, "{options}: {warm}");
         assert_eq!(warm.store_rejected, 0, "{options}: {warm}");
     }
     let _ = std::fs::remove_dir_all(&dir);
