@@ -35,7 +35,7 @@ use cranelift_module::{Linkage, Module, default_libcall_names};
 #[allow(dead_code)]
 mod common;
 
-use common::mean_ns;
+use common::{distinct_function, mean_ns};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use jitfold::{DedupModule, DedupOptions};
 use std::hint::black_box;
@@ -43,54 +43,10 @@ use std::time::{Duration, Instant};
 
 const FUNCTIONS: usize = 300;
 
-/// A function of about 40 instructions whose constants depend on `k`;
-/// `renumbered` builds the same function with other value numbers.
-fn make(k: i64, renumbered: bool, call_conv: CallConv) -> Function {
-    let mut sig = Signature::new(call_conv);
-    sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
-    sig.returns.push(AbiParam::new(I64));
-    let mut func = Function::with_name_signature(UserFuncName::default(), sig);
-    let mut fctx = FunctionBuilderContext::new();
-    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
-    let entry = b.create_block();
-    let (then_block, join) = (b.create_block(), b.create_block());
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    if renumbered {
-        let dead = b.ins().iconst(I64, 0);
-        let inst = b.func.dfg.value_def(dead).unwrap_inst();
-        b.func.layout.remove_inst(inst);
-    }
-    let (mut x, y) = (b.block_params(entry)[0], b.block_params(entry)[1]);
-    for i in 0..12 {
-        let c = b
-            .ins()
-            .iconst(I64, k.wrapping_mul(1_000_003).wrapping_add(i));
-        let t = b.ins().imul(x, c);
-        x = b.ins().bxor(t, y);
-    }
-    let cond = b.ins().icmp(IntCC::SignedLessThan, x, y);
-    b.append_block_param(join, I64);
-    b.ins().brif(cond, then_block, &[], join, &[x.into()]);
-    b.switch_to_block(then_block);
-    let z = b.ins().iadd(x, y);
-    b.ins().jump(join, &[z.into()]);
-    b.switch_to_block(join);
-    let r = b.block_params(join)[0];
-    b.ins().return_(&[r]);
-    b.seal_all_blocks();
-    b.finalize(cranelift_codegen::isa::TargetFrontendConfig {
-        default_call_conv: call_conv,
-        pointer_width: target_lexicon::PointerWidth::U64,
-        page_size_align_log2: 12,
-    });
-    func
-}
-
 fn workload(duplicate_percent: usize, call_conv: CallConv) -> Vec<Function> {
     let unique = (FUNCTIONS * (100 - duplicate_percent) / 100).max(1);
     (0..FUNCTIONS)
-        .map(|i| make((i % unique) as i64, i >= unique, call_conv))
+        .map(|i| distinct_function((i % unique) as i64, i >= unique, call_conv))
         .collect()
 }
 

@@ -1,6 +1,11 @@
 //! Shared by the benches: reading back what criterion measured in this run,
 //! so each bench can print ratios against its baseline.
 
+use cranelift_codegen::ir::{
+    AbiParam, Function, InstBuilder, Signature, UserFuncName, condcodes::IntCC, types::I64,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -60,4 +65,48 @@ pub fn corpus_dirs() -> Vec<PathBuf> {
         &root.join("../shared/corpora"),
         &root.join("target/jitfold-bench-corpora"),
     )
+}
+
+/// A function of about 40 instructions whose constants depend on `k`;
+/// `renumbered` builds the same function with other value numbers.
+pub fn distinct_function(k: i64, renumbered: bool, call_conv: CallConv) -> Function {
+    let mut sig = Signature::new(call_conv);
+    sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
+    sig.returns.push(AbiParam::new(I64));
+    let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let entry = b.create_block();
+    let (then_block, join) = (b.create_block(), b.create_block());
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    if renumbered {
+        let dead = b.ins().iconst(I64, 0);
+        let inst = b.func.dfg.value_def(dead).unwrap_inst();
+        b.func.layout.remove_inst(inst);
+    }
+    let (mut x, y) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+    for i in 0..12 {
+        let c = b
+            .ins()
+            .iconst(I64, k.wrapping_mul(1_000_003).wrapping_add(i));
+        let t = b.ins().imul(x, c);
+        x = b.ins().bxor(t, y);
+    }
+    let cond = b.ins().icmp(IntCC::SignedLessThan, x, y);
+    b.append_block_param(join, I64);
+    b.ins().brif(cond, then_block, &[], join, &[x.into()]);
+    b.switch_to_block(then_block);
+    let z = b.ins().iadd(x, y);
+    b.ins().jump(join, &[z.into()]);
+    b.switch_to_block(join);
+    let r = b.block_params(join)[0];
+    b.ins().return_(&[r]);
+    b.seal_all_blocks();
+    b.finalize(cranelift_codegen::isa::TargetFrontendConfig {
+        default_call_conv: call_conv,
+        pointer_width: target_lexicon::PointerWidth::U64,
+        page_size_align_log2: 12,
+    });
+    func
 }
