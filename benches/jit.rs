@@ -25,11 +25,8 @@
 //! against one alone.
 
 use cranelift_codegen::Context;
-use cranelift_codegen::ir::{
-    AbiParam, Function, InstBuilder, Signature, UserFuncName, condcodes::IntCC, types::I64,
-};
+use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::CallConv;
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
 #[allow(dead_code)]
