@@ -13,6 +13,7 @@
 //! `--features fuzzing`). Run with `cargo bench --bench fingerprint`; the
 //! ratios are printed at the end.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{corpus_dirs, mean_ns};

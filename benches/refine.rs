@@ -17,6 +17,7 @@
 //!
 //! Run with `cargo bench --bench refine`; ratios are printed at the end.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{corpus_dirs, mean_ns};
