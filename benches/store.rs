@@ -1,0 +1,228 @@
+//! Warm starts through a persistent store, against Cranelift's incremental
+//! cache, on the same functions in the same run.
+//!
+//! For each wasm module of `../shared/corpora` (every valid function that
+//! compiles, in file order), the time from `ir::Function`s to machine code
+//! for all of them:
+//!
+//! - `compile_all`: `Context::compile` for each;
+//! - `cranelift`: `Context::compile_with_cache` with a `CacheKvStore` on a
+//!   directory (one file per key, written to a temporary file and renamed),
+//!   cold (empty directory) and warm (the directory the cold pass filled);
+//! - `jitfold`: each function walked, its template looked up in a
+//!   `DirectoryStore`, the entry decoded and retargeted to its names (a
+//!   hit), or the function compiled and its entry stored (a miss), cold and
+//!   warm.
+//!
+//! Each of [`ROUNDS`] rounds runs every pass once, in turns, with fresh
+//! directories; the best time of each pass is printed with the ratios, and
+//! the bytes each store holds per function. criterion also times the two
+//! warm passes on each module. Run with
+//! `cargo bench --features tools --bench store` (`-- none` for the printed
+//! figures alone).
+
+#[allow(dead_code)]
+mod common;
+
+use common::corpus_dirs;
+use cranelift_codegen::Context;
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::incremental_cache::CacheKvStore;
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::TargetIsa;
+use criterion::Criterion;
+use jitfold::Fingerprinter;
+use jitfold::compile::{compile, with_quiet_panics};
+use jitfold::plan::Walk;
+use jitfold::store::{CodeContext, CodeStore, DirectoryStore, Entry, StoreKey};
+use std::borrow::Cow;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 3;
+
+/// Cranelift's cache store on a directory.
+struct DirKv(PathBuf);
+
+impl CacheKvStore for DirKv {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        std::fs::read(self.0.join(hex(key))).ok().map(Cow::Owned)
+    }
+
+    fn insert(&mut self, key: &[u8], val: Vec<u8>) {
+        let path = self.0.join(hex(key));
+        let temp = path.with_extension("tmp");
+        if std::fs::write(&temp, val).is_ok() {
+            let _ = std::fs::rename(temp, path);
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes of the files in `dir`.
+fn size_of_dir(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn compile_all(funcs: &[Function], isa: &dyn TargetIsa) -> Duration {
+    let start = Instant::now();
+    for f in funcs {
+        let mut ctx = Context::for_function(f.clone());
+        black_box(ctx.compile(isa, &mut ControlPlane::default()).unwrap());
+    }
+    start.elapsed()
+}
+
+/// A pass of Cranelift's cache: its time and hits.
+fn cranelift(funcs: &[Function], isa: &dyn TargetIsa, store: &mut DirKv) -> (Duration, usize) {
+    let mut hits = 0;
+    let start = Instant::now();
+    for f in funcs {
+        let mut ctx = Context::for_function(f.clone());
+        let (_, hit) = ctx
+            .compile_with_cache(isa, store, &mut ControlPlane::default())
+            .unwrap();
+        hits += usize::from(hit);
+    }
+    (start.elapsed(), hits)
+}
+
+/// A pass of jitfold's store: its time and hits.
+fn jitfold(
+    funcs: &[Function],
+    isa: &dyn TargetIsa,
+    store: &DirectoryStore,
+    context: &CodeContext,
+) -> (Duration, usize) {
+    let mut hits = 0;
+    let mut walker = Fingerprinter::new();
+    let start = Instant::now();
+    for f in funcs {
+        let walk = Walk::of(&mut walker, f);
+        let template = walk.fingerprint.to_template();
+        let key = StoreKey::of(context, &template);
+        let loaded = store.get(&key).ok().flatten().and_then(|bytes| {
+            let entry = Entry::decode(&bytes, context, &template, None).ok()?;
+            entry.code(&walk.names)
+        });
+        if let Some(code) = loaded {
+            black_box(code);
+            hits += 1;
+            continue;
+        }
+        let compiled = compile(f, isa).unwrap();
+        let unwind = compiled.unwind.as_ref();
+        if let Some(entry) = Entry::new(
+            &template,
+            &walk.names,
+            &compiled.code,
+            compiled.time,
+            unwind,
+        ) {
+            let _ = store.put(&key, &entry.encode(context, None));
+        }
+    }
+    (start.elapsed(), hits)
+}
+
+/// A fresh, empty directory.
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("jitfold-bench-store-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn main() {
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
+    let context = CodeContext::of(&*isa);
+    let mut criterion = Criterion::default().configure_from_args();
+    let mut lines = Vec::new();
+    for dir in corpus_dirs() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if name.contains("filetests") {
+            continue;
+        }
+        let funcs: Vec<Function> =
+            jitfold::corpus::valid_functions(std::slice::from_ref(&dir), Some(&*isa))
+                .expect("corpus loads")
+                .into_iter()
+                .filter(|f| with_quiet_panics(|| compile(f, &*isa)).is_ok())
+                .collect();
+        let n = funcs.len();
+        let mut best = [Duration::MAX; 5];
+        let (mut cl_bytes, mut jf_bytes, mut hits) = (0, 0, (0, 0));
+        for round in 0..ROUNDS {
+            let (cl_dir, jf_dir) = (scratch("cranelift"), scratch("jitfold"));
+            let mut cl_store = DirKv(cl_dir.clone());
+            let jf_store = DirectoryStore::new(&jf_dir)
+                .unwrap()
+                .with_limit(u64::MAX / 2);
+            let times = [
+                compile_all(&funcs, &*isa),
+                cranelift(&funcs, &*isa, &mut cl_store).0,
+                jitfold(&funcs, &*isa, &jf_store, &context).0,
+                {
+                    let (t, h) = cranelift(&funcs, &*isa, &mut cl_store);
+                    hits.0 = h;
+                    t
+                },
+                {
+                    let (t, h) = jitfold(&funcs, &*isa, &jf_store, &context);
+                    hits.1 = h;
+                    t
+                },
+            ];
+            for (b, t) in best.iter_mut().zip(times) {
+                *b = (*b).min(t);
+            }
+            cl_bytes = size_of_dir(&cl_dir);
+            jf_bytes = size_of_dir(&jf_dir);
+            if round + 1 == ROUNDS {
+                let mut group = criterion.benchmark_group(format!("warm/{name}"));
+                group.sample_size(10);
+                group.bench_function("cranelift_cache", |b| {
+                    b.iter(|| cranelift(&funcs, &*isa, &mut cl_store))
+                });
+                group.bench_function("jitfold_store", |b| {
+                    b.iter(|| jitfold(&funcs, &*isa, &jf_store, &context))
+                });
+                group.finish();
+            }
+            let _ = std::fs::remove_dir_all(&cl_dir);
+            let _ = std::fs::remove_dir_all(&jf_dir);
+        }
+        let [all, cl_cold, jf_cold, cl_warm, jf_warm] = best.map(|d| d.as_secs_f64());
+        lines.push(format!(
+            "{name}: {n} functions, best of {ROUNDS}: compile_all {all:.3} s; cold: cranelift \
+             {cl_cold:.3} s, jitfold {jf_cold:.3} s; warm: cranelift {cl_warm:.3} s ({} hits, \
+             {:.1}x faster than compile_all), jitfold {jf_warm:.3} s ({} hits, {:.1}x faster than \
+             compile_all, {:.1}x faster than cranelift warm); stored per function: cranelift {} \
+             bytes, jitfold {} bytes",
+            hits.0,
+            all / cl_warm,
+            hits.1,
+            all / jf_warm,
+            cl_warm / jf_warm,
+            cl_bytes / n.max(1) as u64,
+            jf_bytes / n.max(1) as u64,
+        ));
+    }
+    criterion.final_summary();
+    for line in lines {
+        println!("{line}");
+    }
+}
