@@ -52,6 +52,7 @@ use crate::corpus::{
 use crate::fingerprint::{Fingerprinter, SymbolName};
 use crate::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
 use crate::refine::{CallGraph, NodeId};
+use crate::similar::{self, ShapeOf, Shaper, SimilarOptions};
 use crate::store::{CodeContext, CodeStore, Entry, StoreKey};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
@@ -208,6 +209,9 @@ pub struct ReportOptions<'a> {
     pub reuse: bool,
     /// Refine classes over the call graph (`--merge calls`).
     pub merge_calls: bool,
+    /// Group functions by [shape](crate::similar) and plan similar-function
+    /// merging (`--similar`).
+    pub similar: bool,
     /// With `compile_isa`: look each function to be compiled up in this
     /// code store first, and store what is compiled (`--cache`); the
     /// dedup time then counts a hit as its lookup, and a miss as its
@@ -224,6 +228,76 @@ pub struct RefineSummary {
     pub rounds: u32,
     /// Time to build the call graph (templates, names) and refine.
     pub time: Duration,
+}
+
+/// `--similar`: what similar-function merging ([`crate::similar`]) would
+/// do with one function of each exact class.
+#[derive(Clone, Debug, Default)]
+pub struct SimilarSummary {
+    /// Exact classes whose first function has a parameter site and may
+    /// stand behind a thunk ([`similar::mergeable`]).
+    pub functions_with_sites: usize,
+    /// Shapes with two or more such classes.
+    pub candidate_groups: usize,
+    /// Groups the cost model merges.
+    pub param_groups: usize,
+    /// Functions turned into thunks (every member of a merged group).
+    pub param_merged: usize,
+    /// Parameters of the merged groups' bodies.
+    pub parameters: usize,
+    /// Groups left alone for too many parameters.
+    pub refused_params: usize,
+    /// Groups left alone because the cost model predicts no saving.
+    pub refused_cost: usize,
+    /// Bytes the cost model predicts the merged groups save (member sizes
+    /// estimated from their instruction counts, or with `--compile` as
+    /// compiled).
+    pub predicted_bytes_saved: i64,
+    /// Time to compute the shapes (not in `fingerprint_time`) and plan.
+    pub time: Duration,
+    /// With `--compile`: every candidate group within the parameter limit,
+    /// merged and compiled.
+    pub measured: Option<SimilarMeasured>,
+    /// Candidate groups, largest first.
+    pub groups: Vec<SimilarGroup>,
+}
+
+/// One group of one shape.
+#[derive(Clone, Debug)]
+pub struct SimilarGroup {
+    /// The members (first functions of their exact classes), in file order.
+    pub members: Vec<FunctionName>,
+    /// Instructions in each member.
+    pub instructions: u32,
+    /// Parameters of the merged body.
+    pub parameters: usize,
+    /// What the cost model decided.
+    pub decision: similar::Decision,
+    /// The predicted saving in bytes.
+    pub predicted_saved: i64,
+    /// With `--compile`: the saving measured (members' code minus the
+    /// body's and the thunks').
+    pub measured_saved: Option<i64>,
+}
+
+/// `--similar --compile`: the cost model against the code Cranelift emits.
+#[derive(Clone, Debug, Default)]
+pub struct SimilarMeasured {
+    /// Groups merged and compiled (body and thunks).
+    pub groups: usize,
+    /// Groups where the model's decision (merge or not) matches whether
+    /// the measured code is smaller.
+    pub predicted_right: usize,
+    /// Code bytes of the members of the groups the model merges.
+    pub merged_members_bytes: u64,
+    /// Code bytes of those groups' bodies and thunks.
+    pub merged_bytes: u64,
+    /// Bytes saved if exactly the groups whose measured code is smaller
+    /// were merged (what a perfect model would get).
+    pub best_saved: u64,
+    /// Bodies or thunks that failed to build, verify or compile: (first
+    /// member, message). Each is a bug.
+    pub errors: Vec<(FunctionName, String)>,
 }
 
 /// What the report found.
@@ -255,6 +329,8 @@ pub struct Report {
     pub reused: Option<usize>,
     /// Present with `--merge calls`.
     pub refine: Option<RefineSummary>,
+    /// Present with `--similar`.
+    pub similar: Option<SimilarSummary>,
     /// Members in the largest class (1 if there are no duplicates).
     pub largest_group: usize,
     /// Total time spent fingerprinting.
@@ -390,8 +466,16 @@ fn build_inner(
     if options.merge_calls {
         report.refine = Some(RefineSummary::default());
     }
+    if options.similar {
+        report.similar = Some(SimilarSummary::default());
+    }
     for mut partition in partitions {
         partition.grouping.finish(&mut report);
+        if let (Some(collector), Some(summary)) =
+            (&mut partition.grouping.similar, &mut report.similar)
+        {
+            collector.finish(summary, options.compile_isa);
+        }
         reuse_time += partition.grouping.reuse_time;
     }
     report.exact_merged = report.functions - report.classes;
@@ -402,6 +486,22 @@ fn build_inner(
         .max()
         .unwrap_or(usize::from(report.functions > 0));
     sort_groups(&mut report.groups);
+    if let Some(summary) = &mut report.similar {
+        summary.groups.sort_by(|a, b| {
+            (
+                b.members.len(),
+                b.instructions,
+                &a.members[0].file,
+                &a.members[0].name,
+            )
+                .cmp(&(
+                    a.members.len(),
+                    a.instructions,
+                    &b.members[0].file,
+                    &b.members[0].name,
+                ))
+        });
+    }
     if let Some(mut c) = compiling {
         c.summary.dedup_time += report.fingerprint_time + reuse_time;
         report.compile = Some(c.summary);
@@ -434,6 +534,8 @@ struct Grouping {
     reused: usize,
     /// Time of the planning that reuse needs.
     reuse_time: Duration,
+    /// With `--similar`: shapes and candidates.
+    similar: Option<SimilarCollector>,
     // Scratch, per file: each function's walk.
     walks: Vec<Walk>,
 }
@@ -453,6 +555,7 @@ impl Grouping {
             graph_time: Duration::ZERO,
             reused: 0,
             reuse_time: Duration::ZERO,
+            similar: options.similar.then(SimilarCollector::default),
             walks: Vec::new(),
         }
     }
@@ -470,6 +573,19 @@ impl Grouping {
             self.walks.push(Walk::of(&mut self.fingerprinter, func));
         }
         report.fingerprint_time += start.elapsed();
+        // 1b. Shapes (`--similar`), from the walks again: timed apart.
+        let mut shapes = Vec::new();
+        if let Some(collector) = &mut self.similar {
+            let start = Instant::now();
+            for (func, _) in &valid {
+                let walk = self.fingerprinter.walk(func);
+                let shape = collector.shaper.shape(&walk, func);
+                let mergeable = similar::mergeable(func, walk.observes_own_frame());
+                shapes.push((!shape.values.is_empty() && mergeable).then_some(shape));
+            }
+            collector.time += start.elapsed();
+        }
+        let mut shapes = shapes.into_iter();
         // 2. Plans, function by function: each function is a duplicate or
         //    starts a class (a node of the call graph).
         let mut planned = Vec::with_capacity(valid.len());
@@ -536,6 +652,12 @@ impl Grouping {
                 };
                 c.compile(code, &func, &name, planned);
             }
+            let shape = shapes.next().flatten();
+            if let (Some(collector), Some(shape), false) =
+                (&mut self.similar, shape, matches!(step, Step::Duplicate(_)))
+            {
+                collector.add(func, name.clone(), shape);
+            }
             self.members[class].push(name);
         }
     }
@@ -561,6 +683,142 @@ impl Grouping {
             .groups
             .extend(group_list(self.compiled.exact(), members));
     }
+}
+
+/// `--similar`: the shapes of one partition's exact classes.
+#[derive(Default)]
+struct SimilarCollector {
+    shaper: Shaper,
+    /// Each shape's index in `groups`.
+    by_shape: HashMap<crate::fingerprint::Shape, usize>,
+    /// The first function of each exact class that has a parameter site,
+    /// by shape, in order of first sight.
+    groups: Vec<Vec<(Function, FunctionName, ShapeOf)>>,
+    time: Duration,
+}
+
+impl SimilarCollector {
+    fn add(&mut self, func: Function, name: FunctionName, shape: ShapeOf) {
+        let next = self.groups.len();
+        let g = *self.by_shape.entry(shape.shape.clone()).or_insert(next);
+        if g == next {
+            self.groups.push(Vec::new());
+        }
+        self.groups[g].push((func, name, shape));
+    }
+
+    /// Plans every group into `summary`; with `isa`, merges and compiles
+    /// every group within the parameter limit to measure it.
+    fn finish(&mut self, summary: &mut SimilarSummary, isa: Option<&dyn TargetIsa>) {
+        let options = SimilarOptions::default();
+        let start = Instant::now();
+        summary.functions_with_sites += self.groups.iter().map(Vec::len).sum::<usize>();
+        for group in core::mem::take(&mut self.groups) {
+            if group.len() < 2 {
+                continue;
+            }
+            summary.candidate_groups += 1;
+            let values: Vec<&[similar::ParamValue]> =
+                group.iter().map(|(_, _, s)| &s.values[..]).collect();
+            let instructions = group[0].2.shape.instructions();
+            // Member sizes: as compiled, or estimated.
+            let compiled: Option<Vec<Result<u64, String>>> = isa.map(|isa| {
+                group
+                    .iter()
+                    .map(|(f, _, _)| compile(f, isa).map(|c| c.code.bytes.len() as u64))
+                    .collect()
+            });
+            let bytes: Vec<u64> = match &compiled {
+                Some(sizes) => sizes.iter().map(|r| *r.as_ref().unwrap_or(&0)).collect(),
+                None => {
+                    vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
+                }
+            };
+            let Some(plan) = similar::plan_group(&values, &bytes, &options) else {
+                continue;
+            };
+            let merge = plan.decision == similar::Decision::Merge;
+            match plan.decision {
+                similar::Decision::Merge => {
+                    summary.param_groups += 1;
+                    summary.param_merged += group.len();
+                    summary.parameters += plan.derived.params.len();
+                    summary.predicted_bytes_saved += plan.prediction.saved();
+                }
+                similar::Decision::TooManyParams => summary.refused_params += 1,
+                similar::Decision::DoesNotPay => summary.refused_cost += 1,
+            }
+            let mut measured_saved = None;
+            if let (Some(isa), Some(sizes)) = (isa, &compiled)
+                && plan.decision != similar::Decision::TooManyParams
+            {
+                let measured = summary
+                    .measured
+                    .get_or_insert_with(SimilarMeasured::default);
+                let failed = sizes.iter().find_map(|r| r.as_ref().err());
+                let merged = match failed {
+                    Some(e) => Err(format!("a member does not compile: {e}")),
+                    None => merged_bytes(isa, &group, &plan.derived),
+                };
+                match merged {
+                    Ok(merged) => {
+                        let members: u64 = bytes.iter().sum();
+                        measured.groups += 1;
+                        if (members > merged) == merge {
+                            measured.predicted_right += 1;
+                        }
+                        if merge {
+                            measured.merged_members_bytes += members;
+                            measured.merged_bytes += merged;
+                        }
+                        measured.best_saved += members.saturating_sub(merged);
+                        measured_saved = Some(members as i64 - merged as i64);
+                    }
+                    Err(e) => measured.errors.push((group[0].1.clone(), e)),
+                }
+            }
+            summary.groups.push(SimilarGroup {
+                members: group.iter().map(|(_, n, _)| n.clone()).collect(),
+                instructions,
+                parameters: plan.derived.params.len(),
+                decision: plan.decision,
+                predicted_saved: plan.prediction.saved(),
+                measured_saved,
+            });
+        }
+        summary.time += self.time + start.elapsed();
+    }
+}
+
+/// The code bytes of a group's merged body and its thunks, each verified
+/// and compiled for `isa`.
+fn merged_bytes(
+    isa: &dyn TargetIsa,
+    group: &[(Function, FunctionName, ShapeOf)],
+    derived: &similar::Derived,
+) -> Result<u64, String> {
+    let (first, _, shape) = &group[0];
+    let body = similar::merged_body(first, &shape.sites, derived)?;
+    let flags = isa.flags();
+    let verified = |f: &Function| {
+        cranelift_codegen::verify_function(f, flags).map_err(|e| format!("{e}\n{f}"))
+    };
+    verified(&body)?;
+    let mut total = compile(&body, isa)?.code.bytes.len() as u64;
+    let body_name = cranelift_codegen::ir::UserExternalName::new(0, u32::MAX);
+    for (m, (func, _, _)) in group.iter().enumerate() {
+        let thunk = similar::thunk(
+            isa.frontend_config(),
+            func.name.clone(),
+            &func.signature,
+            body_name.clone(),
+            &body.signature,
+            &similar::thunk_values(derived, m),
+        );
+        verified(&thunk)?;
+        total += compile(&thunk, isa)?.code.bytes.len() as u64;
+    }
+    Ok(total)
 }
 
 /// What the plan of one function made of it, for `--compile`.

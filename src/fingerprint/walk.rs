@@ -153,8 +153,23 @@ pub struct Fingerprinter {
     /// Whether an instruction encoded observes its own frame (see
     /// [`Walk::observes_own_frame`]).
     observes_frame: bool,
+    /// The `iconst` instructions encoded, with where their immediates are
+    /// in the key (see [`Walk::iconst_sites`]).
+    iconst_sites: Vec<ImmediateSite>,
     /// What the last walk found beside the key in `out`.
     last: LastKey,
+}
+
+/// An `iconst` instruction the walk encoded, and where in the exact key its
+/// immediate is: the two words at [`ImmediateSite::word`] (low half first)
+/// are its raw bits, and nothing else of the key depends on them. The
+/// similar-function shapes ([`crate::similar`]) mask these words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImmediateSite {
+    /// The position of the immediate's low word in [`Fingerprint::key`].
+    pub word: u32,
+    /// The `iconst` instruction.
+    pub inst: Inst,
 }
 
 /// The facts of the key in [`Fingerprinter::out`] beside its words.
@@ -174,6 +189,7 @@ pub struct Walk<'a> {
     names: &'a [SymbolName],
     address_taken: &'a [bool],
     observes_own_frame: bool,
+    iconst_sites: &'a [ImmediateSite],
 }
 
 impl<'a> Walk<'a> {
@@ -222,6 +238,15 @@ impl<'a> Walk<'a> {
     pub fn observes_own_frame(&self) -> bool {
         self.observes_own_frame
     }
+
+    /// Every reachable `iconst` instruction, in walk order, with the
+    /// position of its immediate in the exact key. Recording them is the
+    /// walk's only work for similar-function merging (one push per
+    /// `iconst`); which of them may become parameters is decided
+    /// afterwards, from their uses ([`crate::similar::Shaper`]).
+    pub fn iconst_sites(&self) -> &'a [ImmediateSite] {
+        self.iconst_sites
+    }
 }
 
 impl Default for Fingerprinter {
@@ -255,6 +280,7 @@ impl Fingerprinter {
             address_taken: Vec::new(),
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
             observes_frame: false,
+            iconst_sites: Vec::new(),
             last: LastKey::default(),
         }
     }
@@ -278,8 +304,8 @@ impl Fingerprinter {
     }
 
     /// The last walk's result (before the first, of no function: an empty
-    /// key, which no function has).
-    fn last_walk(&self) -> Walk<'_> {
+    /// key, which no function has), again.
+    pub fn last_walk(&self) -> Walk<'_> {
         Walk {
             key: BorrowedFingerprint::new(
                 &self.out,
@@ -290,6 +316,7 @@ impl Fingerprinter {
             names: &self.names,
             address_taken: &self.address_taken,
             observes_own_frame: self.observes_frame,
+            iconst_sites: &self.iconst_sites,
         }
     }
 
@@ -319,6 +346,7 @@ impl Fingerprinter {
         self.func_ref_slots.clear();
         self.declarations.clear();
         self.observes_frame = false;
+        self.iconst_sites.clear();
 
         // 1. Signature; 2. stack limit and value labels; 3. frame layout.
         encode_signature(&mut self.out, &func.signature);
@@ -1119,7 +1147,15 @@ impl Fingerprinter {
             InstructionData::UnaryIeee16 { imm, opcode: _ } => self.out.push(u32::from(imm.bits())),
             InstructionData::UnaryIeee32 { imm, opcode: _ } => self.out.push(imm.bits()),
             InstructionData::UnaryIeee64 { imm, opcode: _ } => self.imm64(imm.bits() as i64),
-            InstructionData::UnaryImm { imm, opcode: _ } => self.imm64(imm.bits()),
+            InstructionData::UnaryImm { imm, opcode } => {
+                if opcode == Opcode::Iconst {
+                    self.iconst_sites.push(ImmediateSite {
+                        word: self.out.len() as u32,
+                        inst,
+                    });
+                }
+                self.imm64(imm.bits());
+            }
         }
     }
 
