@@ -275,9 +275,26 @@ pub struct SimilarGroup {
     pub decision: similar::Decision,
     /// The predicted saving in bytes.
     pub predicted_saved: i64,
-    /// With `--compile`: the saving measured (members' code minus the
-    /// body's and the thunks').
-    pub measured_saved: Option<i64>,
+    /// With `--compile`: the code bytes measured.
+    pub measured: Option<MeasuredGroup>,
+}
+
+/// The code bytes of one group, members and merged.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MeasuredGroup {
+    /// Every member's code.
+    pub members: u64,
+    /// The merged body's code.
+    pub body: u64,
+    /// Every thunk's code.
+    pub thunks: u64,
+}
+
+impl MeasuredGroup {
+    /// Bytes saved by merging (negative: lost).
+    pub fn saved(&self) -> i64 {
+        self.members as i64 - (self.body + self.thunks) as i64
+    }
 }
 
 /// `--similar --compile`: the cost model against the code Cranelift emits.
@@ -734,7 +751,8 @@ impl SimilarCollector {
                     vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
                 }
             };
-            let Some(plan) = similar::plan_group(&values, &bytes, &options) else {
+            let Some(plan) = similar::plan_group(&group[0].0.signature, &values, &bytes, &options)
+            else {
                 continue;
             };
             let merge = plan.decision == similar::Decision::Merge;
@@ -748,7 +766,7 @@ impl SimilarCollector {
                 similar::Decision::TooManyParams => summary.refused_params += 1,
                 similar::Decision::DoesNotPay => summary.refused_cost += 1,
             }
-            let mut measured_saved = None;
+            let mut measured_group = None;
             if let (Some(isa), Some(sizes)) = (isa, &compiled)
                 && plan.decision != similar::Decision::TooManyParams
             {
@@ -761,8 +779,9 @@ impl SimilarCollector {
                     None => merged_bytes(isa, &group, &plan.derived),
                 };
                 match merged {
-                    Ok(merged) => {
+                    Ok((body, thunks)) => {
                         let members: u64 = bytes.iter().sum();
+                        let merged = body + thunks;
                         measured.groups += 1;
                         if (members > merged) == merge {
                             measured.predicted_right += 1;
@@ -772,7 +791,11 @@ impl SimilarCollector {
                             measured.merged_bytes += merged;
                         }
                         measured.best_saved += members.saturating_sub(merged);
-                        measured_saved = Some(members as i64 - merged as i64);
+                        measured_group = Some(MeasuredGroup {
+                            members,
+                            body,
+                            thunks,
+                        });
                     }
                     Err(e) => measured.errors.push((group[0].1.clone(), e)),
                 }
@@ -783,20 +806,20 @@ impl SimilarCollector {
                 parameters: plan.derived.params.len(),
                 decision: plan.decision,
                 predicted_saved: plan.prediction.saved(),
-                measured_saved,
+                measured: measured_group,
             });
         }
         summary.time += self.time + start.elapsed();
     }
 }
 
-/// The code bytes of a group's merged body and its thunks, each verified
-/// and compiled for `isa`.
+/// The code bytes of a group's merged body and of all its thunks, each
+/// verified and compiled for `isa`.
 fn merged_bytes(
     isa: &dyn TargetIsa,
     group: &[(Function, FunctionName, ShapeOf)],
     derived: &similar::Derived,
-) -> Result<u64, String> {
+) -> Result<(u64, u64), String> {
     let (first, _, shape) = &group[0];
     let body = similar::merged_body(first, &shape.sites, derived)?;
     let flags = isa.flags();
@@ -804,7 +827,8 @@ fn merged_bytes(
         cranelift_codegen::verify_function(f, flags).map_err(|e| format!("{e}\n{f}"))
     };
     verified(&body)?;
-    let mut total = compile(&body, isa)?.code.bytes.len() as u64;
+    let body_bytes = compile(&body, isa)?.code.bytes.len() as u64;
+    let mut thunks = 0;
     let body_name = cranelift_codegen::ir::UserExternalName::new(0, u32::MAX);
     for (m, (func, _, _)) in group.iter().enumerate() {
         let thunk = similar::thunk(
@@ -816,9 +840,9 @@ fn merged_bytes(
             &similar::thunk_values(derived, m),
         );
         verified(&thunk)?;
-        total += compile(&thunk, isa)?.code.bytes.len() as u64;
+        thunks += compile(&thunk, isa)?.code.bytes.len() as u64;
     }
-    Ok(total)
+    Ok((body_bytes, thunks))
 }
 
 /// What the plan of one function made of it, for `--compile`.

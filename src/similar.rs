@@ -374,43 +374,95 @@ pub fn derive(members: &[&[ParamValue]]) -> Option<Derived> {
 }
 
 /// A cost model in bytes of machine code (see [`CostModel::predict`]).
+///
+/// Function alignment padding is not counted (as in the rest of
+/// `jitfold report`, which counts the bytes Cranelift emits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CostModel {
-    /// A thunk without parameters: its frame, the call or jump, and the
-    /// return.
+    /// A thunk with no parameters and no stack arguments: its frame, the
+    /// call or jump, and the return.
     pub thunk_bytes: u64,
     /// Each parameter a thunk materializes.
     pub thunk_bytes_per_param: u64,
-    /// What each parameter adds to the body (an operand in a register
-    /// rather than an immediate, a register's pressure).
+    /// A thunk with stack arguments: the fixed part (a larger frame or the
+    /// tail call's argument area).
+    pub thunk_stack_bytes: u64,
+    /// Each stack argument of a thunk's call.
+    pub thunk_bytes_per_stack_arg: u64,
+    /// What each parameter adds to the body in a register (an operand in a
+    /// register rather than an immediate).
     pub body_bytes_per_param: u64,
+    /// What each parameter adds to the body when it arrives on the stack.
+    pub body_bytes_per_stack_param: u64,
+    /// Integer (and pointer) arguments passed in registers.
+    pub int_arg_registers: usize,
+    /// Float and vector arguments passed in registers.
+    pub float_arg_registers: usize,
     /// An estimate of a function's code size per instruction, for when the
     /// members were not compiled.
     pub bytes_per_instruction: u64,
 }
 
 impl CostModel {
-    /// Calibrated on x86-64 against the shared corpora (see the report of
-    /// `jitfold report --similar --compile`).
+    /// x86-64 (`system_v` and `tail`: six integer and eight float
+    /// argument registers), fitted to the bodies and thunks Cranelift
+    /// 0.135.8 emits for the shared wasm corpora (`jitfold report
+    /// --similar --compile --groups --json`): a thunk is 13 bytes plus 6
+    /// per parameter while every argument is in a register (measured:
+    /// 18-19 bytes with one parameter, 24-25 with two), and about 20 more
+    /// plus 6 per stack argument otherwise (47-74 bytes with one to three
+    /// stack arguments); a body grows by about 5 bytes per parameter in a
+    /// register and 20 per parameter on the stack.
     pub const X86_64: CostModel = CostModel {
-        thunk_bytes: 16,
-        thunk_bytes_per_param: 7,
-        body_bytes_per_param: 4,
+        thunk_bytes: 13,
+        thunk_bytes_per_param: 6,
+        thunk_stack_bytes: 20,
+        thunk_bytes_per_stack_arg: 6,
+        body_bytes_per_param: 5,
+        body_bytes_per_stack_param: 20,
+        int_arg_registers: 6,
+        float_arg_registers: 8,
         bytes_per_instruction: 4,
     };
 
-    /// The prediction for a group of members whose code sizes are
-    /// `member_bytes` (the first one's code becomes the body) merged with
-    /// `params` parameters: the bytes removed are every member's code but
-    /// the first's; the bytes added are one thunk per member (materializing
-    /// `params` constants) and the body's growth.
-    pub fn predict(&self, member_bytes: &[u64], params: usize) -> Prediction {
-        let params = params as u64;
+    /// The prediction for a group of members with signature `sig` whose
+    /// code sizes are `member_bytes` (the first one's code becomes the
+    /// body), merged with parameters of types `params`: the bytes removed
+    /// are every member's code but the first's; the bytes added are one
+    /// thunk per member (materializing the parameters, passing its
+    /// arguments) and the body's growth.
+    pub fn predict(&self, sig: &Signature, member_bytes: &[u64], params: &[Type]) -> Prediction {
         let n = member_bytes.len() as u64;
         let removed = member_bytes.iter().skip(1).sum();
-        let added = n * (self.thunk_bytes + params * self.thunk_bytes_per_param)
-            + params * self.body_bytes_per_param;
-        Prediction { removed, added }
+        let own = sig.params.iter().map(|p| p.value_type);
+        let before = self.stack_args(own.clone());
+        let after = self.stack_args(own.chain(params.iter().copied()));
+        let k = params.len() as u64;
+        let stack_params = after.saturating_sub(before) as u64;
+        let mut thunk = self.thunk_bytes + k * self.thunk_bytes_per_param;
+        if after > 0 {
+            thunk += self.thunk_stack_bytes + after as u64 * self.thunk_bytes_per_stack_arg;
+        }
+        let body = (k - stack_params.min(k)) * self.body_bytes_per_param
+            + stack_params * self.body_bytes_per_stack_param;
+        Prediction {
+            removed,
+            added: n * thunk + body,
+        }
+    }
+
+    /// How many of arguments of types `types` go on the stack.
+    fn stack_args(&self, types: impl Iterator<Item = Type>) -> usize {
+        let (mut ints, mut floats) = (0usize, 0usize);
+        for ty in types {
+            if ty.is_float() || ty.is_vector() {
+                floats += 1;
+            } else {
+                ints += if ty.bits() > 64 { 2 } else { 1 };
+            }
+        }
+        ints.saturating_sub(self.int_arg_registers)
+            + floats.saturating_sub(self.float_arg_registers)
     }
 }
 
@@ -481,16 +533,18 @@ pub struct GroupPlan {
     pub decision: Decision,
 }
 
-/// Plans a group whose members (two or more, all of one shape, mergeable)
-/// have the site values `members` and code sizes `member_bytes`; `None` if
-/// they are not of one shape.
+/// Plans a group whose members (two or more, all of one shape, mergeable,
+/// with signature `sig`) have the site values `members` and code sizes
+/// `member_bytes`; `None` if they are not of one shape.
 pub fn plan_group(
+    sig: &Signature,
     members: &[&[ParamValue]],
     member_bytes: &[u64],
     options: &SimilarOptions,
 ) -> Option<GroupPlan> {
     let derived = derive(members)?;
-    let prediction = options.model.predict(member_bytes, derived.params.len());
+    let types: Vec<Type> = derived.params.iter().map(|p| p.ty).collect();
+    let prediction = options.model.predict(sig, member_bytes, &types);
     let decision = if derived.params.len() > options.max_params {
         Decision::TooManyParams
     } else if !prediction.pays() {
@@ -726,14 +780,17 @@ mod tests {
             bits,
         };
         let (a, b) = ([v(1)], [v(2)]);
-        let small = plan_group(&[&a, &b], &[20, 20], &options).unwrap();
+        let sig = Signature::new(CallConv::SystemV);
+        let small = plan_group(&sig, &[&a, &b], &[20, 20], &options).unwrap();
         assert_eq!(small.decision, Decision::DoesNotPay);
-        let large = plan_group(&[&a, &b], &[400, 400], &options).unwrap();
+        let large = plan_group(&sig, &[&a, &b], &[400, 400], &options).unwrap();
         assert_eq!(large.decision, Decision::Merge);
         assert_eq!(large.prediction.removed, 400);
+        // Two thunks of 13 + 6 bytes, and 5 bytes of growth.
+        assert_eq!(large.prediction.added, 43);
         let many_a: Vec<ParamValue> = (0..8).map(v).collect();
         let many_b: Vec<ParamValue> = (10..18).map(v).collect();
-        let many = plan_group(&[&many_a, &many_b], &[4000, 4000], &options).unwrap();
+        let many = plan_group(&sig, &[&many_a, &many_b], &[4000, 4000], &options).unwrap();
         assert_eq!(many.decision, Decision::TooManyParams);
     }
 

@@ -436,7 +436,12 @@ fn similar_json(s: &report::SimilarSummary, with_groups: bool) -> Value {
                     "parameters": g.parameters,
                     "decision": format!("{:?}", g.decision),
                     "predicted_saved": g.predicted_saved,
-                    "measured_saved": g.measured_saved,
+                    "measured": g.measured.map(|m| json!({
+                        "members_bytes": m.members,
+                        "body_bytes": m.body,
+                        "thunks_bytes": m.thunks,
+                        "saved": m.saved(),
+                    })),
                     "members": g.members.iter()
                         .map(|m| json!({ "file": path(&m.file), "function": m.name }))
                         .collect::<Vec<_>>(),
