@@ -30,5 +30,7 @@ mod persistent;
 mod reuse;
 #[cfg(feature = "runtests")]
 mod runtests;
+#[cfg(target_arch = "x86_64")]
+mod similar;
 mod threads;
 mod unwind;
