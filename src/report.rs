@@ -253,13 +253,28 @@ pub struct SimilarSummary {
     /// estimated from their instruction counts, or with `--compile` as
     /// compiled).
     pub predicted_bytes_saved: i64,
-    /// Time to compute the shapes (not in `fingerprint_time`) and plan.
+    /// Time to compute the shapes from the walks (not in
+    /// `fingerprint_time`).
+    pub shape_time: Duration,
+    /// Time to group and plan (with `--compile`, also to compile every
+    /// member, body and thunk of the groups measured).
     pub time: Duration,
     /// With `--compile`: every candidate group within the parameter limit,
     /// merged and compiled.
     pub measured: Option<SimilarMeasured>,
     /// Candidate groups, largest first.
     pub groups: Vec<SimilarGroup>,
+}
+
+impl SimilarSummary {
+    /// Nanoseconds of shape computation per instruction of the report.
+    pub fn shape_ns_per_inst(&self, instructions: u64) -> f64 {
+        if instructions == 0 {
+            0.0
+        } else {
+            self.shape_time.as_nanos() as f64 / instructions as f64
+        }
+    }
 }
 
 /// One group of one shape.
@@ -583,24 +598,26 @@ impl Grouping {
         valid: Vec<(Function, FunctionName)>,
         compiling: Option<(&mut Compiling, &mut ClassCode)>,
     ) {
-        // 1. Walks.
+        // 1. Walks, and with `--similar` each function's shape from its
+        //    walk (timed apart from the walk).
         self.walks.clear();
+        let mut shapes = Vec::new();
+        let mut shape_time = Duration::ZERO;
         let start = Instant::now();
         for (func, _) in &valid {
             self.walks.push(Walk::of(&mut self.fingerprinter, func));
-        }
-        report.fingerprint_time += start.elapsed();
-        // 1b. Shapes (`--similar`), from the walks again: timed apart.
-        let mut shapes = Vec::new();
-        if let Some(collector) = &mut self.similar {
-            let start = Instant::now();
-            for (func, _) in &valid {
-                let walk = self.fingerprinter.walk(func);
+            if let Some(collector) = &mut self.similar {
+                let start = Instant::now();
+                let walk = self.fingerprinter.last_walk();
                 let shape = collector.shaper.shape(&walk, func);
                 let mergeable = similar::mergeable(func, walk.observes_own_frame());
                 shapes.push((!shape.values.is_empty() && mergeable).then_some(shape));
+                shape_time += start.elapsed();
             }
-            collector.time += start.elapsed();
+        }
+        report.fingerprint_time += start.elapsed().saturating_sub(shape_time);
+        if let Some(collector) = &mut self.similar {
+            collector.shape_time += shape_time;
         }
         let mut shapes = shapes.into_iter();
         // 2. Plans, function by function: each function is a duplicate or
@@ -711,7 +728,7 @@ struct SimilarCollector {
     /// The first function of each exact class that has a parameter site,
     /// by shape, in order of first sight.
     groups: Vec<Vec<(Function, FunctionName, ShapeOf)>>,
-    time: Duration,
+    shape_time: Duration,
 }
 
 impl SimilarCollector {
@@ -809,7 +826,8 @@ impl SimilarCollector {
                 measured: measured_group,
             });
         }
-        summary.time += self.time + start.elapsed();
+        summary.shape_time += self.shape_time;
+        summary.time += start.elapsed();
     }
 }
 

@@ -225,6 +225,9 @@ impl Shaper {
         for (index, &arg) in dfg.inst_args(inst).iter().enumerate() {
             self.use_of(func, arg, ordinary_operand(opcode, index));
         }
+        if !opcode.is_branch() {
+            return;
+        }
         let block_args_ordinary = matches!(opcode, Opcode::Jump | Opcode::Brif);
         for call in data.branch_destination(&dfg.jump_tables, &dfg.exception_tables) {
             for arg in call.args(&dfg.value_lists) {
@@ -244,11 +247,16 @@ impl Shaper {
         }
     }
 
+    #[inline]
     fn use_of(&mut self, func: &Function, v: Value, ordinary: bool) {
-        if !func.dfg.value_is_valid(v) {
-            return;
+        let mut site = self.site_of[v];
+        if site == NO_SITE {
+            // An alias of a site's value, or no site.
+            if !func.dfg.value_is_valid(v) {
+                return;
+            }
+            site = self.site_of[func.dfg.resolve_aliases(v)];
         }
-        let site = self.site_of[func.dfg.resolve_aliases(v)];
         if site == NO_SITE {
             return;
         }

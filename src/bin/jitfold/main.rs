@@ -351,6 +351,7 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
     }
     if let Some(s) = &r.similar {
         out["similar"] = similar_json(s, with_groups);
+        out["similar"]["shape_ns_per_inst"] = json!(s.shape_ns_per_inst(r.instructions));
     }
     if let Some(c) = &r.compile {
         out["compile"] = json!({
@@ -491,7 +492,7 @@ fn print_summary(r: &Report, with_groups: bool) {
     }
     if let Some(s) = &r.similar {
         println!(
-            "param_merged          {} in {} groups ({} parameters; {} candidate groups, refused: {} for parameters, {} for cost; predicted {} bytes saved; {:.3} ms)",
+            "param_merged          {} in {} groups ({} parameters; {} candidate groups, refused: {} for parameters, {} for cost; predicted {} bytes saved; shapes {:.2} ns/instruction, planning {:.3} ms)",
             s.param_merged,
             s.param_groups,
             s.parameters,
@@ -499,6 +500,7 @@ fn print_summary(r: &Report, with_groups: bool) {
             s.refused_params,
             s.refused_cost,
             s.predicted_bytes_saved,
+            s.shape_ns_per_inst(r.instructions),
             s.time.as_secs_f64() * 1e3
         );
         if let Some(m) = &s.measured {
