@@ -1,5 +1,5 @@
 //! Similar-function merging: functions that differ only in the values of a
-//! few integer constants share one parameterized body, and each becomes a
+//! few integer or float constants share one parameterized body, and each becomes a
 //! thunk that passes its own values.
 //!
 //! Not wired into [`crate::DedupModule`]: this module finds the groups,
@@ -10,22 +10,22 @@
 //! # What this module guarantees
 //!
 //! 1. **Shapes.** [`Shaper::shape`] gives a function's [`Shape`]: its exact
-//!    key ([`crate::Fingerprint`]) with the two words of each
-//!    *parameterizable* `iconst` immediate (below) set to zero, followed by
-//!    the count and the key positions of the words masked. Two functions
-//!    have equal shapes exactly when their exact keys are equal but for
-//!    the immediates of those `iconst`s, which are then at the same
-//!    positions, of the same types, with the same uses. The exact key and
+//!    key ([`crate::Fingerprint`]) with the words of each *parameterizable*
+//!    constant's immediate (below) set to zero, followed by the count and
+//!    the key positions of the immediates masked. Two functions have equal
+//!    shapes exactly when their exact keys are equal but for the
+//!    immediates of those constants, which are then at the same positions,
+//!    of the same opcodes and types, with the same uses. The exact key and
 //!    the template key are not changed (nor
 //!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
-//!    the walk only records where each `iconst`'s immediate is
-//!    ([`Walk::iconst_sites`]).
+//!    the walk only records where each constant's immediate is
+//!    ([`Walk::constant_sites`]).
 //! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
 //!    site whose value is equal in every member stays a constant; sites
 //!    with equal value vectors (and types) share one parameter.
 //! 3. **Meaning.** [`merged_body`] is the group's first member with each
-//!    parameterized `iconst` replaced by a new parameter appended to the
-//!    signature (the `iconst`'s result becomes an alias of it), so the body
+//!    parameterized constant replaced by a new parameter appended to the
+//!    signature (the constant's result becomes an alias of it), so the body
 //!    called with member `m`'s values computes exactly what `m` computes:
 //!    the members differ in nothing else (1), and every use of a
 //!    parameterized value is an operand whose meaning does not depend on
@@ -42,19 +42,25 @@
 //! operand is a value, so any operand is *correct* with a parameter in
 //! place of a constant: Cranelift's mid-end and lowering fold constants
 //! into immediates and strength-reduce them, but only where the result is
-//! the same. What a parameter changes is the code, not its meaning:
+//! the same (float folds, for one, only fold results that are not NaN,
+//! "what the instruction would have at run-time", `opts/cprop.isle` from
+//! line 392). What a parameter changes is the code, not its meaning:
 //! `iadd x, iconst` lowers to `add r, imm32` (`isa/x64/lower.isle`, the
 //! `simm32_from_value` rules, e.g. `band` at line 341, `bor` at 467, `bxor`
 //! at 538), and with a parameter to `add r, r`. So the rule is chosen to
 //! keep the body's growth small and the audit short, not for correctness
-//! alone. An `iconst` is a parameter site when it is reachable, has at
-//! least one use, and **every** use (in any block of the layout, through
-//! value aliases) is one of:
+//! alone. An `iconst`, `f32const` or `f64const` is a parameter site when
+//! it is reachable, has at least one use, and **every** use (in any block
+//! of the layout, through value aliases) is one of:
 //!
 //! - an operand of `iadd`, `isub`, `imul`, `band`, `bor`, `bxor`, `smin`,
 //!   `smax`, `umin`, `umax`,
 //!   `ineg`, `iabs`, `bnot`, `uextend`, `sextend`, `ireduce`, `splat`, or
 //!   `icmp` (the condition code is an immediate and stays in the key);
+//! - an operand of `fadd`, `fsub`, `fmul`, `fdiv`, `fmin`, `fmax`, `fneg`,
+//!   `fabs`, `fcopysign`, `fma`, `fcmp`, `fpromote`, `fdemote`, `bitcast`
+//!   (a float constant by its raw bits: NaN payloads and `-0.0` are
+//!   passed as they are);
 //! - the second or third operand of `select` (a selected value, not the
 //!   condition);
 //! - the stored value (first operand) of `store`, `istore8`, `istore16`,
@@ -82,8 +88,8 @@
 //!   (`dfg.immediates`), condition and trap codes, stack slot sizes,
 //!   types, `br_table` contents, exception tables. These are in the key and
 //!   never masked.
-//! - float constants, vector constants, callees and symbols (later work:
-//!   the full list), and any use not listed above.
+//! - `f16const`, `f128const` and vector constants, callees and symbols
+//!   (later work: the full list), and any use not listed above.
 //!
 //! Whole functions are left out when a thunk in front of them could be
 //! observed ([`Walk::observes_own_frame`]: frame or return address reads,
@@ -97,6 +103,8 @@ use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::{
     AbiParam, ArgumentPurpose, ExceptionTableItem, ExtFuncData, ExternalName, Function, Inst,
     InstBuilder, Opcode, Signature, Type, UserExternalName, UserFuncName, Value,
+    immediates::{Ieee32, Ieee64},
+    types,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -107,6 +115,9 @@ use hashbrown::HashMap;
 pub enum ParamKind {
     /// An `iconst`.
     Int,
+    /// An `f32const` or `f64const` (by its raw bits: NaN payloads and
+    /// `-0.0` are values of their own).
+    Float,
 }
 
 /// The value of one parameter site of one function.
@@ -114,9 +125,10 @@ pub enum ParamKind {
 pub struct ParamValue {
     /// What the site is.
     pub kind: ParamKind,
-    /// Its type (the `iconst`'s controlling type).
+    /// Its type (the constant's controlling type).
     pub ty: Type,
-    /// Its raw immediate bits, as stored in the instruction.
+    /// Its raw immediate bits, as stored in the instruction (an `f32const`'s
+    /// zero-extended).
     pub bits: i64,
 }
 
@@ -125,7 +137,7 @@ pub struct ParamValue {
 pub struct ShapeOf {
     /// The shape (see the [module docs](self)).
     pub shape: Shape,
-    /// The `iconst` instruction of each site, in walk order.
+    /// The constant instruction of each site, in walk order.
     pub sites: Vec<Inst>,
     /// The value of each site, in walk order.
     pub values: Vec<ParamValue>,
@@ -167,7 +179,7 @@ impl Shaper {
     /// The shape of `func`, from `walk`, the walk of `func`.
     pub fn shape(&mut self, walk: &Walk<'_>, func: &Function) -> ShapeOf {
         let dfg = &func.dfg;
-        let candidates = walk.iconst_sites();
+        let candidates = walk.constant_sites();
         self.uses.clear();
         self.uses.resize(candidates.len(), SiteUse::Unused);
         self.site_of.clear();
@@ -191,19 +203,22 @@ impl Shaper {
         let mut values = Vec::new();
         for (site, &used) in candidates.iter().zip(&self.uses) {
             let w = site.word as usize;
-            if used != SiteUse::Ordinary || w + 1 >= key.len() {
+            let Some((kind, width)) = constant_kind(dfg.insts[site.inst].opcode()) else {
+                continue;
+            };
+            if used != SiteUse::Ordinary || w + width > key.len() {
                 continue;
             }
             let Some(&result) = dfg.inst_results(site.inst).first() else {
                 continue;
             };
-            let bits = (u64::from(key[w]) | u64::from(key[w + 1]) << 32) as i64;
-            self.words[w] = 0;
-            self.words[w + 1] = 0;
+            let high = if width == 2 { u64::from(key[w + 1]) } else { 0 };
+            let bits = (u64::from(key[w]) | high << 32) as i64;
+            self.words[w..w + width].fill(0);
             masked.push(site.word);
             sites.push(site.inst);
             values.push(ParamValue {
-                kind: ParamKind::Int,
+                kind,
                 ty: dfg.value_type(result),
                 bits,
             });
@@ -268,6 +283,17 @@ impl Shaper {
     }
 }
 
+/// The kind of constant an instruction of `opcode` is, and how many key
+/// words its immediate takes; `None` if it is not a constant site.
+fn constant_kind(opcode: Opcode) -> Option<(ParamKind, usize)> {
+    match opcode {
+        Opcode::Iconst => Some((ParamKind::Int, 2)),
+        Opcode::F64const => Some((ParamKind::Float, 2)),
+        Opcode::F32const => Some((ParamKind::Float, 1)),
+        _ => None,
+    }
+}
+
 /// Whether operand `index` of an instruction with `opcode` is an ordinary
 /// use (see the [module docs](self)).
 fn ordinary_operand(opcode: Opcode, index: usize) -> bool {
@@ -290,6 +316,20 @@ fn ordinary_operand(opcode: Opcode, index: usize) -> bool {
         | Opcode::Ireduce
         | Opcode::Splat
         | Opcode::Icmp
+        | Opcode::Fadd
+        | Opcode::Fsub
+        | Opcode::Fmul
+        | Opcode::Fdiv
+        | Opcode::Fmin
+        | Opcode::Fmax
+        | Opcode::Fneg
+        | Opcode::Fabs
+        | Opcode::Fcopysign
+        | Opcode::Fma
+        | Opcode::Fcmp
+        | Opcode::Fpromote
+        | Opcode::Fdemote
+        | Opcode::Bitcast
         | Opcode::Call
         | Opcode::ReturnCall
         | Opcode::Return => true,
@@ -571,8 +611,8 @@ pub fn plan_group(
 /// parameter sites are `sites`, as [`ShapeOf::sites`]) with each site that
 /// [`Derived::site_param`] maps to a parameter replaced by that parameter,
 /// appended to the signature and to the entry block in order. Sites that
-/// stay constants keep `first`'s `iconst`. An error if `sites` do not match
-/// `derived` or are not `iconst`s of `first`.
+/// stay constants keep `first`'s constant. An error if `sites` do not match
+/// `derived` or are not constants of `first`.
 pub fn merged_body(
     first: &Function,
     sites: &[Inst],
@@ -598,11 +638,11 @@ pub fn merged_body(
     for (&inst, param) in sites.iter().zip(&derived.site_param) {
         let Some(p) = *param else { continue };
         let is_site = body.dfg.inst_is_valid(inst)
-            && body.dfg.insts[inst].opcode() == Opcode::Iconst
+            && constant_kind(body.dfg.insts[inst].opcode()).is_some()
             && body.layout.inst_block(inst).is_some()
             && body.dfg.inst_results(inst).len() == 1;
         if !is_site {
-            return Err(format!("{inst} is not an `iconst` of the function"));
+            return Err(format!("{inst} is not a constant of the function"));
         }
         let result = body.dfg.first_result(inst);
         if body.dfg.value_type(result) != derived.params[p].ty {
@@ -619,9 +659,10 @@ pub fn merged_body(
 /// that calls `body` (a merged body with signature `body_sig`, named as a
 /// `cranelift-module` name: namespace 0, the body's function id as index)
 /// with its own arguments followed by `values` (one per parameter, as
-/// `iconst`s of their types) and returns what it returns. With both
+/// constants of their types) and returns what it returns. With both
 /// signatures in the `tail` convention it is a `return_call`; otherwise a
-/// `call` and a `return`. `frontend` is the target's
+/// `call` and a `return`. Float values are `f32const`s and `f64const`s of
+/// their raw bits. `frontend` is the target's
 /// (`TargetIsa::frontend_config`).
 pub fn thunk(
     frontend: TargetFrontendConfig,
@@ -640,7 +681,11 @@ pub fn thunk(
     b.seal_block(block);
     let mut args = b.block_params(block).to_vec();
     for &(ty, bits) in values {
-        args.push(b.ins().iconst(ty, bits));
+        args.push(match ty {
+            types::F32 => b.ins().f32const(Ieee32::with_bits(bits as u32)),
+            types::F64 => b.ins().f64const(Ieee64::with_bits(bits as u64)),
+            _ => b.ins().iconst(ty, bits),
+        });
     }
     let signature = b.import_signature(body_sig.clone());
     let name = b.func.declare_imported_user_function(body);

@@ -13,7 +13,7 @@
 //! (the exact key without the function's calling convention), and the
 //! [`Shape`] of similar-function merging (the exact key with the
 //! immediates of parameterizable constants masked; built by
-//! [`crate::similar`] from the walk's [`Walk::iconst_sites`]). Keys of
+//! [`crate::similar`] from the walk's [`Walk::constant_sites`]). Keys of
 //! different kinds cannot be compared, and only a template can be given
 //! names back ([`Template::with_names`]).
 //!

@@ -85,8 +85,11 @@ fn call(m: &JITModule, id: FuncId, x: i64, y: i64) -> i64 {
     f(x, y)
 }
 
-const INPUTS: [(i64, i64); 6] = [
+const INPUTS: [(i64, i64); 8] = [
     (0, 0),
+    // -0.0 and a negative NaN with a payload, as floats.
+    (i64::MIN, i64::MIN),
+    (-1, 0x7fc0_0001),
     (1, -1),
     (7, 3),
     (-100, 55),
@@ -188,6 +191,47 @@ fn a_pair_differing_in_integer_constants_returns_its_own_results() {
     }
 }
 
+/// Float constants (as raw bits) in arithmetic, a sign copy, a
+/// promotion, and a stored value read back as an integer.
+fn floats(conv: &str, a: &str, b: &str, c: &str, d: &str) -> String {
+    format!(
+        "function %f(i64, i64) -> i64 {conv} {{
+             ss0 = explicit_slot 8
+         block0(v0: i64, v1: i64):
+             v2 = bitcast.f64 v0
+             v3 = f64const {a}
+             v4 = fadd v2, v3
+             v5 = f64const {c}
+             v6 = fmul v4, v5
+             v7 = ireduce.i32 v1
+             v8 = bitcast.f32 v7
+             v9 = f32const {b}
+             v10 = fcopysign v8, v9
+             v11 = fpromote.f64 v10
+             v12 = fadd v6, v11
+             v13 = f64const {d}
+             v14 = stack_addr.i64 ss0
+             store v13, v14
+             v15 = load.i64 v14
+             v16 = bitcast.i64 v12
+             v17 = bxor v16, v15
+             return v17
+         }}"
+    )
+}
+
+#[test]
+fn float_constants_are_passed_bit_exact() {
+    for conv in ["system_v", "tail"] {
+        let params = merged_results_agree(&[
+            floats(conv, "0x1.8p1", "-0x0.0p0", "+NaN:0x1234", "+sNaN:0x1"),
+            floats(conv, "-0x0.0p0", "0x0.0p0", "-NaN:0x5", "-sNaN:0x2"),
+            floats(conv, "+Inf", "-NaN:0x7", "0x1.0p-1022", "0x1.0p0"),
+        ]);
+        assert_eq!(params, 4, "{conv}");
+    }
+}
+
 #[test]
 fn a_group_of_many_returns_each_members_results() {
     let texts: Vec<String> = (0..9)
@@ -255,14 +299,16 @@ fn functions_differing_in_a_non_parameterizable_immediate_do_not_share_a_shape()
              }}"
         )
     };
-    let float = |bits: &str| {
+    let float_divisor = |bits: &str| {
         format!(
             "function %f(i64, i64) -> i64 system_v {{
              block0(v0: i64, v1: i64):
                  v2 = f64const {bits}
-                 v3 = bitcast.i64 v2
-                 v4 = iadd v0, v3
-                 return v4
+                 v3 = fcvt_from_sint.f64 v0
+                 v4 = sqrt v2
+                 v5 = fadd v3, v4
+                 v6 = fcvt_to_sint_sat.i64 v5
+                 return v6
              }}"
         )
     };
@@ -282,7 +328,7 @@ fn functions_differing_in_a_non_parameterizable_immediate_do_not_share_a_shape()
     let pairs = [
         (shift(3), shift(4)),
         (offset(8), offset(16)),
-        (float("0.0"), float("-0.0")),
+        (float_divisor("0x0.0p0"), float_divisor("-0x0.0p0")),
         (branch(0), branch(1)),
     ];
     for (a, b) in pairs {
