@@ -239,13 +239,16 @@ pub struct SimilarSummary {
     pub functions_with_sites: usize,
     /// Shapes with two or more such classes.
     pub candidate_groups: usize,
-    /// Groups the cost model merges.
+    /// Groups (or subgroups, see [`similar::split`]) the cost model
+    /// merges.
     pub param_groups: usize,
     /// Functions turned into thunks (every member of a merged group).
     pub param_merged: usize,
     /// Parameters of the merged groups' bodies.
     pub parameters: usize,
-    /// Groups left alone for too many parameters.
+    /// Functions of candidate groups left alone because they fit in no
+    /// subgroup with another member within the parameter limit
+    /// ([`similar::split`]).
     pub refused_params: usize,
     /// Groups left alone because the cost model predicts no saving.
     pub refused_cost: usize,
@@ -754,81 +757,105 @@ impl SimilarCollector {
             summary.candidate_groups += 1;
             let values: Vec<&[similar::ParamValue]> =
                 group.iter().map(|(_, _, s)| &s.values[..]).collect();
-            let instructions = group[0].2.shape.instructions();
-            // Member sizes: as compiled, or estimated.
-            let compiled: Option<Vec<Result<u64, String>>> = isa.map(|isa| {
-                group
-                    .iter()
-                    .map(|(f, _, _)| compile(f, isa).map(|c| c.code.bytes.len() as u64))
-                    .collect()
-            });
-            let bytes: Vec<u64> = match &compiled {
-                Some(sizes) => sizes.iter().map(|r| *r.as_ref().unwrap_or(&0)).collect(),
-                None => {
-                    vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
+            let parts = similar::split(&values, options.max_params);
+            let mut members: Vec<Option<Member>> = group.into_iter().map(Some).collect();
+            for part in parts {
+                if part.len() < 2 {
+                    summary.refused_params += 1;
+                    continue;
                 }
-            };
-            let Some(plan) = similar::plan_group(&group[0].0.signature, &values, &bytes, &options)
-            else {
-                continue;
-            };
-            let merge = plan.decision == similar::Decision::Merge;
-            match plan.decision {
-                similar::Decision::Merge => {
-                    summary.param_groups += 1;
-                    summary.param_merged += group.len();
-                    summary.parameters += plan.derived.params.len();
-                    summary.predicted_bytes_saved += plan.prediction.saved();
-                }
-                similar::Decision::TooManyParams => summary.refused_params += 1,
-                similar::Decision::DoesNotPay => summary.refused_cost += 1,
+                let sub = part.iter().filter_map(|&i| members[i].take()).collect();
+                plan_subgroup(summary, sub, isa, &options);
             }
-            let mut measured_group = None;
-            if let (Some(isa), Some(sizes)) = (isa, &compiled)
-                && plan.decision != similar::Decision::TooManyParams
-            {
-                let measured = summary
-                    .measured
-                    .get_or_insert_with(SimilarMeasured::default);
-                let failed = sizes.iter().find_map(|r| r.as_ref().err());
-                let merged = match failed {
-                    Some(e) => Err(format!("a member does not compile: {e}")),
-                    None => merged_bytes(isa, &group, &plan.derived),
-                };
-                match merged {
-                    Ok((body, thunks)) => {
-                        let members: u64 = bytes.iter().sum();
-                        let merged = body + thunks;
-                        measured.groups += 1;
-                        if (members > merged) == merge {
-                            measured.predicted_right += 1;
-                        }
-                        if merge {
-                            measured.merged_members_bytes += members;
-                            measured.merged_bytes += merged;
-                        }
-                        measured.best_saved += members.saturating_sub(merged);
-                        measured_group = Some(MeasuredGroup {
-                            members,
-                            body,
-                            thunks,
-                        });
-                    }
-                    Err(e) => measured.errors.push((group[0].1.clone(), e)),
-                }
-            }
-            summary.groups.push(SimilarGroup {
-                members: group.iter().map(|(_, n, _)| n.clone()).collect(),
-                instructions,
-                parameters: plan.derived.params.len(),
-                decision: plan.decision,
-                predicted_saved: plan.prediction.saved(),
-                measured: measured_group,
-            });
         }
         summary.shape_time += self.shape_time;
         summary.time += start.elapsed();
     }
+}
+
+/// A function collected for `--similar`, with its name and shape.
+type Member = (Function, FunctionName, ShapeOf);
+
+/// Plans `group` (two or more members of one shape whose parameters fit
+/// the limit) into `summary`; with `isa`, merges and compiles it to
+/// measure it.
+fn plan_subgroup(
+    summary: &mut SimilarSummary,
+    group: Vec<Member>,
+    isa: Option<&dyn TargetIsa>,
+    options: &SimilarOptions,
+) {
+    let values: Vec<&[similar::ParamValue]> = group.iter().map(|(_, _, s)| &s.values[..]).collect();
+    let instructions = group[0].2.shape.instructions();
+    // Member sizes: as compiled, or estimated.
+    let compiled: Option<Vec<Result<u64, String>>> = isa.map(|isa| {
+        group
+            .iter()
+            .map(|(f, _, _)| compile(f, isa).map(|c| c.code.bytes.len() as u64))
+            .collect()
+    });
+    let bytes: Vec<u64> = match &compiled {
+        Some(sizes) => sizes.iter().map(|r| *r.as_ref().unwrap_or(&0)).collect(),
+        None => {
+            vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
+        }
+    };
+    let Some(plan) = similar::plan_group(&group[0].0.signature, &values, &bytes, options) else {
+        return;
+    };
+    let merge = plan.decision == similar::Decision::Merge;
+    match plan.decision {
+        similar::Decision::Merge => {
+            summary.param_groups += 1;
+            summary.param_merged += group.len();
+            summary.parameters += plan.derived.params.len();
+            summary.predicted_bytes_saved += plan.prediction.saved();
+        }
+        similar::Decision::TooManyParams => summary.refused_params += 1,
+        similar::Decision::DoesNotPay => summary.refused_cost += 1,
+    }
+    let mut measured_group = None;
+    if let (Some(isa), Some(sizes)) = (isa, &compiled)
+        && plan.decision != similar::Decision::TooManyParams
+    {
+        let measured = summary
+            .measured
+            .get_or_insert_with(SimilarMeasured::default);
+        let failed = sizes.iter().find_map(|r| r.as_ref().err());
+        let merged = match failed {
+            Some(e) => Err(format!("a member does not compile: {e}")),
+            None => merged_bytes(isa, &group, &plan.derived),
+        };
+        match merged {
+            Ok((body, thunks)) => {
+                let members: u64 = bytes.iter().sum();
+                let merged = body + thunks;
+                measured.groups += 1;
+                if (members > merged) == merge {
+                    measured.predicted_right += 1;
+                }
+                if merge {
+                    measured.merged_members_bytes += members;
+                    measured.merged_bytes += merged;
+                }
+                measured.best_saved += members.saturating_sub(merged);
+                measured_group = Some(MeasuredGroup {
+                    members,
+                    body,
+                    thunks,
+                });
+            }
+            Err(e) => measured.errors.push((group[0].1.clone(), e)),
+        }
+    }
+    summary.groups.push(SimilarGroup {
+        members: group.iter().map(|(_, n, _)| n.clone()).collect(),
+        instructions,
+        parameters: plan.derived.params.len(),
+        decision: plan.decision,
+        predicted_saved: plan.prediction.saved(),
+        measured: measured_group,
+    });
 }
 
 /// The code bytes of a group's merged body and of all its thunks, each

@@ -607,6 +607,30 @@ pub fn plan_group(
     })
 }
 
+/// Splits a group of one shape (site values `members`, in member order)
+/// into subgroups whose parameters fit `max_params`: each member joins the
+/// first subgroup it fits in, or starts one. (Swift's merger drops the most
+/// divergent member and retries; this keeps every member that fits with
+/// some other.) Returns member indices; a subgroup of one is a member left
+/// alone.
+pub fn split(members: &[&[ParamValue]], max_params: usize) -> Vec<Vec<usize>> {
+    let mut subgroups: Vec<Vec<usize>> = Vec::new();
+    let mut trial: Vec<&[ParamValue]> = Vec::new();
+    'member: for (i, &m) in members.iter().enumerate() {
+        for g in &mut subgroups {
+            trial.clear();
+            trial.extend(g.iter().map(|&j| members[j]));
+            trial.push(m);
+            if derive(&trial).is_some_and(|d| d.params.len() <= max_params) {
+                g.push(i);
+                continue 'member;
+            }
+        }
+        subgroups.push(vec![i]);
+    }
+    subgroups
+}
+
 /// The merged body of a group: `first` (the group's first member, whose
 /// parameter sites are `sites`, as [`ShapeOf::sites`]) with each site that
 /// [`Derived::site_param`] maps to a parameter replaced by that parameter,
@@ -822,6 +846,22 @@ mod tests {
         assert_eq!(d.params[0].values, vec![5, 6, 7]);
         assert_eq!(d.params[1].values, vec![9, 8, 8]);
         assert!(derive(&[&a[..], &a[..3]]).is_none());
+    }
+
+    #[test]
+    fn split_keeps_subgroups_within_the_parameter_limit() {
+        let v = |bits: i64| ParamValue {
+            kind: ParamKind::Int,
+            ty: ir::types::I64,
+            bits,
+        };
+        // a and c differ in one site, b from both in three.
+        let a = [v(1), v(2), v(3)];
+        let b = [v(7), v(8), v(9)];
+        let c = [v(1), v(2), v(4)];
+        assert_eq!(split(&[&a, &b, &c], 1), vec![vec![0, 2], vec![1]]);
+        assert_eq!(split(&[&a, &b, &c], 3), vec![vec![0, 1, 2]]);
+        assert_eq!(split(&[&a, &b, &c], 0), vec![vec![0], vec![1], vec![2]]);
     }
 
     #[test]
