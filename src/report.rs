@@ -330,8 +330,11 @@ pub struct SimilarMeasured {
     /// Bytes saved if exactly the groups whose measured code is smaller
     /// were merged (what a perfect model would get).
     pub best_saved: u64,
-    /// Bodies or thunks that failed to build, verify or compile: (first
-    /// member, message). Each is a bug.
+    /// Groups not measured because a member does not compile for the ISA
+    /// (it is in the compile errors); they are planned with estimated sizes.
+    pub uncompiled: usize,
+    /// Bodies or thunks that failed to build, verify or compile while every
+    /// member compiled: (first member, message). Each is a bug.
     pub errors: Vec<(FunctionName, String)>,
 }
 
@@ -794,8 +797,18 @@ fn plan_subgroup(
             .map(|(f, _, _)| compile(f, isa).map(|c| c.code.bytes.len() as u64))
             .collect()
     });
+    // A member that does not compile for the ISA (listed with the compile
+    // errors) leaves the group estimated and unmeasured.
+    let compiled: Option<Vec<u64>> =
+        compiled.and_then(|sizes| sizes.into_iter().collect::<Result<Vec<u64>, String>>().ok());
+    if isa.is_some() && compiled.is_none() {
+        summary
+            .measured
+            .get_or_insert_with(SimilarMeasured::default)
+            .uncompiled += 1;
+    }
     let bytes: Vec<u64> = match &compiled {
-        Some(sizes) => sizes.iter().map(|r| *r.as_ref().unwrap_or(&0)).collect(),
+        Some(sizes) => sizes.clone(),
         None => {
             vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
         }
@@ -815,18 +828,13 @@ fn plan_subgroup(
         similar::Decision::DoesNotPay => summary.refused_cost += 1,
     }
     let mut measured_group = None;
-    if let (Some(isa), Some(sizes)) = (isa, &compiled)
+    if let (Some(isa), Some(_)) = (isa, &compiled)
         && plan.decision != similar::Decision::TooManyParams
     {
         let measured = summary
             .measured
             .get_or_insert_with(SimilarMeasured::default);
-        let failed = sizes.iter().find_map(|r| r.as_ref().err());
-        let merged = match failed {
-            Some(e) => Err(format!("a member does not compile: {e}")),
-            None => merged_bytes(isa, &group, &plan.derived),
-        };
-        match merged {
+        match merged_bytes(isa, &group, &plan.derived) {
             Ok((body, thunks)) => {
                 let members: u64 = bytes.iter().sum();
                 let merged = body + thunks;

@@ -422,6 +422,7 @@ fn similar_json(s: &report::SimilarSummary, with_groups: bool) -> Value {
             "merged_members_bytes": m.merged_members_bytes,
             "merged_bytes": m.merged_bytes,
             "best_saved": m.best_saved,
+            "uncompiled": m.uncompiled,
             "errors": m.errors.iter().map(|(f, e)| json!({
                 "file": path(&f.file), "function": f.name, "message": e
             })).collect::<Vec<_>>(),
