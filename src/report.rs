@@ -43,6 +43,16 @@
 //!   classes; refinement only ever joins exact classes), and the time spent
 //!   building the graph and refining is measured separately from
 //!   fingerprinting.
+//! - With `--similar`, the first function of each exact class is shaped
+//!   ([`crate::similar`]) from the walk just taken (the shape time is kept
+//!   apart from `fingerprint_time`), functions of one shape are grouped
+//!   (within one partition), split to fit the parameter limit, and planned
+//!   by the cost model. Members are sized by compiling them with
+//!   `--compile`, otherwise estimated from their instruction counts. With
+//!   `--compile`, every group within the limit whose members all compile is
+//!   merged (body and thunks built, verified and compiled) whatever the
+//!   model decided, so that the model can be checked against the bytes
+//!   Cranelift emits.
 
 use crate::cache::{ClassId, DedupCache};
 use crate::compile::{self, Compiled, MachineCode, Renaming, compile, with_quiet_panics};

@@ -1,6 +1,6 @@
 //! Similar-function merging: functions that differ only in the values of a
-//! few integer or float constants share one parameterized body, and each becomes a
-//! thunk that passes its own values.
+//! few integer or float constants share one parameterized body, and each
+//! becomes a thunk that passes its own values.
 //!
 //! Not wired into [`crate::DedupModule`]: this module finds the groups,
 //! derives their parameters, decides with a cost model in machine-code
@@ -19,7 +19,10 @@
 //!    the template key are not changed (nor
 //!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
 //!    the walk only records where each constant's immediate is
-//!    ([`Walk::constant_sites`]).
+//!    ([`Walk::constant_sites`]). Names stay in the shape: members call
+//!    the same functions and name the same symbols, so members that call
+//!    themselves (each by its own name) never share a shape, which keeps
+//!    a body from calling the first member where another called itself.
 //! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
 //!    site whose value is equal in every member stays a constant; sites
 //!    with equal value vectors (and types) share one parameter.
@@ -35,6 +38,15 @@
 //!    members' code removed against the thunks and the body's growth;
 //!    [`plan_group`] merges only groups that it predicts to pay and whose
 //!    parameters fit [`SimilarOptions::max_params`].
+//!
+//! # What it costs
+//!
+//! The walk records one word position per constant (within the noise of
+//! `jitfold report`'s `fingerprint_ns_per_inst` on the wasm corpora: the
+//! least noisy, resvg, measured 31.2 before and 32.1 ns per instruction
+//! after, best of seven). Shaping a walked function (the use scan, the
+//! masked copy of the key and its hash) costs about as much again as the
+//! walk, 45-65 ns per instruction, and is done only when asked for.
 //!
 //! # What is parameterizable
 //!
