@@ -47,6 +47,7 @@ pub mod refine;
 pub mod report;
 #[cfg(feature = "runtests")]
 pub mod runtests;
+pub mod similar;
 pub mod store;
 
 pub use cache::{ClassId, DedupCache, Lookup};

@@ -43,6 +43,16 @@
 //!   classes; refinement only ever joins exact classes), and the time spent
 //!   building the graph and refining is measured separately from
 //!   fingerprinting.
+//! - With `--similar`, the first function of each exact class is shaped
+//!   ([`crate::similar`]) from the walk just taken (the shape time is kept
+//!   apart from `fingerprint_time`), functions of one shape are grouped
+//!   (within one partition), split to fit the parameter limit, and planned
+//!   by the cost model. Members are sized by compiling them with
+//!   `--compile`, otherwise estimated from their instruction counts. With
+//!   `--compile`, every group within the limit whose members all compile is
+//!   merged (body and thunks built, verified and compiled) whatever the
+//!   model decided, so that the model can be checked against the bytes
+//!   Cranelift emits.
 
 use crate::cache::{ClassId, DedupCache};
 use crate::compile::{self, Compiled, MachineCode, Renaming, compile, with_quiet_panics};
@@ -52,6 +62,7 @@ use crate::corpus::{
 use crate::fingerprint::{Fingerprinter, SymbolName};
 use crate::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
 use crate::refine::{CallGraph, NodeId};
+use crate::similar::{self, ShapeOf, Shaper, SimilarOptions};
 use crate::store::{CodeContext, CodeStore, Entry, StoreKey};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
@@ -208,6 +219,9 @@ pub struct ReportOptions<'a> {
     pub reuse: bool,
     /// Refine classes over the call graph (`--merge calls`).
     pub merge_calls: bool,
+    /// Group functions by [shape](crate::similar) and plan similar-function
+    /// merging (`--similar`).
+    pub similar: bool,
     /// With `compile_isa`: look each function to be compiled up in this
     /// code store first, and store what is compiled (`--cache`); the
     /// dedup time then counts a hit as its lookup, and a miss as its
@@ -224,6 +238,114 @@ pub struct RefineSummary {
     pub rounds: u32,
     /// Time to build the call graph (templates, names) and refine.
     pub time: Duration,
+}
+
+/// `--similar`: what similar-function merging ([`crate::similar`]) would
+/// do with one function of each exact class.
+#[derive(Clone, Debug, Default)]
+pub struct SimilarSummary {
+    /// Exact classes whose first function has a parameter site and may
+    /// stand behind a thunk ([`similar::mergeable`]).
+    pub functions_with_sites: usize,
+    /// Shapes with two or more such classes.
+    pub candidate_groups: usize,
+    /// Groups (or subgroups, see [`similar::split`]) the cost model
+    /// merges.
+    pub param_groups: usize,
+    /// Functions turned into thunks (every member of a merged group).
+    pub param_merged: usize,
+    /// Parameters of the merged groups' bodies.
+    pub parameters: usize,
+    /// Functions of candidate groups left alone because they fit in no
+    /// subgroup with another member within the parameter limit
+    /// ([`similar::split`]).
+    pub refused_params: usize,
+    /// Groups left alone because the cost model predicts no saving.
+    pub refused_cost: usize,
+    /// Bytes the cost model predicts the merged groups save (member sizes
+    /// estimated from their instruction counts, or with `--compile` as
+    /// compiled).
+    pub predicted_bytes_saved: i64,
+    /// Time to compute the shapes from the walks (not in
+    /// `fingerprint_time`).
+    pub shape_time: Duration,
+    /// Time to group and plan (with `--compile`, also to compile every
+    /// member, body and thunk of the groups measured).
+    pub time: Duration,
+    /// With `--compile`: every candidate group within the parameter limit,
+    /// merged and compiled.
+    pub measured: Option<SimilarMeasured>,
+    /// Candidate groups, largest first.
+    pub groups: Vec<SimilarGroup>,
+}
+
+impl SimilarSummary {
+    /// Nanoseconds of shape computation per instruction of the report.
+    pub fn shape_ns_per_inst(&self, instructions: u64) -> f64 {
+        if instructions == 0 {
+            0.0
+        } else {
+            self.shape_time.as_nanos() as f64 / instructions as f64
+        }
+    }
+}
+
+/// One group of one shape.
+#[derive(Clone, Debug)]
+pub struct SimilarGroup {
+    /// The members (first functions of their exact classes), in file order.
+    pub members: Vec<FunctionName>,
+    /// Instructions in each member.
+    pub instructions: u32,
+    /// Parameters of the merged body.
+    pub parameters: usize,
+    /// What the cost model decided.
+    pub decision: similar::Decision,
+    /// The predicted saving in bytes.
+    pub predicted_saved: i64,
+    /// With `--compile`: the code bytes measured.
+    pub measured: Option<MeasuredGroup>,
+}
+
+/// The code bytes of one group, members and merged.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MeasuredGroup {
+    /// Every member's code.
+    pub members: u64,
+    /// The merged body's code.
+    pub body: u64,
+    /// Every thunk's code.
+    pub thunks: u64,
+}
+
+impl MeasuredGroup {
+    /// Bytes saved by merging (negative: lost).
+    pub fn saved(&self) -> i64 {
+        self.members as i64 - (self.body + self.thunks) as i64
+    }
+}
+
+/// `--similar --compile`: the cost model against the code Cranelift emits.
+#[derive(Clone, Debug, Default)]
+pub struct SimilarMeasured {
+    /// Groups merged and compiled (body and thunks).
+    pub groups: usize,
+    /// Groups where the model's decision (merge or not) matches whether
+    /// the measured code is smaller.
+    pub predicted_right: usize,
+    /// Code bytes of the members of the groups the model merges.
+    pub merged_members_bytes: u64,
+    /// Code bytes of those groups' bodies and thunks.
+    pub merged_bytes: u64,
+    /// Bytes saved if exactly the groups whose measured code is smaller
+    /// were merged (what a perfect model would get).
+    pub best_saved: u64,
+    /// Groups not measured because a member does not compile for the ISA
+    /// (it is in the compile errors); they are planned with estimated sizes.
+    pub uncompiled: usize,
+    /// Bodies or thunks that failed to build, verify or compile while every
+    /// member compiled: (first member, message). Each is a bug.
+    pub errors: Vec<(FunctionName, String)>,
 }
 
 /// What the report found.
@@ -255,6 +377,8 @@ pub struct Report {
     pub reused: Option<usize>,
     /// Present with `--merge calls`.
     pub refine: Option<RefineSummary>,
+    /// Present with `--similar`.
+    pub similar: Option<SimilarSummary>,
     /// Members in the largest class (1 if there are no duplicates).
     pub largest_group: usize,
     /// Total time spent fingerprinting.
@@ -390,8 +514,16 @@ fn build_inner(
     if options.merge_calls {
         report.refine = Some(RefineSummary::default());
     }
+    if options.similar {
+        report.similar = Some(SimilarSummary::default());
+    }
     for mut partition in partitions {
         partition.grouping.finish(&mut report);
+        if let (Some(collector), Some(summary)) =
+            (&mut partition.grouping.similar, &mut report.similar)
+        {
+            collector.finish(summary, options.compile_isa);
+        }
         reuse_time += partition.grouping.reuse_time;
     }
     report.exact_merged = report.functions - report.classes;
@@ -402,6 +534,22 @@ fn build_inner(
         .max()
         .unwrap_or(usize::from(report.functions > 0));
     sort_groups(&mut report.groups);
+    if let Some(summary) = &mut report.similar {
+        summary.groups.sort_by(|a, b| {
+            (
+                b.members.len(),
+                b.instructions,
+                &a.members[0].file,
+                &a.members[0].name,
+            )
+                .cmp(&(
+                    a.members.len(),
+                    a.instructions,
+                    &b.members[0].file,
+                    &b.members[0].name,
+                ))
+        });
+    }
     if let Some(mut c) = compiling {
         c.summary.dedup_time += report.fingerprint_time + reuse_time;
         report.compile = Some(c.summary);
@@ -434,6 +582,8 @@ struct Grouping {
     reused: usize,
     /// Time of the planning that reuse needs.
     reuse_time: Duration,
+    /// With `--similar`: shapes and candidates.
+    similar: Option<SimilarCollector>,
     // Scratch, per file: each function's walk.
     walks: Vec<Walk>,
 }
@@ -453,6 +603,7 @@ impl Grouping {
             graph_time: Duration::ZERO,
             reused: 0,
             reuse_time: Duration::ZERO,
+            similar: options.similar.then(SimilarCollector::default),
             walks: Vec::new(),
         }
     }
@@ -463,13 +614,28 @@ impl Grouping {
         valid: Vec<(Function, FunctionName)>,
         compiling: Option<(&mut Compiling, &mut ClassCode)>,
     ) {
-        // 1. Walks.
+        // 1. Walks, and with `--similar` each function's shape from its
+        //    walk (timed apart from the walk).
         self.walks.clear();
+        let mut shapes = Vec::new();
+        let mut shape_time = Duration::ZERO;
         let start = Instant::now();
         for (func, _) in &valid {
             self.walks.push(Walk::of(&mut self.fingerprinter, func));
+            if let Some(collector) = &mut self.similar {
+                let start = Instant::now();
+                let walk = self.fingerprinter.last_walk();
+                let shape = collector.shaper.shape(&walk, func);
+                let mergeable = similar::mergeable(func, walk.observes_own_frame());
+                shapes.push((!shape.values.is_empty() && mergeable).then_some(shape));
+                shape_time += start.elapsed();
+            }
         }
-        report.fingerprint_time += start.elapsed();
+        report.fingerprint_time += start.elapsed().saturating_sub(shape_time);
+        if let Some(collector) = &mut self.similar {
+            collector.shape_time += shape_time;
+        }
+        let mut shapes = shapes.into_iter();
         // 2. Plans, function by function: each function is a duplicate or
         //    starts a class (a node of the call graph).
         let mut planned = Vec::with_capacity(valid.len());
@@ -536,6 +702,12 @@ impl Grouping {
                 };
                 c.compile(code, &func, &name, planned);
             }
+            let shape = shapes.next().flatten();
+            if let (Some(collector), Some(shape), false) =
+                (&mut self.similar, shape, matches!(step, Step::Duplicate(_)))
+            {
+                collector.add(func, name.clone(), shape);
+            }
             self.members[class].push(name);
         }
     }
@@ -561,6 +733,179 @@ impl Grouping {
             .groups
             .extend(group_list(self.compiled.exact(), members));
     }
+}
+
+/// `--similar`: the shapes of one partition's exact classes.
+#[derive(Default)]
+struct SimilarCollector {
+    shaper: Shaper,
+    /// Each shape's index in `groups`.
+    by_shape: HashMap<crate::fingerprint::Shape, usize>,
+    /// The first function of each exact class that has a parameter site,
+    /// by shape, in order of first sight.
+    groups: Vec<Vec<(Function, FunctionName, ShapeOf)>>,
+    shape_time: Duration,
+}
+
+impl SimilarCollector {
+    fn add(&mut self, func: Function, name: FunctionName, shape: ShapeOf) {
+        let next = self.groups.len();
+        let g = *self.by_shape.entry(shape.shape.clone()).or_insert(next);
+        if g == next {
+            self.groups.push(Vec::new());
+        }
+        self.groups[g].push((func, name, shape));
+    }
+
+    /// Plans every group into `summary`; with `isa`, merges and compiles
+    /// every group within the parameter limit to measure it.
+    fn finish(&mut self, summary: &mut SimilarSummary, isa: Option<&dyn TargetIsa>) {
+        let options = SimilarOptions::default();
+        let start = Instant::now();
+        summary.functions_with_sites += self.groups.iter().map(Vec::len).sum::<usize>();
+        for group in core::mem::take(&mut self.groups) {
+            if group.len() < 2 {
+                continue;
+            }
+            summary.candidate_groups += 1;
+            let values: Vec<&[similar::ParamValue]> =
+                group.iter().map(|(_, _, s)| &s.values[..]).collect();
+            let parts = similar::split(&values, options.max_params);
+            let mut members: Vec<Option<Member>> = group.into_iter().map(Some).collect();
+            for part in parts {
+                if part.len() < 2 {
+                    summary.refused_params += 1;
+                    continue;
+                }
+                let sub = part.iter().filter_map(|&i| members[i].take()).collect();
+                plan_subgroup(summary, sub, isa, &options);
+            }
+        }
+        summary.shape_time += self.shape_time;
+        summary.time += start.elapsed();
+    }
+}
+
+/// A function collected for `--similar`, with its name and shape.
+type Member = (Function, FunctionName, ShapeOf);
+
+/// Plans `group` (two or more members of one shape whose parameters fit
+/// the limit) into `summary`; with `isa`, merges and compiles it to
+/// measure it.
+fn plan_subgroup(
+    summary: &mut SimilarSummary,
+    group: Vec<Member>,
+    isa: Option<&dyn TargetIsa>,
+    options: &SimilarOptions,
+) {
+    let values: Vec<&[similar::ParamValue]> = group.iter().map(|(_, _, s)| &s.values[..]).collect();
+    let instructions = group[0].2.shape.instructions();
+    // Member sizes: as compiled, or estimated.
+    let compiled: Option<Vec<Result<u64, String>>> = isa.map(|isa| {
+        group
+            .iter()
+            .map(|(f, _, _)| compile(f, isa).map(|c| c.code.bytes.len() as u64))
+            .collect()
+    });
+    // A member that does not compile for the ISA (listed with the compile
+    // errors) leaves the group estimated and unmeasured.
+    let compiled: Option<Vec<u64>> =
+        compiled.and_then(|sizes| sizes.into_iter().collect::<Result<Vec<u64>, String>>().ok());
+    if isa.is_some() && compiled.is_none() {
+        summary
+            .measured
+            .get_or_insert_with(SimilarMeasured::default)
+            .uncompiled += 1;
+    }
+    let bytes: Vec<u64> = match &compiled {
+        Some(sizes) => sizes.clone(),
+        None => {
+            vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
+        }
+    };
+    let Some(plan) = similar::plan_group(&group[0].0.signature, &values, &bytes, options) else {
+        return;
+    };
+    let merge = plan.decision == similar::Decision::Merge;
+    match plan.decision {
+        similar::Decision::Merge => {
+            summary.param_groups += 1;
+            summary.param_merged += group.len();
+            summary.parameters += plan.derived.params.len();
+            summary.predicted_bytes_saved += plan.prediction.saved();
+        }
+        similar::Decision::TooManyParams => summary.refused_params += 1,
+        similar::Decision::DoesNotPay => summary.refused_cost += 1,
+    }
+    let mut measured_group = None;
+    if let (Some(isa), Some(_)) = (isa, &compiled)
+        && plan.decision != similar::Decision::TooManyParams
+    {
+        let measured = summary
+            .measured
+            .get_or_insert_with(SimilarMeasured::default);
+        match merged_bytes(isa, &group, &plan.derived) {
+            Ok((body, thunks)) => {
+                let members: u64 = bytes.iter().sum();
+                let merged = body + thunks;
+                measured.groups += 1;
+                if (members > merged) == merge {
+                    measured.predicted_right += 1;
+                }
+                if merge {
+                    measured.merged_members_bytes += members;
+                    measured.merged_bytes += merged;
+                }
+                measured.best_saved += members.saturating_sub(merged);
+                measured_group = Some(MeasuredGroup {
+                    members,
+                    body,
+                    thunks,
+                });
+            }
+            Err(e) => measured.errors.push((group[0].1.clone(), e)),
+        }
+    }
+    summary.groups.push(SimilarGroup {
+        members: group.iter().map(|(_, n, _)| n.clone()).collect(),
+        instructions,
+        parameters: plan.derived.params.len(),
+        decision: plan.decision,
+        predicted_saved: plan.prediction.saved(),
+        measured: measured_group,
+    });
+}
+
+/// The code bytes of a group's merged body and of all its thunks, each
+/// verified and compiled for `isa`.
+fn merged_bytes(
+    isa: &dyn TargetIsa,
+    group: &[(Function, FunctionName, ShapeOf)],
+    derived: &similar::Derived,
+) -> Result<(u64, u64), String> {
+    let (first, _, shape) = &group[0];
+    let body = similar::merged_body(first, &shape.sites, derived)?;
+    let flags = isa.flags();
+    let verified = |f: &Function| {
+        cranelift_codegen::verify_function(f, flags).map_err(|e| format!("{e}\n{f}"))
+    };
+    verified(&body)?;
+    let body_bytes = compile(&body, isa)?.code.bytes.len() as u64;
+    let mut thunks = 0;
+    let body_name = cranelift_codegen::ir::UserExternalName::new(0, u32::MAX);
+    for (m, (func, _, _)) in group.iter().enumerate() {
+        let thunk = similar::thunk(
+            isa.frontend_config(),
+            func.name.clone(),
+            &func.signature,
+            body_name.clone(),
+            &body.signature,
+            &similar::thunk_values(derived, m),
+        );
+        verified(&thunk)?;
+        thunks += compile(&thunk, isa)?.code.bytes.len() as u64;
+    }
+    Ok((body_bytes, thunks))
 }
 
 /// What the plan of one function made of it, for `--compile`.

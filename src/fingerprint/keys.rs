@@ -1,16 +1,17 @@
-//! The three kinds of key a walk yields, each its own type, and their
+//! The kinds of key a walk yields, each its own type, and their
 //! hashes.
 //!
 //! # What this module guarantees
 //!
 //! - [`Fingerprint`] (the exact key), [`Template`] (the exact key without
-//!   the names behind its name slots) and [`ErasedConvention`] (the exact
-//!   key without its first word, the calling convention) are distinct
+//!   the names behind its name slots), [`ErasedConvention`] (the exact
+//!   key without its first word, the calling convention) and [`Shape`]
+//!   (the exact key with parameterizable constants masked) are distinct
 //!   types: a key of one kind is never compared with, hashed into a table
 //!   of, or given names as, a key of another kind.
 //! - Within a kind, `Eq`, `Hash` and `Ord` agree: equal keys have equal
 //!   hashes, and `Ord` is the lexicographic order of the key words.
-//! - The three share one allocation of key words: taking a template or
+//! - The first three share one allocation of key words: taking a template or
 //!   erasing the convention copies no word and hashes no word twice.
 
 use super::{KEY_FORMAT_VERSION, SymbolName, walk};
@@ -128,8 +129,8 @@ impl Ord for Key {
     }
 }
 
-/// What the three kinds of key offer, so that one table can hold keys of
-/// any one kind. Sealed: the three types of this module are the only kinds.
+/// What the kinds of key offer, so that one table can hold keys of
+/// any one kind. Sealed: the types of this module are the only kinds.
 pub trait CanonicalKey: Clone + Eq + Hash + Ord + core::fmt::Debug + sealed::Sealed {
     /// The key words. Equal words mean interchangeable functions (for the
     /// kind's notion of interchangeable).
@@ -139,11 +140,12 @@ pub trait CanonicalKey: Clone + Eq + Hash + Ord + core::fmt::Debug + sealed::Sea
 }
 
 mod sealed {
-    /// Implemented by the three kinds of key only.
+    /// Implemented by the kinds of key of this module only.
     pub trait Sealed {}
     impl Sealed for super::Fingerprint {}
     impl Sealed for super::Template {}
     impl Sealed for super::ErasedConvention {}
+    impl Sealed for super::Shape {}
 }
 
 /// Declares a kind of key: the newtype over [`Key`], its `Eq`, `Hash`, `Ord`
@@ -231,6 +233,25 @@ key_kind! {
     /// same function except, possibly, for that calling convention (the
     /// parameter and return types, extensions and purposes still count).
     ErasedConvention
+}
+
+key_kind! {
+    /// The exact key of a function with the immediates of its
+    /// parameterizable constants masked, followed by the positions masked
+    /// (see [`crate::similar`]): equal for two functions exactly when they
+    /// are the same function except, possibly, for the values of those
+    /// constants, which one body can then take as parameters. Never equal
+    /// to a key of another kind, and not a cache key of compiled code.
+    Shape
+}
+
+impl Shape {
+    /// The shape whose key is `words` (built by [`crate::similar`]).
+    pub(crate) fn of_words(words: Vec<u32>, instructions: u32) -> Self {
+        let len = words.len() as u32;
+        let hashes = KeyHashes::of(&words, len);
+        Shape(Key::of_exact(words.into(), instructions, len, hashes))
+    }
 }
 
 impl Fingerprint {

@@ -10,7 +10,10 @@
 //!
 //! Each kind of key is its own type: the exact key ([`Fingerprint`]), the
 //! [`Template`] (the key without its names) and the [`ErasedConvention`]
-//! (the exact key without the function's calling convention). Keys of
+//! (the exact key without the function's calling convention), and the
+//! [`Shape`] of similar-function merging (the exact key with the
+//! immediates of parameterizable constants masked; built by
+//! [`crate::similar`] from the walk's [`Walk::constant_sites`]). Keys of
 //! different kinds cannot be compared, and only a template can be given
 //! names back ([`Template::with_names`]).
 //!
@@ -123,9 +126,9 @@ mod walk;
 use cranelift_codegen::ir::UserExternalName;
 
 pub(crate) use keys::write_fast_hash;
-pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Template};
+pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Shape, Template};
 use keys::{KeyHashes, process_hasher};
-pub use walk::{Fingerprinter, Walk};
+pub use walk::{Fingerprinter, ImmediateSite, Walk};
 
 /// The version of Cranelift that jitfold is built against (Cargo pins every
 /// Cranelift crate to it): the key format and the audit in `walk.rs` are

@@ -510,3 +510,36 @@ fn verify_sees_through_block_layout() {
     assert_eq!(out["verify"]["pairs"], 1);
     assert_eq!(out["verify"]["mismatches"], 0, "{out}");
 }
+
+#[test]
+fn similar_finds_the_stub_that_passes_another_constant() {
+    // stubs.clif: u0:13 is u0:10 with another constant; the two share a
+    // shape, with one parameter, and are too small to pay.
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--groups",
+        "--similar",
+        "--compile",
+        &corpus(),
+    ]));
+    let s = &out["similar"];
+    assert_eq!(s["candidate_groups"], 1);
+    assert_eq!(s["param_groups"], 0);
+    assert_eq!(s["refused_cost"], 1);
+    let group = &s["groups"][0];
+    let members: Vec<&str> = group["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["u0:10", "u0:13"]);
+    assert_eq!(group["parameters"], 1);
+    assert_eq!(group["decision"], "DoesNotPay");
+    // Merged anyway, body and thunks compile, and are larger.
+    assert_eq!(s["measured"]["groups"], 1);
+    assert_eq!(s["measured"]["errors"].as_array().unwrap().len(), 0);
+    assert_eq!(s["measured"]["predicted_right"], 1);
+    assert!(group["measured"]["saved"].as_i64().unwrap() < 0);
+}

@@ -31,6 +31,8 @@ mod persistent;
 mod reuse;
 #[cfg(feature = "runtests")]
 mod runtests;
+#[cfg(target_arch = "x86_64")]
+mod similar;
 mod store;
 mod threads;
 mod unwind;

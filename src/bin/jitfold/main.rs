@@ -85,6 +85,14 @@ struct ReportArgs {
     /// graph (`calls`; adds `refined_merged`, `refine_rounds`, `refine_s`).
     #[arg(long, value_enum, default_value_t = MergeArg::Exact)]
     merge: MergeArg,
+    /// Also group one function of each exact class by shape (the same
+    /// function up to the values of some integer constants), derive the
+    /// parameters of a merged body and decide with a cost model in code
+    /// bytes which groups pay; adds `similar` (`param_groups`,
+    /// `param_merged`, ...), and with `--compile` merges and compiles the
+    /// groups to measure the model. Not a mode of the module yet.
+    #[arg(long)]
+    similar: bool,
     /// With `--compile`: a directory of compiled code kept across runs (a
     /// code store); functions whose code it holds count their lookup, not
     /// their compile, in the dedup time.
@@ -200,6 +208,7 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         verify: args.verify,
         reuse: args.reuse,
         merge_calls: args.merge == MergeArg::Calls,
+        similar: args.similar,
         cache: cache.as_ref().map(|c| c as &dyn jitfold::store::CodeStore),
     };
     let report = match report::build(&args.paths, &options, &mut bar) {
@@ -340,6 +349,10 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
         out["refine_rounds"] = json!(refine.rounds);
         out["refine_s"] = json!(refine.time.as_secs_f64());
     }
+    if let Some(s) = &r.similar {
+        out["similar"] = similar_json(s, with_groups);
+        out["similar"]["shape_ns_per_inst"] = json!(s.shape_ns_per_inst(r.instructions));
+    }
     if let Some(c) = &r.compile {
         out["compile"] = json!({
             "isa": c.isa,
@@ -390,6 +403,57 @@ fn report_json(r: &Report, with_groups: bool) -> Value {
     out
 }
 
+fn similar_json(s: &report::SimilarSummary, with_groups: bool) -> Value {
+    let mut out = json!({
+        "functions_with_sites": s.functions_with_sites,
+        "candidate_groups": s.candidate_groups,
+        "param_groups": s.param_groups,
+        "param_merged": s.param_merged,
+        "parameters": s.parameters,
+        "refused_params": s.refused_params,
+        "refused_cost": s.refused_cost,
+        "predicted_bytes_saved": s.predicted_bytes_saved,
+        "similar_s": s.time.as_secs_f64(),
+    });
+    if let Some(m) = &s.measured {
+        out["measured"] = json!({
+            "groups": m.groups,
+            "predicted_right": m.predicted_right,
+            "merged_members_bytes": m.merged_members_bytes,
+            "merged_bytes": m.merged_bytes,
+            "best_saved": m.best_saved,
+            "uncompiled": m.uncompiled,
+            "errors": m.errors.iter().map(|(f, e)| json!({
+                "file": path(&f.file), "function": f.name, "message": e
+            })).collect::<Vec<_>>(),
+        });
+    }
+    if with_groups {
+        out["groups"] = s
+            .groups
+            .iter()
+            .map(|g| {
+                json!({
+                    "instructions": g.instructions,
+                    "parameters": g.parameters,
+                    "decision": format!("{:?}", g.decision),
+                    "predicted_saved": g.predicted_saved,
+                    "measured": g.measured.map(|m| json!({
+                        "members_bytes": m.members,
+                        "body_bytes": m.body,
+                        "thunks_bytes": m.thunks,
+                        "saved": m.saved(),
+                    })),
+                    "members": g.members.iter()
+                        .map(|m| json!({ "file": path(&m.file), "function": m.name }))
+                        .collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+    }
+    out
+}
+
 fn mismatch_list(list: &[(report::FunctionName, report::FunctionName, String)]) -> Value {
     list.iter()
         .map(|(m, rep, what)| {
@@ -426,6 +490,31 @@ fn print_summary(r: &Report, with_groups: bool) {
             refine.rounds,
             refine.time.as_secs_f64() * 1e3
         );
+    }
+    if let Some(s) = &r.similar {
+        println!(
+            "param_merged          {} in {} groups ({} parameters; {} candidate groups, refused: {} for parameters, {} for cost; predicted {} bytes saved; shapes {:.2} ns/instruction, planning {:.3} ms)",
+            s.param_merged,
+            s.param_groups,
+            s.parameters,
+            s.candidate_groups,
+            s.refused_params,
+            s.refused_cost,
+            s.predicted_bytes_saved,
+            s.shape_ns_per_inst(r.instructions),
+            s.time.as_secs_f64() * 1e3
+        );
+        if let Some(m) = &s.measured {
+            println!(
+                "similar measured      {} groups, model right in {}; merged groups {} -> {} bytes; best possible saving {} bytes; {} errors",
+                m.groups,
+                m.predicted_right,
+                m.merged_members_bytes,
+                m.merged_bytes,
+                m.best_saved,
+                m.errors.len()
+            );
+        }
     }
     println!("duplicate groups      {}", r.groups.len());
     println!("largest group         {}", r.largest_group);

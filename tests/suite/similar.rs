@@ -1,0 +1,409 @@
+//! Execution tests of similar-function merging ([`jitfold::similar`]):
+//! functions that differ only in integer constants are merged into one
+//! parameterized body behind thunks, and the thunks must return what the
+//! originals return (both JIT-compiled with plain `JITModule`); functions
+//! that differ in anything else must not share a shape.
+
+use cranelift_codegen::ir::{Function, InstBuilder, UserExternalName, UserFuncName, types::I64};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use jitfold::Fingerprinter;
+use jitfold::similar::{self, Decision, ShapeOf, Shaper, SimilarOptions};
+
+fn jit() -> JITModule {
+    // `return_call` on x86-64 needs frame pointers.
+    let b = JITBuilder::with_flags(
+        &[("opt_level", "speed"), ("preserve_frame_pointers", "true")],
+        default_libcall_names(),
+    )
+    .unwrap();
+    JITModule::new(b)
+}
+
+fn parse(text: &str) -> Function {
+    let mut funcs = crate::common::parse_valid(text);
+    assert_eq!(funcs.len(), 1);
+    funcs.remove(0)
+}
+
+fn shape_of(func: &Function) -> ShapeOf {
+    let mut walker = Fingerprinter::new();
+    let walk = walker.walk(func);
+    Shaper::new().shape(&walk, func)
+}
+
+/// Defines `id` in `m` as `func`.
+fn define(m: &mut JITModule, id: FuncId, mut func: Function) {
+    func.name = UserFuncName::user(0, id.as_u32());
+    let mut ctx = m.make_context();
+    ctx.func = func;
+    m.define_function(id, &mut ctx).unwrap();
+}
+
+fn declare(m: &mut JITModule, name: &str, func: &Function) -> FuncId {
+    m.declare_function(name, Linkage::Local, &func.signature)
+        .unwrap()
+}
+
+/// A `system_v` function `(i64, i64) -> i64` that calls `callee` (of that
+/// signature in any convention) and returns its result: what the host
+/// calls.
+fn entry(m: &mut JITModule, name: &str, callee: FuncId) -> FuncId {
+    let mut sig = m.make_signature();
+    sig.call_conv = CallConv::SystemV;
+    sig.params
+        .extend([cranelift_codegen::ir::AbiParam::new(I64); 2]);
+    sig.returns.push(cranelift_codegen::ir::AbiParam::new(I64));
+    let id = m.declare_function(name, Linkage::Local, &sig).unwrap();
+    let mut func = Function::with_name_signature(UserFuncName::user(0, id.as_u32()), sig);
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let block = b.create_block();
+    b.append_block_params_for_function_params(block);
+    b.switch_to_block(block);
+    b.seal_block(block);
+    let args = b.block_params(block).to_vec();
+    let callee = m.declare_func_in_func(callee, b.func);
+    let call = b.ins().call(callee, &args);
+    let result = b.inst_results(call)[0];
+    b.ins().return_(&[result]);
+    b.finalize(m.target_config());
+    let mut ctx = m.make_context();
+    ctx.func = func;
+    m.define_function(id, &mut ctx).unwrap();
+    id
+}
+
+fn call(m: &JITModule, id: FuncId, x: i64, y: i64) -> i64 {
+    let ptr = m.get_finalized_function(id);
+    // SAFETY: every entry is `system_v (i64, i64) -> i64`, the host's C
+    // convention on the x86-64 and aarch64 Linux hosts these tests run on,
+    // and the module was finalized.
+    let f: extern "C" fn(i64, i64) -> i64 = unsafe { std::mem::transmute(ptr) };
+    f(x, y)
+}
+
+const INPUTS: [(i64, i64); 8] = [
+    (0, 0),
+    // -0.0 and a negative NaN with a payload, as floats.
+    (i64::MIN, i64::MIN),
+    (-1, 0x7fc0_0001),
+    (1, -1),
+    (7, 3),
+    (-100, 55),
+    (i64::MAX, 2),
+    (0x1234_5678_9abc, -0x77),
+];
+
+/// Merges `texts` (functions `(i64, i64) -> i64` of one shape), JITs the
+/// originals and the body with its thunks, calls each on [`INPUTS`] and
+/// checks the results are equal. Returns the number of parameters.
+fn merged_results_agree(texts: &[String]) -> usize {
+    let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    let shapes: Vec<ShapeOf> = funcs.iter().map(shape_of).collect();
+    for s in &shapes[1..] {
+        assert_eq!(s.shape, shapes[0].shape, "one shape");
+    }
+    let values: Vec<&[similar::ParamValue]> = shapes.iter().map(|s| &s.values[..]).collect();
+    let derived = similar::derive(&values).unwrap();
+    let body = similar::merged_body(&funcs[0], &shapes[0].sites, &derived).unwrap();
+
+    let mut plain = jit();
+    let mut originals = Vec::new();
+    for (i, f) in funcs.iter().enumerate() {
+        let id = declare(&mut plain, &format!("f{i}"), f);
+        define(&mut plain, id, f.clone());
+        originals.push(entry(&mut plain, &format!("e{i}"), id));
+    }
+    plain.finalize_definitions().unwrap();
+
+    let mut merged = jit();
+    let body_id = declare(&mut merged, "body", &body);
+    define(&mut merged, body_id, body.clone());
+    let mut thunks = Vec::new();
+    for (i, f) in funcs.iter().enumerate() {
+        let id = declare(&mut merged, &format!("t{i}"), f);
+        let thunk = similar::thunk(
+            merged.target_config(),
+            UserFuncName::user(0, id.as_u32()),
+            &f.signature,
+            UserExternalName::new(0, body_id.as_u32()),
+            &body.signature,
+            &similar::thunk_values(&derived, i),
+        );
+        define(&mut merged, id, thunk);
+        thunks.push(entry(&mut merged, &format!("e{i}"), id));
+    }
+    merged.finalize_definitions().unwrap();
+
+    for (i, (&o, &t)) in originals.iter().zip(&thunks).enumerate() {
+        for (x, y) in INPUTS {
+            assert_eq!(
+                call(&plain, o, x, y),
+                call(&merged, t, x, y),
+                "member {i} on ({x}, {y})"
+            );
+        }
+    }
+    derived.params.len()
+}
+
+/// Integer constants in arithmetic, a compare, a select, a narrow type
+/// and a stored value.
+fn arithmetic(conv: &str, a: i64, b: i64, c: i8, d: i64) -> String {
+    format!(
+        "function %f(i64, i64) -> i64 {conv} {{
+             ss0 = explicit_slot 8
+         block0(v0: i64, v1: i64):
+             v2 = iconst.i64 {a}
+             v3 = iadd v0, v2
+             v4 = iconst.i64 {b}
+             v5 = imul v1, v4
+             v6 = bxor v3, v5
+             v7 = iconst.i8 {c}
+             v8 = sextend.i64 v7
+             v9 = icmp sgt v6, v8
+             v10 = iconst.i64 {d}
+             v11 = select v9, v10, v6
+             v12 = iconst.i64 {d}
+             v17 = stack_addr.i64 ss0
+             store v12, v17
+             v13 = load.i64 v17
+             v14 = isub v11, v13
+             v15 = iconst.i64 99
+             v16 = iadd v14, v15
+             return v16
+         }}"
+    )
+}
+
+#[test]
+fn a_pair_differing_in_integer_constants_returns_its_own_results() {
+    for conv in ["system_v", "tail"] {
+        let params = merged_results_agree(&[
+            arithmetic(conv, 3, 5, -7, 1000),
+            arithmetic(conv, -3, 5, 100, -1),
+        ]);
+        // `b` and 99 are equal in both; `d` is two sites of one vector.
+        assert_eq!(params, 3, "{conv}");
+    }
+}
+
+/// Float constants (as raw bits) in arithmetic, a sign copy, a
+/// promotion, and a stored value read back as an integer.
+fn floats(conv: &str, a: &str, b: &str, c: &str, d: &str) -> String {
+    format!(
+        "function %f(i64, i64) -> i64 {conv} {{
+             ss0 = explicit_slot 8
+         block0(v0: i64, v1: i64):
+             v2 = bitcast.f64 v0
+             v3 = f64const {a}
+             v4 = fadd v2, v3
+             v5 = f64const {c}
+             v6 = fmul v4, v5
+             v7 = ireduce.i32 v1
+             v8 = bitcast.f32 v7
+             v9 = f32const {b}
+             v10 = fcopysign v8, v9
+             v11 = fpromote.f64 v10
+             v12 = fadd v6, v11
+             v13 = f64const {d}
+             v14 = stack_addr.i64 ss0
+             store v13, v14
+             v15 = load.i64 v14
+             v16 = bitcast.i64 v12
+             v17 = bxor v16, v15
+             return v17
+         }}"
+    )
+}
+
+#[test]
+fn float_constants_are_passed_bit_exact() {
+    for conv in ["system_v", "tail"] {
+        let params = merged_results_agree(&[
+            floats(conv, "0x1.8p1", "-0x0.0p0", "+NaN:0x1234", "+sNaN:0x1"),
+            floats(conv, "-0x0.0p0", "0x0.0p0", "-NaN:0x5", "-sNaN:0x2"),
+            floats(conv, "+Inf", "-NaN:0x7", "0x1.0p-1022", "0x1.0p0"),
+        ]);
+        assert_eq!(params, 4, "{conv}");
+    }
+}
+
+#[test]
+fn a_group_of_many_returns_each_members_results() {
+    let texts: Vec<String> = (0..9)
+        .map(|i: i64| {
+            arithmetic(
+                if i % 2 == 0 { "tail" } else { "system_v" },
+                i * 1_000_003,
+                -i,
+                i as i8 * 13,
+                i64::MIN + i,
+            )
+        })
+        .collect();
+    // Members of one shape share a convention: the two halves separately.
+    let (even, odd): (Vec<_>, Vec<_>) =
+        texts.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    for half in [even, odd] {
+        let texts: Vec<String> = half.into_iter().map(|(_, t)| t).collect();
+        assert_eq!(merged_results_agree(&texts), 4);
+    }
+}
+
+#[test]
+fn a_call_argument_and_a_block_argument_are_parameters() {
+    let text = |c: i64, d: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+                 fn0 = colocated %g(i64, i64) -> i64 system_v
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {c}
+                 brif v0, block1(v2), block2
+             block1(v3: i64):
+                 v4 = iadd v3, v1
+                 return v4
+             block2:
+                 v5 = iconst.i64 {d}
+                 v6 = call fn0(v1, v5)
+                 return v6
+             }}"
+        )
+    };
+    let (a, b) = (shape_of(&parse(&text(1, 2))), shape_of(&parse(&text(8, 9))));
+    assert_eq!(a.shape, b.shape);
+    assert_eq!(a.values.len(), 2);
+}
+
+#[test]
+fn functions_differing_in_a_non_parameterizable_immediate_do_not_share_a_shape() {
+    let shift = |amount: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {amount}
+                 v3 = ishl v0, v2
+                 return v3
+             }}"
+        )
+    };
+    let offset = |offset: i32| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = load.i64 v0+{offset}
+                 return v2
+             }}"
+        )
+    };
+    let float_divisor = |bits: &str| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = f64const {bits}
+                 v3 = fcvt_from_sint.f64 v0
+                 v4 = sqrt v2
+                 v5 = fadd v3, v4
+                 v6 = fcvt_to_sint_sat.i64 v5
+                 return v6
+             }}"
+        )
+    };
+    let branch = |c: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {c}
+                 brif v2, block1, block2
+             block1:
+                 return v0
+             block2:
+                 return v1
+             }}"
+        )
+    };
+    let pairs = [
+        (shift(3), shift(4)),
+        (offset(8), offset(16)),
+        (float_divisor("0x0.0p0"), float_divisor("-0x0.0p0")),
+        (branch(0), branch(1)),
+    ];
+    for (a, b) in pairs {
+        let (sa, sb) = (shape_of(&parse(&a)), shape_of(&parse(&b)));
+        assert_ne!(sa.shape, sb.shape, "{a}");
+        assert!(sa.values.is_empty(), "{a}");
+    }
+}
+
+#[test]
+fn recursive_members_do_not_share_a_shape() {
+    // Each calls itself: a body merged from them would call the first
+    // member (with its own constants) from the second.
+    let text = |name: &str, c: i64| {
+        format!(
+            "function %{name}(i64, i64) -> i64 system_v {{
+                 fn0 = colocated %{name}(i64, i64) -> i64 system_v
+             block0(v0: i64, v1: i64):
+                 brif v0, block1, block2
+             block1:
+                 v2 = iconst.i64 1
+                 v3 = isub v0, v2
+                 v4 = call fn0(v3, v1)
+                 v5 = iconst.i64 {c}
+                 v6 = iadd v4, v5
+                 return v6
+             block2:
+                 return v1
+             }}"
+        )
+    };
+    let (a, b) = (
+        shape_of(&parse(&text("r0", 3))),
+        shape_of(&parse(&text("r1", 4))),
+    );
+    assert_ne!(a.shape, b.shape);
+    // The same function under one name, with other constants, does.
+    let c = shape_of(&parse(&text("r0", 4)));
+    assert_eq!(a.shape, c.shape);
+}
+
+#[test]
+fn the_cost_model_refuses_a_group_of_tiny_functions() {
+    let tiny = |c: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {c}
+                 v3 = iadd v0, v2
+                 return v3
+             }}"
+        )
+    };
+    let funcs = [parse(&tiny(1)), parse(&tiny(2))];
+    let shapes: Vec<ShapeOf> = funcs.iter().map(shape_of).collect();
+    let values: Vec<&[similar::ParamValue]> = shapes.iter().map(|s| &s.values[..]).collect();
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
+    let bytes: Vec<u64> = funcs
+        .iter()
+        .map(|f| {
+            jitfold::compile::compile(f, &*isa)
+                .unwrap()
+                .code
+                .bytes
+                .len() as u64
+        })
+        .collect();
+    let plan = similar::plan_group(
+        &funcs[0].signature,
+        &values,
+        &bytes,
+        &SimilarOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(plan.decision, Decision::DoesNotPay, "{plan:?}");
+    // Merged anyway, they still compute the same.
+    assert_eq!(merged_results_agree(&[tiny(1), tiny(2)]), 1);
+}
