@@ -25,7 +25,9 @@
 //!    when its compile fails, panics or makes no entry) wakes the waiters,
 //!    and one of them reserves the key in turn: an error on one thread
 //!    never leaves another waiting forever.
-//! 4. Values are copied in and out; nothing in the map is executed. A
+//! 4. Lookups of keys in different shards (the map is split by key into
+//!    64 independently locked parts) never wait for one another's lock.
+//! 5. Values are copied in and out; nothing in the map is executed. A
 //!    backing store that fails is a miss (counted in its user's
 //!    statistics only as this store's answer: a miss).
 
@@ -43,13 +45,23 @@ enum Slot {
     Ready(Arc<[u8]>),
 }
 
+/// How many independently locked parts the map has: lookups of different
+/// keys from different threads rarely wait for one another.
+const SHARDS: usize = 64;
+
+/// One part of the map, with its own lock.
+#[derive(Default)]
+struct Shard {
+    slots: Mutex<HashMap<StoreKey, Slot>>,
+    /// Signalled whenever a reservation of this shard ends (a value put,
+    /// or released).
+    changed: Condvar,
+}
+
 /// A code store in memory, shared by threads, that compiles each template
 /// once (see the [module docs](self)).
-#[derive(Default)]
 pub struct SharedStore {
-    slots: Mutex<HashMap<StoreKey, Slot>>,
-    /// Signalled whenever a reservation ends (a value put, or released).
-    changed: Condvar,
+    shards: Box<[Shard]>,
     backing: Option<Arc<dyn CodeStore>>,
     waits: AtomicU64,
     waited_nanos: AtomicU64,
@@ -70,6 +82,18 @@ pub struct SharedStats {
     pub entries: u64,
 }
 
+impl Default for SharedStore {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            backing: None,
+            waits: AtomicU64::new(0),
+            waited_nanos: AtomicU64::new(0),
+            reservations: AtomicU64::new(0),
+        }
+    }
+}
+
 impl SharedStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -86,6 +110,11 @@ impl SharedStore {
         }
     }
 
+    /// The shard that holds `key` (keys are hashes: any bits will do).
+    fn shard(&self, key: &StoreKey) -> &Shard {
+        &self.shards[usize::from(key.as_bytes()[0]) % self.shards.len()]
+    }
+
     /// What it counted so far.
     pub fn stats(&self) -> SharedStats {
         SharedStats {
@@ -93,13 +122,29 @@ impl SharedStore {
             waits: self.waits.load(Ordering::Relaxed),
             waited: Duration::from_nanos(self.waited_nanos.load(Ordering::Relaxed)),
             entries: self
-                .lock()
-                .values()
-                .filter(|s| matches!(s, Slot::Ready(_)))
-                .count() as u64,
+                .shards
+                .iter()
+                .map(|shard| {
+                    let slots = shard.lock();
+                    slots
+                        .values()
+                        .filter(|s| matches!(s, Slot::Ready(_)))
+                        .count() as u64
+                })
+                .sum(),
         }
     }
 
+    /// Makes `value` the value of `key`, ending any reservation, and wakes
+    /// the waiters.
+    fn fill(&self, key: &StoreKey, value: Arc<[u8]>) {
+        let shard = self.shard(key);
+        shard.lock().insert(*key, Slot::Ready(value));
+        shard.changed.notify_all();
+    }
+}
+
+impl Shard {
     fn lock(&self) -> MutexGuard<'_, HashMap<StoreKey, Slot>> {
         // Every critical section is one map operation on whole slots, so a
         // panic while the lock was held leaves a consistent map.
@@ -107,25 +152,19 @@ impl SharedStore {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
     }
-
-    /// Makes `value` the value of `key`, ending any reservation, and wakes
-    /// the waiters.
-    fn fill(&self, key: &StoreKey, value: Arc<[u8]>) {
-        self.lock().insert(*key, Slot::Ready(value));
-        self.changed.notify_all();
-    }
 }
 
 impl CodeStore for SharedStore {
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.lock().get(key) {
+        match self.shard(key).lock().get(key) {
             Some(Slot::Ready(value)) => Ok(Some(value.to_vec())),
             Some(Slot::Reserved) | None => Ok(None),
         }
     }
 
     fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut slots = self.lock();
+        let shard = self.shard(key);
+        let mut slots = shard.lock();
         let mut waited_since: Option<Instant> = None;
         loop {
             match slots.get(key) {
@@ -141,7 +180,7 @@ impl CodeStore for SharedStore {
                 }
                 Some(Slot::Reserved) => {
                     waited_since.get_or_insert_with(Instant::now);
-                    slots = self
+                    slots = shard
                         .changed
                         .wait(slots)
                         .unwrap_or_else(|poison| poison.into_inner());
@@ -177,12 +216,13 @@ impl CodeStore for SharedStore {
     }
 
     fn release(&self, key: &StoreKey) {
-        let mut slots = self.lock();
+        let shard = self.shard(key);
+        let mut slots = shard.lock();
         if let Some(Slot::Reserved) = slots.get(key) {
             slots.remove(key);
         }
         drop(slots);
-        self.changed.notify_all();
+        shard.changed.notify_all();
     }
 }
 
