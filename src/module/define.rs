@@ -95,7 +95,7 @@ impl<M: Module> DedupModule<M> {
         // `parallel.rs`). Code compiled on another thread that the store
         // makes unneeded is left in `precompiled`, and discarded by the
         // caller.
-        let stored = self.define_stored(id, &walk, &ctx.func, &mut verified)?;
+        let stored = self.define_stored(id, &walk, &ctx.func, &plan, &mut verified)?;
         let outcome = match stored {
             Some(outcome) => outcome,
             None => {

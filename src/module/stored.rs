@@ -24,16 +24,14 @@
 //!    so later functions with the same template reuse it without asking the
 //!    store again.
 
-use super::frames::Frame;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
 use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
-use crate::plan::{ClassFacts, Outcome, WalkRef};
+use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
 use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, Secret, StoreKey};
 use cranelift_codegen::Context;
-use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, Module, ModuleResult};
@@ -76,14 +74,16 @@ impl<M: Module> DedupModule<M> {
         self
     }
 
-    /// Defines `id` (walked as `walk`) from the store's entry for its
-    /// template, if there is one that passes every check (see 1 to 3
-    /// above); `None` (defining nothing) otherwise.
+    /// Defines `id` (walked as `walk`, planned as `plan`) from the store's
+    /// entry for its template, if there is one that passes every check (see
+    /// 1 to 3 above); `None` (defining nothing) otherwise. What it keeps
+    /// for later functions is what compiling it would keep.
     pub(super) fn define_stored(
         &mut self,
         id: FuncId,
         walk: &WalkRef<'_>,
         func: &Function,
+        plan: &Plan,
         verified: &mut bool,
     ) -> ModuleResult<Option<Outcome>> {
         // A reservation left by a definition that unwound is given up.
@@ -152,19 +152,25 @@ impl<M: Module> DedupModule<M> {
             "{} ({id}): loaded from the code store, {code_bytes} bytes",
             self.function_name(id)
         );
-        let has_frame = unwind.is_some();
-        let template_code = CodeTemplate::from_parts(id, code, walk.names, saved, unwind);
-        if let Some(kept) = template_code.and_then(|c| self.compiled.keep_template(template, c))
-            && has_frame
-        {
-            self.frames.push(id, Frame::Template(kept.index()));
+        // Its frame, for object files (see `unwind.rs`): its own, since
+        // the template may be kept already (without reuse, say).
+        if let Some(unwind) = &unwind {
+            self.frames.push_own(id, unwind.clone());
+        }
+        if let Some(code) = CodeTemplate::from_parts(id, code, walk.names, saved, unwind) {
+            self.compiled.keep_template(template, code);
         }
         let facts = ClassFacts {
             code_bytes,
             compile_time: saved,
         };
-        self.start_class(id, walk, facts);
+        let class = self.start_class(id, walk, facts);
         debug_assert!(matches!(self.ids.state(id), State::Compiled(_)));
+        // Found by adapters, as compiled code is.
+        if let Some(body) = &plan.keep_body {
+            let call_conv = self.call_conv(id);
+            self.compiled.keep_body(body.clone(), class, call_conv);
+        }
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Loaded { code_bytes, saved }))
     }

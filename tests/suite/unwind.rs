@@ -179,39 +179,81 @@ fn covered_on(isa: &str) {
     for options in all {
         let mut d = DedupModule::wrap(object_module(isa), options);
         let ids = program(&mut d);
-        let stats = d.stats().clone();
-        let names: Vec<String> = ids
-            .iter()
-            .map(|&id| {
-                d.declarations()
-                    .get_function_decl(id)
-                    .linkage_name(id)
-                    .into_owned()
-            })
-            .collect();
-        let (fdes, symbols) = read_frames(&d.finish().emit().unwrap());
-        let covering = |address: u64| {
-            fdes.iter()
-                .filter(|f| f.start <= address && address < f.start + f.len)
-                .collect::<Vec<_>>()
-        };
-        for name in &names {
-            let address = symbols[name];
+        assert_covered(isa, options, d, &ids);
+    }
+}
+
+/// With a code store (entries keep unwind information: feature
+/// `store-unwind`), code loaded from it is described as compiled code is,
+/// with or without reuse, in a warm module.
+#[cfg(feature = "store-unwind")]
+#[test]
+fn code_from_a_store_is_covered_by_an_fde() {
+    use jitfold::store::{CodeStore, MemoryStore};
+    use std::sync::Arc;
+    for isa in ["x86_64", "aarch64"] {
+        for options in [
+            DedupOptions::default(),
+            DedupOptions::default().with_reuse(false),
+            DedupOptions::batch().with_distinct_addresses(false),
+        ] {
+            let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+            let mut cold =
+                DedupModule::wrap(object_module(isa), options).with_store(store.clone(), None);
+            program(&mut cold);
+            cold.flush().unwrap();
+            drop(cold);
+            let mut warm = DedupModule::wrap(object_module(isa), options).with_store(store, None);
+            let ids = program(&mut warm);
+            warm.flush().unwrap();
+            assert!(warm.stats().loaded > 0, "{isa} {options}: {}", warm.stats());
             assert_eq!(
-                covering(address).len(),
-                1,
-                "{isa} {options:?}: {name} at {address:#x} is covered by one FDE ({stats:?})"
+                warm.stats().compiled,
+                0,
+                "{isa} {options}: {}",
+                warm.stats()
             );
+            assert_covered(isa, options, warm, &ids);
         }
-        if options.reuse && options.mode == Mode::Eager {
-            assert_eq!(stats.reused, 1, "{options:?}");
-            // The copy is described as its template is.
-            let template = &covering(symbols["call_a"])[0];
-            let reused = &covering(symbols["call_b"])[0];
-            assert_eq!(reused.start, symbols["call_b"]);
-            assert_eq!(reused.len, template.len);
-            assert!(!template.instructions.is_empty());
-            assert_eq!(reused.instructions, template.instructions, "{options:?}");
-        }
+    }
+}
+
+/// Every function of `d` (`ids`, `program`'s) is covered by exactly one
+/// FDE in its object file; with eager reuse, the copy is described as its
+/// template is.
+fn assert_covered(isa: &str, options: DedupOptions, d: DedupModule<ObjectModule>, ids: &[FuncId]) {
+    let stats = d.stats().clone();
+    let names: Vec<String> = ids
+        .iter()
+        .map(|&id| {
+            d.declarations()
+                .get_function_decl(id)
+                .linkage_name(id)
+                .into_owned()
+        })
+        .collect();
+    let (fdes, symbols) = read_frames(&d.finish().emit().unwrap());
+    let covering = |address: u64| {
+        fdes.iter()
+            .filter(|f| f.start <= address && address < f.start + f.len)
+            .collect::<Vec<_>>()
+    };
+    for name in &names {
+        let address = symbols[name];
+        assert_eq!(
+            covering(address).len(),
+            1,
+            "{isa} {options:?}: {name} at {address:#x} is covered by one FDE ({stats:?})"
+        );
+    }
+    if options.reuse && options.mode == Mode::Eager {
+        assert_eq!(stats.reused, 1, "{options:?}");
+        // The copy is described as its template is.
+        let template = &covering(symbols["call_a"])[0];
+        let reused = &covering(symbols["call_b"])[0];
+        assert_eq!(reused.start, symbols["call_b"]);
+        assert_eq!(reused.len, template.len);
+        assert!(!template.instructions.is_empty());
+        assert_eq!(reused.instructions, template.instructions, "{options:?}");
     }
 }
