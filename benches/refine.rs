@@ -119,6 +119,7 @@ fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
     let policy = Policy {
         reuse: false,
         machine_trampolines: true,
+        store: false,
     };
     let mut compiled = CompiledCache::<()>::new();
     let mut calls = graph.then(|| CallGraph::with_capacity(funcs.len()));

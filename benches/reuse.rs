@@ -101,6 +101,7 @@ struct JitfoldReuse {
 const POLICY: Policy = Policy {
     reuse: true,
     machine_trampolines: true,
+    store: false,
 };
 
 impl Way for JitfoldReuse {
@@ -115,7 +116,7 @@ impl Way for JitfoldReuse {
                 let (names, code) = self.compiled.template_code(t);
                 (code.retarget(names, &walk.names).unwrap(), true)
             }
-            Step::Adapter(_) | Step::Compile => (compile(f, isa).unwrap().code, false),
+            Step::Adapter(_) | Step::Load | Step::Compile => (compile(f, isa).unwrap().code, false),
         };
         let class = self
             .compiled

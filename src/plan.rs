@@ -5,7 +5,8 @@
 //! [`Plan`]: the ways to define the function that apply, in the order they
 //! are tried: duplicate of a compiled class, a copy of the code of a
 //! function with the same template, an adapter for a function that differs
-//! only in its calling convention, and compiling it, which always applies.
+//! only in its calling convention, its code from a code store, and
+//! compiling it, which always applies.
 //! Whoever carries a plan out ([`crate::DedupModule`], the report, the
 //! benchmarks) tries its [`Plan::steps`] in order and takes the first that
 //! works; a step may decline only for a reason the plan cannot see (an ISA
@@ -28,7 +29,10 @@
 //!    ([`crate::module::adapter::adaptable`]) whose fingerprint with the
 //!    calling convention erased is a compiled function's, of another
 //!    calling convention.
-//! 5. The cache holds only what holds in any module: keys, code templates,
+//! 5. With [`Policy::store`], loading the function's code from the code
+//!    store ([`Step::Load`]) is planned right before compiling it, whenever
+//!    compiling is; never for a function a duplicate step stands for alone.
+//! 6. The cache holds only what holds in any module: keys, code templates,
 //!    code sizes and compile times (function ids belong to the module).
 //!    Class ids are the exact cache's; every class has its facts.
 
@@ -151,6 +155,8 @@ pub struct Policy {
     /// The ISA has a machine-code trampoline, so that every duplicate can
     /// be defined as one.
     pub machine_trampolines: bool,
+    /// A code store is consulted before compiling (see [`crate::store`]).
+    pub store: bool,
 }
 
 /// A way to define a function, as [`Plan::steps`] lists them.
@@ -162,6 +168,9 @@ pub enum Step {
     Reuse(ClassId),
     /// An adapter calling the compiled function of this class.
     Adapter(ClassId),
+    /// Its code from the code store's entry for its template, if it has a
+    /// usable one.
+    Load,
     /// Compile it.
     Compile,
 }
@@ -181,6 +190,8 @@ pub struct Plan {
     /// Its fingerprint with the calling convention erased, when it is to be
     /// found by adapters if compiled.
     pub keep_body: Option<ErasedConvention>,
+    /// Whether to try the code store before compiling.
+    pub load: bool,
 }
 
 impl Plan {
@@ -190,6 +201,7 @@ impl Plan {
             self.duplicate_of.map(Step::Duplicate),
             self.reuse.map(Step::Reuse),
             self.adapter_for.map(Step::Adapter),
+            self.load.then_some(Step::Load),
             Some(Step::Compile),
         ]
         .into_iter()
@@ -296,6 +308,7 @@ impl<T> CompiledCache<T> {
                 adapter_for: None,
                 keep_template: None,
                 keep_body: None,
+                load: false,
             };
         }
         // Not a cache hit: the keys derived from this one are copied out
@@ -317,6 +330,7 @@ impl<T> CompiledCache<T> {
             adapter_for,
             keep_template: template.filter(|_| reuse.is_none()),
             keep_body: body,
+            load: policy.store,
         }
     }
 

@@ -598,6 +598,7 @@ impl Grouping {
             policy: Policy {
                 reuse: options.reuse,
                 machine_trampolines: true,
+                store: options.cache.is_some() && options.compile_isa.is_some(),
             },
             graph: options.merge_calls.then(|| CallGraph::with_capacity(files)),
             graph_time: Duration::ZERO,
@@ -648,12 +649,12 @@ impl Grouping {
             let step = plan.steps().next().expect("a plan has a step");
             let (class, kept_template) = match step {
                 Step::Duplicate(class) => (class, None),
-                Step::Reuse(_) | Step::Adapter(_) | Step::Compile => {
+                Step::Reuse(_) | Step::Adapter(_) | Step::Load | Step::Compile => {
                     let class = self
                         .compiled
                         .add_class(walk.fingerprint.clone(), ClassFacts::default())
                         .class();
-                    let compiled = step == Step::Compile;
+                    let compiled = matches!(step, Step::Load | Step::Compile);
                     let kept = plan
                         .keep_template
                         .filter(|_| compiled)
@@ -994,9 +995,12 @@ impl Compiling<'_> {
                 self.reuse(code, template, name, func, planned.names, &compiled);
             }
             // An adapter is counted as compiled: its own compile time.
-            Step::Adapter(_) | Step::Compile => {
+            Step::Adapter(_) | Step::Load | Step::Compile => {
                 self.summary.dedup_code_bytes += bytes;
-                let time = self.compile_or_load(&planned, &compiled);
+                let time = match planned.step {
+                    Step::Load => self.compile_or_load(&planned, &compiled),
+                    _ => compiled.time,
+                };
                 self.summary.dedup_time += time;
                 if let Some(template) = planned.kept_template {
                     let kept = self.kept(name, func, &compiled.code);

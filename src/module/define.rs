@@ -84,6 +84,10 @@ impl<M: Module> DedupModule<M> {
                 Step::Adapter(class) => {
                     self.define_adapter(id, &walk, class, &ctx.func, &mut verified)?
                 }
+                // Code compiled on another thread that the store makes
+                // unneeded is left in `precompiled`, and discarded by the
+                // caller.
+                Step::Load => self.define_stored(id, &walk, &ctx.func, &plan, &mut verified)?,
                 Step::Compile => break,
             };
             if let Some(outcome) = outcome {
@@ -92,19 +96,13 @@ impl<M: Module> DedupModule<M> {
             }
         }
         // The first compile of a module is the inner module's (see 5 in
-        // `parallel.rs`). Code compiled on another thread that the store
-        // makes unneeded is left in `precompiled`, and discarded by the
-        // caller.
-        let stored = self.define_stored(id, &walk, &ctx.func, &plan, &mut verified)?;
-        let outcome = match stored {
-            Some(outcome) => outcome,
-            None => {
-                let precompiled = precompiled.take_if(|_| self.frames.inner_compiled());
-                let compiled = self.compile(id, ctx, ctrl_plane, &walk, plan, precompiled);
-                self.end_reservation();
-                compiled?
-            }
-        };
+        // `parallel.rs`).
+        let precompiled = precompiled.take_if(|_| self.frames.inner_compiled());
+        let compiled = self.compile(id, ctx, ctrl_plane, &walk, plan, precompiled);
+        // A template the store reserved for this module is released if the
+        // compile did not store it.
+        self.end_reservation();
+        let outcome = compiled?;
         self.stats.count(&outcome);
         Ok(())
     }

@@ -304,6 +304,7 @@ impl<M: Module> DedupModule<M> {
         Policy {
             reuse: self.options.reuse,
             machine_trampolines: self.machine_trampolines,
+            store: self.stored.is_some(),
         }
     }
 

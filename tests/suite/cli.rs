@@ -543,3 +543,50 @@ fn similar_finds_the_stub_that_passes_another_constant() {
     assert_eq!(s["measured"]["predicted_right"], 1);
     assert!(group["measured"]["saved"].as_i64().unwrap() < 0);
 }
+
+/// `report --compile --cache DIR`: a cold run stores what it compiles, a
+/// warm run loads every one of them and compiles nothing; a corrupt entry
+/// is rejected and stored again.
+#[test]
+fn report_cache_warm_run_loads_what_the_cold_run_stored() {
+    let dir = std::env::temp_dir().join(format!("jitfold-cli-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = dir.display().to_string();
+    let run = || {
+        let args = [
+            "report",
+            "--json",
+            "--compile",
+            "--cache",
+            &cache,
+            &corpus(),
+        ];
+        json_of(&jitfold(&args))["compile"].clone()
+    };
+    let cold = run();
+    let stored = cold["cache_stored"].as_u64().unwrap();
+    assert!(stored > 0, "{cold}");
+    assert_eq!(cold["cache_loaded"], 0);
+    let warm = run();
+    assert_eq!(warm["cache_loaded"].as_u64().unwrap(), stored, "{warm}");
+    assert_eq!(
+        (
+            warm["cache_stored"].as_u64(),
+            warm["cache_rejected"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    // One entry cut in half: rejected, compiled and stored again.
+    let entry = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_file())
+        .unwrap();
+    let bytes = std::fs::read(&entry).unwrap();
+    std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
+    let after = run();
+    assert_eq!(after["cache_rejected"], 1, "{after}");
+    assert_eq!(after["cache_stored"], 1, "{after}");
+    assert_eq!(after["cache_loaded"].as_u64().unwrap(), stored - 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
