@@ -1,0 +1,317 @@
+//! Similar-function merging: functions that differ only in the values of a
+//! few integer or float constants share one parameterized body, and each
+//! becomes a thunk that passes its own values.
+//!
+//! Not wired into [`crate::DedupModule`]: this module finds the groups,
+//! derives their parameters, decides with a cost model in machine-code
+//! bytes which groups pay, and builds the merged body and the thunks as
+//! CLIF. `jitfold report --similar` runs it on a corpus.
+//!
+//! # What this module guarantees
+//!
+//! 1. **Shapes.** [`Shaper::shape`] gives a function's [`Shape`](crate::fingerprint::Shape): its exact
+//!    key ([`crate::Fingerprint`]) with the words of each *parameterizable*
+//!    constant's immediate (below) set to zero, followed by the count and
+//!    the key positions of the immediates masked. Two functions have equal
+//!    shapes exactly when their exact keys are equal but for the
+//!    immediates of those constants, which are then at the same positions,
+//!    of the same opcodes and types, with the same uses. The exact key and
+//!    the template key are not changed (nor
+//!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
+//!    the walk only records where each constant's immediate is
+//!    ([`Walk::constant_sites`](crate::fingerprint::Walk::constant_sites)). Names stay in the shape: members call
+//!    the same functions and name the same symbols, so members that call
+//!    themselves (each by its own name) never share a shape, which keeps
+//!    a body from calling the first member where another called itself.
+//! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
+//!    site whose value is equal in every member stays a constant; sites
+//!    with equal value vectors (and types) share one parameter.
+//! 3. **Meaning.** [`merged_body`] is the group's first member with each
+//!    parameterized constant replaced by a new parameter appended to the
+//!    signature (the constant's result becomes an alias of it), so the body
+//!    called with member `m`'s values computes exactly what `m` computes:
+//!    the members differ in nothing else (1), and every use of a
+//!    parameterized value is an operand whose meaning does not depend on
+//!    whether it is a constant (below). [`thunk`] has the member's own
+//!    signature and passes its arguments and values through.
+//! 4. **Cost.** [`CostModel::predict`] counts, in bytes of machine code, the
+//!    members' code removed against the thunks and the body's growth;
+//!    [`plan_group`] merges only groups that it predicts to pay and whose
+//!    parameters fit [`SimilarOptions::max_params`].
+//!
+//! # What it costs
+//!
+//! The walk records one word position per constant (within the noise of
+//! `jitfold report`'s `fingerprint_ns_per_inst` on the wasm corpora: the
+//! least noisy, resvg, measured 31.2 before and 32.1 ns per instruction
+//! after, best of seven). Shaping a walked function (the use scan, the
+//! masked copy of the key and its hash) costs about as much again as the
+//! walk, 45-65 ns per instruction, and is done only when asked for.
+//!
+//! # What is parameterizable
+//!
+//! Audited in Cranelift 0.135.8 (`cranelift-codegen` `src/`). Every CLIF
+//! operand is a value, so any operand is *correct* with a parameter in
+//! place of a constant: Cranelift's mid-end and lowering fold constants
+//! into immediates and strength-reduce them, but only where the result is
+//! the same (float folds, for one, only fold results that are not NaN,
+//! "what the instruction would have at run-time", `opts/cprop.isle` from
+//! line 392). What a parameter changes is the code, not its meaning:
+//! `iadd x, iconst` lowers to `add r, imm32` (`isa/x64/lower.isle`, the
+//! `simm32_from_value` rules, e.g. `band` at line 341, `bor` at 467, `bxor`
+//! at 538), and with a parameter to `add r, r`. So the rule is chosen to
+//! keep the body's growth small and the audit short, not for correctness
+//! alone. An `iconst`, `f32const` or `f64const` is a parameter site when
+//! it is reachable, has at least one use, and **every** use (in any block
+//! of the layout, through value aliases) is one of:
+//!
+//! - an operand of `iadd`, `isub`, `imul`, `band`, `bor`, `bxor`, `smin`,
+//!   `smax`, `umin`, `umax`,
+//!   `ineg`, `iabs`, `bnot`, `uextend`, `sextend`, `ireduce`, `splat`, or
+//!   `icmp` (the condition code is an immediate and stays in the key);
+//! - an operand of `fadd`, `fsub`, `fmul`, `fdiv`, `fmin`, `fmax`, `fneg`,
+//!   `fabs`, `fcopysign`, `fma`, `fcmp`, `fpromote`, `fdemote`, `bitcast`
+//!   (a float constant by its raw bits: NaN payloads and `-0.0` are
+//!   passed as they are);
+//! - the second or third operand of `select` (a selected value, not the
+//!   condition);
+//! - the stored value (first operand) of `store`, `istore8`, `istore16`,
+//!   `istore32` (not the address);
+//! - an argument of `call`, `return_call` or `return`, or a non-callee
+//!   argument of `call_indirect` and `return_call_indirect`;
+//! - a block argument of `jump` or `brif`.
+//!
+//! Not parameterizable (any such use keeps the constant in the shape):
+//!
+//! - addresses of memory accesses and atomics (address-mode folding,
+//!   `amode` rules in `isa/x64/lower.isle`), callees of indirect calls;
+//! - shift and rotate amounts: lowered with the amount masked to the type
+//!   width as an immediate (`shift_amount_masked`, `isa/x64/lower.isle`
+//!   line 794) and with an extra `and` otherwise (line 792);
+//! - divisors and remainders: a constant divisor is strength-reduced to a
+//!   multiply (`opts/arithmetic.isle`) and cannot trap, a register divisor
+//!   gets a division and a zero check (`udiv` at `isa/x64/lower.isle` line
+//!   4432): same meaning, much more code;
+//! - branch conditions (`brif`), `br_table` indices and arguments, trap
+//!   conditions, `try_call` arguments and exception-table contexts: they
+//!   decide control flow and the mid-end folds them;
+//! - everything that is an immediate in CLIF rather than a value: memory
+//!   offsets (`Offset32`), lane indices (`Uimm8`), shuffle masks
+//!   (`dfg.immediates`), condition and trap codes, stack slot sizes,
+//!   types, `br_table` contents, exception tables. These are in the key and
+//!   never masked.
+//! - `f16const`, `f128const` and vector constants, callees and symbols
+//!   (later work: the issue's full list), and any use not listed above.
+//!
+//! Whole functions are left out when a thunk in front of them could be
+//! observed ([`Walk::observes_own_frame`](crate::fingerprint::Walk::observes_own_frame): frame or return address reads,
+//! stack switches, exception catching), when their calling convention is
+//! not one that takes appended parameters plainly (`fast`, `tail`,
+//! `system_v`, `windows_fastcall`, `apple_aarch64`), or when a parameter
+//! has a special purpose other than `vmctx` (struct arguments and returns).
+
+mod group;
+mod merge;
+mod shape;
+
+pub use group::{
+    CostModel, Decision, Derived, GroupPlan, Param, Prediction, SimilarOptions, derive, plan_group,
+    split,
+};
+pub use merge::{merged_body, thunk, thunk_values};
+pub use shape::{ParamKind, ParamValue, ShapeOf, Shaper, mergeable};
+
+#[cfg(test)]
+mod tests {
+    use super::shape::*;
+    use super::*;
+    use crate::Fingerprinter;
+    use cranelift_codegen::ir::{Function, Signature, UserExternalName, UserFuncName};
+    use cranelift_codegen::isa::CallConv;
+    use cranelift_codegen::{ir, settings};
+
+    fn parse(text: &str) -> Function {
+        cranelift_reader::parse_functions(text)
+            .expect("parses")
+            .remove(0)
+    }
+
+    fn shape(text: &str) -> (Function, ShapeOf, crate::Fingerprint) {
+        let func = parse(text);
+        let mut walker = Fingerprinter::new();
+        let walk = walker.walk(&func);
+        let fp = walk.fingerprint();
+        let shape = Shaper::new().shape(&walk, &func);
+        (func, shape, fp)
+    }
+
+    /// `op` applied to `v0` and a constant `c`, returned.
+    fn with_constant(op: &str, c: i64) -> String {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+             block0(v0: i64):
+                 v1 = iconst.i64 {c}
+                 v2 = {op} v0, v1
+                 return v2
+             }}"
+        )
+    }
+
+    #[test]
+    fn ordinary_constants_are_masked_and_listed() {
+        let (_, a, fa) = shape(&with_constant("iadd", 7));
+        let (_, b, fb) = shape(&with_constant("iadd", -3));
+        assert_ne!(fa, fb, "the exact keys still differ");
+        assert_eq!(a.shape, b.shape);
+        assert_eq!(a.values.len(), 1);
+        assert_eq!(a.values[0].bits, 7);
+        assert_eq!(b.values[0].bits, -3);
+        assert_eq!(a.values[0].ty, ir::types::I64);
+    }
+
+    #[test]
+    fn constants_used_as_shift_amounts_or_divisors_stay_in_the_shape() {
+        for op in ["ishl", "udiv", "sdiv", "rotl"] {
+            let (_, a, _) = shape(&with_constant(op, 3));
+            let (_, b, _) = shape(&with_constant(op, 5));
+            assert!(a.values.is_empty(), "{op}");
+            assert_ne!(a.shape, b.shape, "{op}");
+        }
+    }
+
+    #[test]
+    fn one_excluded_use_excludes_the_constant() {
+        let text = |c: i64| {
+            format!(
+                "function %f(i64) -> i64 system_v {{
+                 block0(v0: i64):
+                     v1 = iconst.i64 {c}
+                     v2 = iadd v0, v1
+                     v3 = load.i64 v1
+                     v4 = iadd v2, v3
+                     return v4
+                 }}"
+            )
+        };
+        let (_, a, _) = shape(&text(16));
+        let (_, b, _) = shape(&text(32));
+        assert!(a.values.is_empty());
+        assert_ne!(a.shape, b.shape);
+    }
+
+    #[test]
+    fn the_shape_lists_the_positions_it_masked() {
+        // Masked words are zero, as a constant 0 is: the list of masked
+        // positions after the key keeps a masked constant apart from a
+        // constant 0 that stays.
+        let (_, a, fa) = shape(&with_constant("iadd", 5));
+        let key = a.shape.key();
+        assert_eq!(key.len(), fa.key().len() + 2);
+        let position = key[key.len() - 1] as usize;
+        assert_eq!(key[key.len() - 2], 1);
+        assert_eq!(fa.key()[position], 5);
+        assert_eq!(key[position], 0);
+        let (_, z, _) = shape(&with_constant("iadd", 0));
+        assert_eq!(a.shape, z.shape);
+    }
+
+    #[test]
+    fn derive_keeps_equal_sites_and_shares_equal_vectors() {
+        let v = |bits: i64| ParamValue {
+            kind: ParamKind::Int,
+            ty: ir::types::I32,
+            bits,
+        };
+        let a = [v(1), v(5), v(9), v(5)];
+        let b = [v(1), v(6), v(8), v(6)];
+        let c = [v(1), v(7), v(8), v(7)];
+        let d = derive(&[&a, &b, &c]).unwrap();
+        assert_eq!(d.site_param, vec![None, Some(0), Some(1), Some(0)]);
+        assert_eq!(d.params[0].values, vec![5, 6, 7]);
+        assert_eq!(d.params[1].values, vec![9, 8, 8]);
+        assert!(derive(&[&a[..], &a[..3]]).is_none());
+    }
+
+    #[test]
+    fn split_keeps_subgroups_within_the_parameter_limit() {
+        let v = |bits: i64| ParamValue {
+            kind: ParamKind::Int,
+            ty: ir::types::I64,
+            bits,
+        };
+        // a and c differ in one site, b from both in three.
+        let a = [v(1), v(2), v(3)];
+        let b = [v(7), v(8), v(9)];
+        let c = [v(1), v(2), v(4)];
+        assert_eq!(split(&[&a, &b, &c], 1), vec![vec![0, 2], vec![1]]);
+        assert_eq!(split(&[&a, &b, &c], 3), vec![vec![0, 1, 2]]);
+        assert_eq!(split(&[&a, &b, &c], 0), vec![vec![0], vec![1], vec![2]]);
+    }
+
+    #[test]
+    fn the_cost_model_refuses_small_groups_and_too_many_parameters() {
+        let options = SimilarOptions::default();
+        let v = |bits: i64| ParamValue {
+            kind: ParamKind::Int,
+            ty: ir::types::I64,
+            bits,
+        };
+        let (a, b) = ([v(1)], [v(2)]);
+        let sig = Signature::new(CallConv::SystemV);
+        let small = plan_group(&sig, &[&a, &b], &[20, 20], &options).unwrap();
+        assert_eq!(small.decision, Decision::DoesNotPay);
+        let large = plan_group(&sig, &[&a, &b], &[400, 400], &options).unwrap();
+        assert_eq!(large.decision, Decision::Merge);
+        assert_eq!(large.prediction.removed, 400);
+        // Two thunks of 13 + 6 bytes, and 5 bytes of growth.
+        assert_eq!(large.prediction.added, 43);
+        let many_a: Vec<ParamValue> = (0..8).map(v).collect();
+        let many_b: Vec<ParamValue> = (10..18).map(v).collect();
+        let many = plan_group(&sig, &[&many_a, &many_b], &[4000, 4000], &options).unwrap();
+        assert_eq!(many.decision, Decision::TooManyParams);
+    }
+
+    #[test]
+    fn the_merged_body_takes_the_constants_as_parameters_and_verifies() {
+        let text = |c: i64, d: i64| {
+            format!(
+                "function %f(i64) -> i64 system_v {{
+                 block0(v0: i64):
+                     v1 = iconst.i64 {c}
+                     v2 = iconst.i32 {d}
+                     v3 = iadd v0, v1
+                     v4 = sextend.i64 v2
+                     v5 = imul v3, v4
+                     return v5
+                 }}"
+            )
+        };
+        let (f, a, _) = shape(&text(3, 4));
+        let (_, b, _) = shape(&text(3, 9));
+        assert_eq!(a.shape, b.shape);
+        let d = derive(&[&a.values, &b.values]).unwrap();
+        assert_eq!(d.site_param, vec![None, Some(0)]);
+        let body = merged_body(&f, &a.sites, &d).unwrap();
+        assert_eq!(body.signature.params.len(), 2);
+        assert_eq!(body.signature.params[1].value_type, ir::types::I32);
+        let flags = settings::Flags::new(settings::builder());
+        cranelift_codegen::verify_function(&body, &flags).unwrap();
+        let printed = body.display().to_string();
+        assert!(printed.contains("iconst.i64 3"), "{printed}");
+        assert!(!printed.contains("iconst.i32"), "{printed}");
+        let t = thunk(
+            cranelift_codegen::isa::TargetFrontendConfig {
+                default_call_conv: CallConv::SystemV,
+                pointer_width: target_lexicon::PointerWidth::U64,
+                page_size_align_log2: 12,
+            },
+            UserFuncName::user(0, 1),
+            &f.signature,
+            UserExternalName::new(0, 2),
+            &body.signature,
+            &thunk_values(&d, 1),
+        );
+        cranelift_codegen::verify_function(&t, &flags).unwrap();
+        assert!(t.display().to_string().contains("iconst.i32 9"));
+    }
+}
