@@ -70,6 +70,16 @@
 //!     duplicate of, with whether it shares the address, reused the code
 //!     of, adapter for, failed), and late merges; at trace level reference
 //!     rewrites, batch recording and refinement.
+//! 11. With a code store ([`DedupModule::with_store`]), a function that
+//!     would be compiled is first looked up by its template, and what is
+//!     compiled is stored: an entry is used only if it passes every check
+//!     (see `stored.rs` and [`crate::store`]), and a store that fails is a
+//!     miss, never an error. With a [`crate::store::SharedStore`], modules
+//!     on different threads compile each template once in total.
+//! 12. In batch mode with [`DedupOptions::threads`] above one, what a flush
+//!     compiles is compiled on that many threads and defined in definition
+//!     order: the module is the one a single thread makes (see
+//!     `parallel.rs`).
 //!
 //! # Where the wrapper sits
 //!
