@@ -12,6 +12,7 @@
 use crate::common;
 
 use crate::common::build::{call1, emit_call};
+use crate::common::eh_frame::{self, Fde};
 use cranelift_codegen::ir::{
     self, AbiParam, InstBuilder, condcodes::IntCC, types::I32, types::I64,
 };
@@ -428,14 +429,20 @@ fn read(bytes: &[u8]) -> Read {
         .relocations()
         .map(|(offset, r)| format!("{offset:#x} {r:?}"))
         .collect();
-    let fdes = read_fdes(&file)
+    let fdes = eh_frame::fdes(&file)
         .into_iter()
-        .flat_map(|(start, len, instructions)| {
-            symbols
-                .iter()
-                .filter(move |(_, (address, _))| start <= *address && *address < start + len)
-                .map(move |(name, _)| (name.clone(), instructions.clone()))
-        })
+        .flat_map(
+            |Fde {
+                 start,
+                 len,
+                 instructions,
+             }| {
+                symbols
+                    .iter()
+                    .filter(move |(_, (address, _))| start <= *address && *address < start + len)
+                    .map(move |(name, _)| (name.clone(), instructions.clone()))
+            },
+        )
         .collect::<Vec<_>>();
     let mut by_name: HashMap<String, Vec<String>> = HashMap::new();
     for (name, instructions) in fdes {
@@ -450,51 +457,6 @@ fn read(bytes: &[u8]) -> Read {
         relocations,
         fdes: by_name,
     }
-}
-
-/// Each FDE of `.eh_frame`: (start, length, instructions), with the
-/// relocations of its address applied.
-fn read_fdes(file: &ElfFile64<'_, object::Endianness>) -> Vec<(u64, u64, Vec<String>)> {
-    use cranelift_codegen::gimli::{self, UnwindSection};
-    let section = file.section_by_name(".eh_frame").expect("an .eh_frame");
-    let mut data = section.data().unwrap().to_vec();
-    for (offset, reloc) in section.relocations() {
-        let object::RelocationTarget::Symbol(index) = reloc.target() else {
-            panic!("{reloc:?}");
-        };
-        let symbol = file.symbol_by_index(index).unwrap();
-        let target = symbol.address() as i64 + reloc.addend();
-        let at = offset as usize;
-        match (reloc.kind(), reloc.size()) {
-            (object::RelocationKind::Absolute, 64) => {
-                data[at..at + 8].copy_from_slice(&target.to_le_bytes());
-            }
-            (object::RelocationKind::Relative, 32) => {
-                let value = (target - offset as i64) as i32;
-                data[at..at + 4].copy_from_slice(&value.to_le_bytes());
-            }
-            _ => panic!("{reloc:?}"),
-        }
-    }
-    let eh_frame = gimli::EhFrame::new(&data, gimli::LittleEndian);
-    let bases = gimli::BaseAddresses::default().set_eh_frame(0);
-    let mut entries = eh_frame.entries(&bases);
-    let mut fdes = Vec::new();
-    while let Some(entry) = entries.next().unwrap() {
-        let gimli::CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let fde = partial
-            .parse(|section, bases, offset| section.cie_from_offset(bases, offset))
-            .unwrap();
-        let mut instructions = Vec::new();
-        let mut iter = fde.instructions(&eh_frame, &bases);
-        while let Some(i) = iter.next().unwrap() {
-            instructions.push(format!("{i:?}"));
-        }
-        fdes.push((fde.initial_address(), fde.len(), instructions));
-    }
-    fdes
 }
 
 /// With unwind information, the code, symbols and relocations are the

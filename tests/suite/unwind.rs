@@ -5,14 +5,12 @@
 //! template's frame description.
 
 use crate::common::build::{define, emit_call, twelve_steps};
-use cranelift_codegen::gimli::{self, UnwindSection};
+use crate::common::eh_frame::{self, Fde};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, types::I64};
 use cranelift_codegen::isa::CallConv;
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use cranelift_object::object::read::elf::ElfFile64;
-use cranelift_object::object::{
-    self, Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget,
-};
+use cranelift_object::object::{self, Object as _, ObjectSymbol as _};
 use cranelift_object::{ObjectBuilder, ObjectModule};
 use jitfold::{DedupModule, DedupOptions, Mode};
 use std::collections::HashMap;
@@ -76,61 +74,11 @@ fn program<M: Module>(m: &mut M) -> Vec<FuncId> {
     ]
 }
 
-/// An FDE read back: its range in the text section and its instructions.
-struct Fde {
-    start: u64,
-    len: u64,
-    instructions: Vec<String>,
-}
-
-/// The FDEs of `.eh_frame` in the ELF object `bytes`, with the relocations
-/// of their addresses applied (section-relative to the one text section),
-/// and the address of each symbol by name.
+/// The FDEs of `.eh_frame` in the ELF object `bytes` (see
+/// [`eh_frame::fdes`]), and the address of each symbol by name.
 fn read_frames(bytes: &[u8]) -> (Vec<Fde>, HashMap<String, u64>) {
     let file = ElfFile64::<object::Endianness>::parse(bytes).unwrap();
-    let section = file.section_by_name(".eh_frame").expect("an .eh_frame");
-    let mut data = section.data().unwrap().to_vec();
-    for (offset, reloc) in section.relocations() {
-        let RelocationTarget::Symbol(index) = reloc.target() else {
-            panic!("{reloc:?}");
-        };
-        let symbol = file.symbol_by_index(index).unwrap();
-        let target = symbol.address() as i64 + reloc.addend();
-        let at = offset as usize;
-        match (reloc.kind(), reloc.size()) {
-            (object::RelocationKind::Absolute, 64) => {
-                data[at..at + 8].copy_from_slice(&target.to_le_bytes());
-            }
-            // pc-relative: S + A - P.
-            (object::RelocationKind::Relative, 32) => {
-                let value = (target - offset as i64) as i32;
-                data[at..at + 4].copy_from_slice(&value.to_le_bytes());
-            }
-            _ => panic!("{reloc:?}"),
-        }
-    }
-    let eh_frame = gimli::EhFrame::new(&data, gimli::LittleEndian);
-    let bases = gimli::BaseAddresses::default().set_eh_frame(0);
-    let mut entries = eh_frame.entries(&bases);
-    let mut fdes = Vec::new();
-    while let Some(entry) = entries.next().unwrap() {
-        let gimli::CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let fde = partial
-            .parse(|section, bases, offset| section.cie_from_offset(bases, offset))
-            .unwrap();
-        let mut instructions = Vec::new();
-        let mut iter = fde.instructions(&eh_frame, &bases);
-        while let Some(i) = iter.next().unwrap() {
-            instructions.push(format!("{i:?}"));
-        }
-        fdes.push(Fde {
-            start: fde.initial_address(),
-            len: fde.len(),
-            instructions,
-        });
-    }
+    let fdes = eh_frame::fdes(&file);
     let symbols = file
         .symbols()
         .filter(|s| s.kind() == object::SymbolKind::Text)

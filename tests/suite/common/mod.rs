@@ -3,6 +3,7 @@
 
 pub mod build;
 pub mod canon;
+pub mod eh_frame;
 
 use cranelift_codegen::ir::Function;
 use std::path::PathBuf;
