@@ -186,6 +186,20 @@ fn filter() -> Option<String> {
     std::env::args().skip(1).find(|a| !a.starts_with('-'))
 }
 
+/// Prints what [`alternating`] measured for `label`: best of each side,
+/// their ratio, and the median ratio of the pairs.
+fn print_alternating(label: &str, (plain, jitfold, median): (Duration, Duration, f64)) {
+    println!(
+        "{label}, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
+        plain.as_secs_f64() * 1e3,
+        jitfold.as_secs_f64() * 1e3,
+        jitfold.as_secs_f64() / plain.as_secs_f64(),
+        plain.as_secs_f64() / jitfold.as_secs_f64(),
+        1.0 / median,
+        median
+    );
+}
+
 fn main() {
     let call_conv = JITModule::new(builder()).isa().default_call_conv();
     let filter = filter();
@@ -231,16 +245,8 @@ fn main() {
             ),
             ("batch, 2 threads", time_batch2),
         ] {
-            let (plain, jitfold, median) = alternating(&funcs, ROUNDS, time);
-            println!(
-                " 0% duplicates, {name}, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
-                plain.as_secs_f64() * 1e3,
-                jitfold.as_secs_f64() * 1e3,
-                jitfold.as_secs_f64() / plain.as_secs_f64(),
-                plain.as_secs_f64() / jitfold.as_secs_f64(),
-                1.0 / median,
-                median
-            );
+            let pairs = alternating(&funcs, ROUNDS, time);
+            print_alternating(&format!(" 0% duplicates, {name}"), pairs);
         }
         // What two threads can give on this machine at best: two plain
         // modules compiling the workload at once, against one alone.
@@ -268,17 +274,8 @@ fn main() {
     }
 
     for percent in [0usize, 50, 90] {
-        let (plain, jitfold, median) =
-            alternating(&workload(percent, call_conv), ROUNDS, time_jitfold);
-        println!(
-            "{percent:>2}% duplicates, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
-            plain.as_secs_f64() * 1e3,
-            jitfold.as_secs_f64() * 1e3,
-            jitfold.as_secs_f64() / plain.as_secs_f64(),
-            plain.as_secs_f64() / jitfold.as_secs_f64(),
-            1.0 / median,
-            median
-        );
+        let pairs = alternating(&workload(percent, call_conv), ROUNDS, time_jitfold);
+        print_alternating(&format!("{percent:>2}% duplicates"), pairs);
     }
 
     for percent in [0usize, 50, 90] {
