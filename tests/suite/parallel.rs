@@ -11,14 +11,14 @@
 
 use crate::common;
 
-use crate::common::build::{call1, emit_call};
+use crate::common::build::{built, call1, emit_call};
 use crate::common::eh_frame::{self, Fde};
 use cranelift_codegen::ir::{
     self, AbiParam, InstBuilder, condcodes::IntCC, types::I32, types::I64,
 };
 use cranelift_codegen::isa::{CallConv, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_names};
 use cranelift_object::object::read::elf::ElfFile64;
@@ -149,65 +149,55 @@ impl Program {
     fn build<M: Module>(&self, m: &mut M, ids: &[FuncId], i: usize) -> ir::Function {
         let n = self.n;
         let id = ids[i];
-        let mut func = ir::Function::new();
-        func.signature = m.declarations().get_function_decl(id).signature.clone();
-        let mut fctx = FunctionBuilderContext::new();
-        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        let x = b.block_params(entry)[0];
         let leaf = |j: usize| j - j % 10;
-        let r = match (self.bad_at(i), kind(i)) {
-            (Some(Bad::Mistyped), _) => {
-                let narrow = b.ins().iconst(I32, 1);
-                b.ins().iadd(x, narrow)
-            }
-            (Some(Bad::Panics), _) => {
-                // The tail twin before it has the same signature.
-                let callee = m.declare_func_in_func(ids[i - 1], b.func);
-                b.ins().return_call(callee, &[x]);
-                b.seal_all_blocks();
-                b.finalize(m.target_config());
-                return func;
-            }
-            (None, Kind::Leaf) => leaf_body(&mut b, x, i),
-            (None, Kind::Twin) => {
-                // Other value numbers than the leaf's.
-                let dead = b.ins().iconst(I64, 0);
-                let inst = b.func.dfg.value_def(dead).unwrap_inst();
-                b.func.layout.remove_inst(inst);
-                leaf_body(&mut b, x, i - 3)
-            }
-            (None, Kind::Big) => big_body(&mut b, x, i),
-            (None, Kind::TailTwin) => big_body(&mut b, x, i - 6),
-            (None, Kind::Caller) => {
-                // Some leaves are defined later.
-                let y = emit_call(&mut b, m, ids[leaf((i * 7 + 30) % n)], x);
-                b.ins().imul(y, x)
-            }
-            (None, Kind::CallsTwin) => {
-                let y = emit_call(&mut b, m, ids[i - 1], x);
-                b.ins().imul(y, x)
-            }
-            (None, Kind::TwoCalls) => {
-                let y = emit_call(&mut b, m, ids[leaf((i * 3) % n)], x);
-                let c = b.ins().iconst(I64, i as i64 * 11);
-                let x2 = b.ins().bxor(x, c);
-                let z = emit_call(&mut b, m, ids[leaf((i * 5 + 10) % n)], x2);
-                b.ins().iadd(y, z)
-            }
-            (None, Kind::Recursive) => recursive_body(&mut b, m, id, x, i / 20),
-            (None, Kind::Loop) => loop_body(&mut b, x, i),
-            (None, Kind::Forward) => {
-                let y = emit_call(&mut b, m, ids[(i + 1) % n], x);
-                b.ins().iadd_imm_s(y, -(i as i64))
-            }
-        };
-        b.ins().return_(&[r]);
-        b.seal_all_blocks();
-        b.finalize(m.target_config());
-        func
+        built(m, id, |b, m, p| {
+            let x = p[0];
+            let r = match (self.bad_at(i), kind(i)) {
+                (Some(Bad::Mistyped), _) => {
+                    let narrow = b.ins().iconst(I32, 1);
+                    b.ins().iadd(x, narrow)
+                }
+                (Some(Bad::Panics), _) => {
+                    // The tail twin before it has the same signature.
+                    let callee = m.declare_func_in_func(ids[i - 1], b.func);
+                    b.ins().return_call(callee, &[x]);
+                    return;
+                }
+                (None, Kind::Leaf) => leaf_body(b, x, i),
+                (None, Kind::Twin) => {
+                    // Other value numbers than the leaf's.
+                    let dead = b.ins().iconst(I64, 0);
+                    let inst = b.func.dfg.value_def(dead).unwrap_inst();
+                    b.func.layout.remove_inst(inst);
+                    leaf_body(b, x, i - 3)
+                }
+                (None, Kind::Big) => big_body(b, x, i),
+                (None, Kind::TailTwin) => big_body(b, x, i - 6),
+                (None, Kind::Caller) => {
+                    // Some leaves are defined later.
+                    let y = emit_call(b, m, ids[leaf((i * 7 + 30) % n)], x);
+                    b.ins().imul(y, x)
+                }
+                (None, Kind::CallsTwin) => {
+                    let y = emit_call(b, m, ids[i - 1], x);
+                    b.ins().imul(y, x)
+                }
+                (None, Kind::TwoCalls) => {
+                    let y = emit_call(b, m, ids[leaf((i * 3) % n)], x);
+                    let c = b.ins().iconst(I64, i as i64 * 11);
+                    let x2 = b.ins().bxor(x, c);
+                    let z = emit_call(b, m, ids[leaf((i * 5 + 10) % n)], x2);
+                    b.ins().iadd(y, z)
+                }
+                (None, Kind::Recursive) => recursive_body(b, m, id, x, i / 20),
+                (None, Kind::Loop) => loop_body(b, x, i),
+                (None, Kind::Forward) => {
+                    let y = emit_call(b, m, ids[(i + 1) % n], x);
+                    b.ins().iadd_imm_s(y, -(i as i64))
+                }
+            };
+            b.ins().return_(&[r]);
+        })
     }
 
     /// The ids of the functions plain Cranelift can call from Rust
