@@ -10,7 +10,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitfold::Fingerprinter;
-use jitfold::similar::{self, Decision, ShapeOf, Shaper, SimilarOptions};
+use jitfold::similar::{self, Decision, ParamKind, ShapeOf, Shaper, SimilarOptions};
 
 fn jit() -> JITModule {
     // `return_call` on x86-64 needs frame pointers.
@@ -101,6 +101,13 @@ const INPUTS: [(i64, i64); 8] = [
 /// originals and the body with its thunks, calls each on [`INPUTS`] and
 /// checks the results are equal. Returns the number of parameters.
 fn merged_results_agree(texts: &[String]) -> usize {
+    merged_results_agree_with(&[], texts)
+}
+
+/// [`merged_results_agree`] for members that call functions: `callees` are
+/// defined first, as `u0:0` to `u0:{k-1}` (in both modules), and member
+/// `i` is `u0:{k+i}` (in the merged module, its thunk).
+fn merged_results_agree_with(callees: &[String], texts: &[String]) -> usize {
     let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
     let shapes: Vec<ShapeOf> = funcs.iter().map(shape_of).collect();
     for s in &shapes[1..] {
@@ -110,21 +117,43 @@ fn merged_results_agree(texts: &[String]) -> usize {
     let derived = similar::derive(&values).unwrap();
     let body = similar::merged_body(&funcs[0], &shapes[0].sites, &derived).unwrap();
 
+    let callees: Vec<Function> = callees.iter().map(|t| parse(t)).collect();
+    let define_callees = |m: &mut JITModule| {
+        for (i, c) in callees.iter().enumerate() {
+            let id = declare(m, &format!("c{i}"), c);
+            assert_eq!(id.as_u32() as usize, i);
+            define(m, id, c.clone());
+        }
+    };
+    let declare_members = |m: &mut JITModule, prefix: &str| -> Vec<FuncId> {
+        let ids: Vec<FuncId> = (funcs.iter().enumerate())
+            .map(|(i, f)| declare(m, &format!("{prefix}{i}"), f))
+            .collect();
+        assert!(
+            ids.iter()
+                .enumerate()
+                .all(|(i, id)| id.as_u32() as usize == callees.len() + i)
+        );
+        ids
+    };
+
     let mut plain = jit();
+    define_callees(&mut plain);
+    let ids = declare_members(&mut plain, "f");
     let mut originals = Vec::new();
-    for (i, f) in funcs.iter().enumerate() {
-        let id = declare(&mut plain, &format!("f{i}"), f);
+    for (i, (f, &id)) in funcs.iter().zip(&ids).enumerate() {
         define(&mut plain, id, f.clone());
         originals.push(entry(&mut plain, &format!("e{i}"), id));
     }
     plain.finalize_definitions().unwrap();
 
     let mut merged = jit();
+    define_callees(&mut merged);
+    let ids = declare_members(&mut merged, "t");
     let body_id = declare(&mut merged, "body", &body);
     define(&mut merged, body_id, body.clone());
     let mut thunks = Vec::new();
-    for (i, f) in funcs.iter().enumerate() {
-        let id = declare(&mut merged, &format!("t{i}"), f);
+    for (i, (f, &id)) in funcs.iter().zip(&ids).enumerate() {
         let thunk = similar::thunk(
             merged.target_config(),
             UserFuncName::user(0, id.as_u32()),
@@ -275,7 +304,9 @@ fn a_call_argument_and_a_block_argument_are_parameters() {
     };
     let (a, b) = (shape_of(&parse(&text(1, 2))), shape_of(&parse(&text(8, 9))));
     assert_eq!(a.shape, b.shape);
-    assert_eq!(a.values.len(), 2);
+    // The two constants, then the callee.
+    let kinds: Vec<ParamKind> = a.values.iter().map(|v| v.kind).collect();
+    assert_eq!(kinds, [ParamKind::Int, ParamKind::Int, ParamKind::Callee]);
 }
 
 #[test]
@@ -339,9 +370,9 @@ fn functions_differing_in_a_non_parameterizable_immediate_do_not_share_a_shape()
 }
 
 #[test]
-fn recursive_members_do_not_share_a_shape() {
-    // Each calls itself: a body merged from them would call the first
-    // member (with its own constants) from the second.
+fn recursive_members_share_a_shape_and_call_themselves_through_their_thunks() {
+    // Each calls itself: the body calls the callee its thunk passes, the
+    // member's own id (the thunk).
     let text = |name: &str, c: i64| {
         format!(
             "function %{name}(i64, i64) -> i64 system_v {{
@@ -364,10 +395,77 @@ fn recursive_members_do_not_share_a_shape() {
         shape_of(&parse(&text("r0", 3))),
         shape_of(&parse(&text("r1", 4))),
     );
-    assert_ne!(a.shape, b.shape);
-    // The same function under one name, with other constants, does.
-    let c = shape_of(&parse(&text("r0", 4)));
-    assert_eq!(a.shape, c.shape);
+    assert_eq!(a.shape, b.shape);
+    // Counting down from the inputs' first argument would take long: the
+    // members count down from its low bits.
+    let text = |id: u32, c: i64| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 fn0 = colocated u0:{id}(i64, i64) -> i64 system_v
+             block0(v0: i64, v1: i64):
+                 v10 = iconst.i64 7
+                 v11 = band v0, v10
+                 brif v11, block1, block2
+             block1:
+                 v2 = iconst.i64 1
+                 v3 = isub v11, v2
+                 v4 = call fn0(v3, v1)
+                 v5 = iconst.i64 {c}
+                 v6 = imul v4, v5
+                 v7 = iadd v6, v0
+                 return v7
+             block2:
+                 return v1
+             }}"
+        )
+    };
+    // One parameter for the constant, one for the callee.
+    let texts = [text(0, 3), text(1, -5), text(2, 11)];
+    assert_eq!(merged_results_agree_with(&[], &texts), 2);
+}
+
+#[test]
+fn members_differing_in_their_callees_call_their_own() {
+    let callee = |id: u32, op: &str| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = {op} v0, v1
+                 return v2
+             }}"
+        )
+    };
+    let callees = [callee(0, "iadd"), callee(1, "isub"), callee(2, "bxor")];
+    // Member `i` calls `first` twice, then `second`, with a constant.
+    let member = |id: u32, first: u32, second: u32, c: i64| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 sig0 = (i64, i64) -> i64 system_v
+                 fn0 = colocated u0:{first} sig0
+                 fn1 = colocated u0:{second} sig0
+             block0(v0: i64, v1: i64):
+                 v2 = call fn0(v0, v1)
+                 v3 = call fn0(v2, v1)
+                 v4 = iconst.i64 {c}
+                 v5 = imul v3, v4
+                 v6 = call fn1(v5, v0)
+                 return v6
+             }}"
+        )
+    };
+    let texts = [
+        member(3, 0, 1, 3),
+        member(4, 1, 2, 3),
+        member(5, 2, 0, 5),
+        member(6, 0, 2, 5),
+    ];
+    let shapes: Vec<ShapeOf> = texts.iter().map(|t| shape_of(&parse(t))).collect();
+    assert!(shapes.iter().all(|s| s.shape == shapes[0].shape));
+    // Two callees and the constant.
+    assert_eq!(merged_results_agree_with(&callees, &texts), 3);
+    // Members that agree on a callee keep it direct.
+    let same_second = [member(3, 0, 2, 3), member(4, 1, 2, 3)];
+    assert_eq!(merged_results_agree_with(&callees, &same_second), 1);
 }
 
 #[test]
