@@ -6,10 +6,9 @@
 //!
 //! # How
 //!
-//! After planning (see `batch.rs`), `threads - 1` scoped threads (with the
-//! 8 MiB stack of a main thread) are started, and the flushing thread
-//! walks the pending functions in definition order and plans them against
-//! the cache as it was before the flush. A function is *selected* when
+//! After planning (see `batch.rs`), the flushing thread walks the pending
+//! functions in definition order and plans them against the cache as it
+//! was before the flush. A function is *selected* when
 //! its plan is to compile it and no earlier function of the flush has its
 //! exact key, its template (when it is to be kept for reuse) or its body
 //! with the calling convention erased (when adaptable): those are the
@@ -19,9 +18,11 @@
 //! fails, functions with exception tables (see 5), and, in a module whose
 //! inner module has compiled nothing yet, the first selected function (see
 //! 5). Each selected function is queued (a copy of it, with a copy of its
-//! control plane) as soon as it is selected, and the pool's threads start
-//! on the queue at once, each taking the first function nobody has taken,
-//! each with its own `Context`, reused from one function to the next.
+//! control plane) as soon as it is selected. With the first, `threads - 1`
+//! scoped threads (with the 8 MiB stack of a main thread) are started,
+//! each taking the first function nobody has taken, each with its own
+//! `Context`, reused from one function to the next; a flush that queues
+//! nothing starts no thread.
 //!
 //! Then the flushing thread runs the define pass (`batch.rs`): it goes
 //! through the functions in definition order as before, and where a
@@ -35,9 +36,13 @@
 //!
 //! The pool compiles against a copy of the inner module's ISA, built from
 //! its triple and flags (`isa_copy`), since the define pass needs the
-//! inner module while the pool compiles; an ISA that cannot be rebuilt
-//! with equal flags (one of the embedder's own) is compiled for on one
-//! thread.
+//! inner module while the pool compiles. Cranelift's backends (x64,
+//! aarch64, riscv64, s390x in 0.135.8) hold nothing but the triple, the
+//! shared flags and the ISA flags, every one of which `isa_flags()` lists,
+//! so the copy compiles what the original compiles. An ISA that cannot be
+//! rebuilt with equal flags is compiled for on one thread; an embedder's
+//! own `TargetIsa` that reports a built-in backend's name, triple and
+//! flags is assumed to compile as that backend does.
 //!
 //! # What this module guarantees
 //!
@@ -68,7 +73,8 @@
 //!    listed in definition order, and every other function is defined. A
 //!    thread that cannot be started leaves its share to the others (the
 //!    flushing thread is always one of them); a function whose thread died
-//!    while compiling it is compiled in its turn.
+//!    while compiling it is compiled in its turn, and the flush goes on
+//!    (the dead thread is joined and logged).
 //! 5. What differs from one thread, none of it in the code:
 //!    - The inner module does not compile these functions, so a wrapper
 //!      inside it that reads `ctx.compiled_code()` does not see them (as
@@ -189,6 +195,8 @@ struct QueueState {
     /// No more functions will be queued: a thread that finds nothing
     /// queued ends.
     closed: bool,
+    /// The define pass has ended: a result handed in now is dropped.
+    stopped: bool,
     /// Functions compiled by each thread, the flushing thread's first.
     per_thread: Vec<u64>,
     /// Functions compiled whose results nobody took.
@@ -222,6 +230,7 @@ impl Queue {
                 slots: Vec::new(),
                 first_queued: 0,
                 closed: false,
+                stopped: false,
                 per_thread: vec![0; threads],
                 dropped: 0,
             }),
@@ -261,8 +270,12 @@ impl Queue {
     fn compile(&self, ctx: &mut Context, thread: usize, n: usize, job: Job) {
         let result = compile_job(ctx, job, &*self.isa);
         let mut state = self.lock();
-        state.slots[n] = Slot::Done(result);
         state.per_thread[thread] += 1;
+        if state.stopped {
+            state.dropped += 1;
+        } else {
+            state.slots[n] = Slot::Done(result);
+        }
         self.changed.notify_all();
     }
 
@@ -294,10 +307,12 @@ impl Queue {
 
     /// Stops the pool: closes the queue and empties every slot whose
     /// result is still to take, counting the results dropped (functions
-    /// compiled for nothing) in [`QueueState::dropped`].
+    /// compiled for nothing) in [`QueueState::dropped`], as
+    /// [`Queue::compile`] counts those handed in afterwards.
     fn stop(&self) {
         let mut state = self.lock();
         state.closed = true;
+        state.stopped = true;
         let mut dropped = 0;
         for slot in &mut state.slots {
             match slot {
@@ -419,24 +434,43 @@ impl<M: Module> DedupModule<M> {
                 ctx: Context::new(),
                 slot_of: Vec::new(),
             };
-            for t in 1..threads {
-                let started = std::thread::Builder::new()
-                    .name(format!("jitfold-flush-{t}"))
-                    .stack_size(STACK_BYTES)
-                    .spawn_scoped(scope, move || queue.work(t));
-                if let Err(e) = started {
-                    log::debug!("batch flush: thread {t} not started: {e}");
+            // The threads start with the first function queued.
+            let mut started = Vec::new();
+            pool.slot_of = self.queue_selected(pending, &mut |job| {
+                if started.is_empty() {
+                    started = (1..threads)
+                        .filter_map(|t| {
+                            let thread = std::thread::Builder::new()
+                                .name(format!("jitfold-flush-{t}"))
+                                .stack_size(STACK_BYTES)
+                                .spawn_scoped(scope, move || queue.work(t));
+                            thread
+                                .inspect_err(|e| log::debug!("batch flush: thread {t}: {e}"))
+                                .ok()
+                        })
+                        .collect();
                 }
-            }
-            pool.slot_of = self.queue_selected(pending, queue);
+                queue.push(job)
+            });
             queue.close();
             define_pass(self, pending, Some(&mut pool));
+            drop(pool);
+            // A thread that died (outside Cranelift, whose panics are
+            // caught) has had its function compiled in its turn (see 4).
+            for thread in started {
+                if thread.join().is_err() {
+                    log::warn!("batch flush: a compiling thread panicked");
+                }
+            }
         });
         let wall_time = start.elapsed();
-        let (per_thread, dropped) = {
+        let (per_thread, dropped, queued) = {
             let state = queue.lock();
-            (state.per_thread.clone(), state.dropped)
+            (state.per_thread.clone(), state.dropped, state.slots.len())
         };
+        if queued == 0 {
+            return;
+        }
         log::debug!(
             "batch flush: {} functions compiled on {threads} threads ({per_thread:?}) in {wall_time:?}",
             per_thread.iter().sum::<u64>(),
@@ -445,12 +479,13 @@ impl<M: Module> DedupModule<M> {
         self.stats.parallel_discarded += dropped;
     }
 
-    /// Queues the functions of `pending` to compile in parallel, in
-    /// definition order (see the module docs); returns each one's slot.
+    /// Queues the functions of `pending` to compile in parallel with
+    /// `queue` (which returns a job's slot), in definition order (see the
+    /// module docs); returns each one's slot.
     fn queue_selected(
         &mut self,
         pending: &[(FuncId, Function)],
-        queue: &Queue,
+        queue: &mut dyn FnMut(Job) -> usize,
     ) -> Vec<Option<usize>> {
         let policy = self.policy();
         let mut walker = std::mem::take(&mut self.fingerprinter);
@@ -490,7 +525,7 @@ impl<M: Module> DedupModule<M> {
                 leave_one = false;
                 continue;
             }
-            slot_of[index] = Some(queue.push(Job {
+            slot_of[index] = Some(queue(Job {
                 id: *id,
                 func: func.clone(),
                 ctrl_plane: self.batch.control_plane(*id),
@@ -691,6 +726,25 @@ mod tests {
         bytes(pool.take(2));
         drop(pool);
         assert_eq!(queue.lock().per_thread, [1, 2]);
+    }
+
+    /// A result handed in after `stop` (its thread was compiling when the
+    /// define pass ended without taking it) is counted as dropped, so that
+    /// every compile in `Stats::compiles_per_thread` is in `compiled`,
+    /// failures or `parallel_discarded`.
+    #[test]
+    fn a_result_handed_in_after_stop_is_counted_as_dropped() {
+        let queue = Queue::new(isa(), 2);
+        queue.push(job(1));
+        queue.close();
+        let (n, taken) = queue.lock().take_queued().unwrap();
+        // The define pass ends (the pool is dropped) while it compiles.
+        queue.stop();
+        queue.compile(&mut Context::new(), 1, n, taken);
+        let state = queue.lock();
+        assert_eq!(state.per_thread, [0, 1]);
+        assert_eq!(state.dropped, 1, "a compile nobody took is not counted");
+        assert!(matches!(state.slots[n], Slot::Compiling));
     }
 
     #[test]

@@ -25,7 +25,9 @@
 //!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
 //!    the walk only records where each constant's immediate is
 //!    ([`Walk::constant_sites`](crate::fingerprint::Walk::constant_sites)). A member that calls itself passes its
-//!    own name, so its body's recursive call goes through its own thunk.
+//!    own name, so its body's recursive call goes through its own thunk
+//!    (outside the `tail` convention, where the thunk tail-calls the body,
+//!    that is one more frame per level of recursion).
 //! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
 //!    site whose value is equal in every member stays a constant; sites
 //!    with equal value vectors (and types) share one parameter.
@@ -115,7 +117,9 @@
 //! it in the function (through any function reference, by Cranelift's own
 //! list of each instruction format's references, `InstructionData::map`)
 //! is the callee of a `call` (all with one signature), and no global value
-//! names it. Not callee sites: names of `return_call` (a `tail` body
+//! names it, through no `patchable` reference. Not callee sites: names of
+//! `patchable` references (the call site's patching metadata, which a
+//! `call_indirect` does not have), names of `return_call` (a `tail` body
 //! could `return_call_indirect`, but not every convention may), `try_call`
 //! (its exception table stays as it is), `func_addr` and `symbol_value`
 //! (the address is data: a body could compare it), and libcalls and known

@@ -236,12 +236,16 @@ impl Shaper {
 
     /// The signature every `call` of name slot `slot` uses, or `None` if
     /// they use more than one (the body would need one pointer per
-    /// signature: the slot stays in the shape).
+    /// signature: the slot stays in the shape) or a reference to it is
+    /// `patchable` (a `call_indirect` has no patchable call site).
     fn callee_signature(&self, func: &Function, slot: usize) -> Option<Signature> {
         let mut sig = None;
         for (func_ref, data) in func.dfg.ext_funcs.iter() {
             if self.slot_of_ref[func_ref] as usize != slot {
                 continue;
+            }
+            if data.patchable {
+                return None;
             }
             let this = func.dfg.signatures.get(data.signature)?;
             match &sig {

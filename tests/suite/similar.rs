@@ -505,3 +505,71 @@ fn the_cost_model_refuses_a_group_of_tiny_functions() {
     // Merged anyway, they still compute the same.
     assert_eq!(merged_results_agree(&[tiny(1), tiny(2)]), 1);
 }
+
+/// A `patchable` call site is metadata a consumer of the compiled code may
+/// use to patch the call out (`MachBufferFinalized::nop_units`,
+/// `patchable_call_sites`); a `call_indirect` has none. A callee reached
+/// through a patchable function reference must not become a callee
+/// parameter, or a merged member's call could no longer be patched.
+#[test]
+fn patchable_callees_stay_in_the_shape() {
+    let text = |callee: &str| {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+                 sig0 = (i64) system_v
+                 fn0 = colocated patchable %{callee} sig0
+             block0(v0: i64):
+                 call fn0(v0)
+                 return v0
+             }}"
+        )
+    };
+    let (fa, fb) = (parse(&text("g")), parse(&text("h")));
+    let (a, b) = (shape_of(&fa), shape_of(&fb));
+    assert!(
+        a.values.iter().all(|v| v.kind != ParamKind::Callee),
+        "a patchable callee became a parameter: {:?}",
+        a.values
+    );
+    assert_ne!(a.shape, b.shape);
+}
+
+/// One callee under two function references (one `colocated`, one not),
+/// and a `tail` callee called from a `system_v` member, are one callee
+/// parameter each, and every member still calls its own.
+#[test]
+fn a_callee_under_two_references_and_a_tail_callee_are_one_parameter_each() {
+    let callee = |id: u32, op: &str, conv: &str| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 {conv} {{
+             block0(v0: i64, v1: i64):
+                 v2 = {op} v0, v1
+                 return v2
+             }}"
+        )
+    };
+    let callees = [
+        callee(0, "iadd", "system_v"),
+        callee(1, "isub", "system_v"),
+        callee(2, "bxor", "tail"),
+        callee(3, "imul", "tail"),
+    ];
+    let member = |id: u32, first: u32, tail: u32| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 sig0 = (i64, i64) -> i64 system_v
+                 sig1 = (i64, i64) -> i64 tail
+                 fn0 = colocated u0:{first} sig0
+                 fn1 = u0:{first} sig0
+                 fn2 = colocated u0:{tail} sig1
+             block0(v0: i64, v1: i64):
+                 v2 = call fn0(v0, v1)
+                 v3 = call fn1(v2, v1)
+                 v4 = call fn2(v3, v0)
+                 return v4
+             }}"
+        )
+    };
+    let texts = [member(4, 0, 2), member(5, 1, 3), member(6, 1, 2)];
+    assert_eq!(merged_results_agree_with(&callees, &texts), 2);
+}
