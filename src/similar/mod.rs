@@ -2,10 +2,12 @@
 //! few integer or float constants share one parameterized body, and each
 //! becomes a thunk that passes its own values.
 //!
-//! Not wired into [`crate::DedupModule`]: this module finds the groups,
-//! derives their parameters, decides with a cost model in machine-code
-//! bytes which groups pay, and builds the merged body and the thunks as
-//! CLIF. `jitfold report --similar` runs it on a corpus.
+//! This module finds the groups, derives their parameters, decides with a
+//! cost model in machine-code bytes which groups pay, and builds the
+//! merged body and the thunks as CLIF. `jitfold report --merge similar`
+//! runs it on a corpus; [`crate::DedupModule`] in batch mode with
+//! [`DedupOptions::with_similar`](crate::DedupOptions::with_similar)
+//! merges the functions of each flush with it.
 //!
 //! # What this module guarantees
 //!
