@@ -26,7 +26,11 @@
 //!    [`bytes_per_instruction`](crate::similar::CostModel::bytes_per_instruction)
 //!    (they are not compiled yet). Members are in definition order; the
 //!    first one's code becomes the body.
-//! 3. **Ids.** The body is declared as an anonymous local function of the
+//! 3. **Thunks.** A thunk tail-calls the body (`return_call`) when both
+//!    use the `tail` convention and the target compiles tail calls (on
+//!    x86-64, only with `preserve_frame_pointers`); otherwise it calls and
+//!    returns.
+//! 4. **Ids.** The body is declared as an anonymous local function of the
 //!    inner module (an id of the module's own, never one of the user's: in
 //!    an object file, a local symbol) and defined at once as any function
 //!    is (`define.rs`: compiled by the inner module, counted in
@@ -38,7 +42,7 @@
 //!    no cache entry describes code other than its own: a later function
 //!    equal to a member compiles (or merges with the thunk only if it *is*
 //!    that thunk).
-//! 4. **Failures.** Merging never fails a function: a group whose body
+//! 5. **Failures.** Merging never fails a function: a group whose body
 //!    cannot be built or defined, or one of whose members (other than the
 //!    first, which the body's compile verifies) fails to verify when the
 //!    flags enable the verifier, is left alone, and its members are then
@@ -203,7 +207,7 @@ impl<M: Module> DedupModule<M> {
         candidates
     }
 
-    /// Carries out `merge` (see 3 and 4 in the module docs): defines its
+    /// Carries out `merge` (see 3 to 5 in the module docs): defines its
     /// body and replaces its members' functions in `pending` with thunks.
     fn carry_out(
         &mut self,
@@ -254,16 +258,22 @@ impl<M: Module> DedupModule<M> {
             );
             return;
         }
-        let frontend = self.inner.isa().frontend_config();
+        let isa = self.inner.isa();
+        let frontend = isa.frontend_config();
+        // Cranelift 0.135.8 compiles `return_call` on x86-64 only with
+        // frame pointers kept (it asserts).
+        let tail_call = isa.triple().architecture != target_lexicon::Architecture::X86_64
+            || isa.flags().preserve_frame_pointers();
         for (m, &c) in merge.members.iter().enumerate() {
             let (id, func) = &mut pending[candidates[c].index];
-            let thunk = similar::thunk(
+            let thunk = similar::thunk_calling(
                 frontend,
                 func.name.clone(),
                 &func.signature,
                 UserExternalName::new(0, body_id.as_u32()),
                 &body_sig,
                 &similar::thunk_values(derived, m),
+                tail_call,
             );
             *func = thunk;
             log::debug!(

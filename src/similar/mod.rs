@@ -120,7 +120,7 @@ pub use group::{
     CostModel, Decision, Derived, GroupPlan, Param, Prediction, SimilarOptions, derive, plan_group,
     split,
 };
-pub use merge::{merged_body, thunk, thunk_values};
+pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{ParamKind, ParamValue, ShapeOf, Shaper, mergeable};
 
 #[cfg(test)]

@@ -816,3 +816,29 @@ fn an_object_file_has_every_members_symbol_and_a_local_body() {
     );
     assert!(others[0].is_local());
 }
+
+#[test]
+fn tail_members_merge_where_tail_calls_do_not_compile() {
+    // x86-64 compiles `return_call` only with frame pointers kept: the
+    // thunks then call and return.
+    let texts = [
+        padded(&arithmetic("tail", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("tail", -3, 5, 100, -1), 24),
+    ];
+    let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    let builder = JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names());
+    let mut plain = JITModule::new(builder.unwrap());
+    let (_, plain_entries) = define_all(&mut plain, &funcs, &all(2));
+    plain.finalize_definitions().unwrap();
+    let builder = JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names());
+    let mut dedup = DedupModule::<JITModule>::with_options(builder.unwrap(), similar_batch());
+    let (_, entries) = define_all(&mut dedup, &funcs, &all(2));
+    dedup.finalize_definitions().unwrap();
+    assert_eq!(dedup.stats().similar_merged, 2);
+    for (p, d) in plain_entries.iter().zip(&entries) {
+        assert_eq!(
+            results_at(plain.get_finalized_function(*p)),
+            results_at(dedup.get_finalized_function(*d))
+        );
+    }
+}
