@@ -47,7 +47,14 @@
 //!    first, which the body's compile verifies) fails to verify when the
 //!    flags enable the verifier, is left alone, and its members are then
 //!    compiled (or fail) on their own. A panic while deciding merges
-//!    nothing.
+//!    nothing. (A body that fails to compile leaves its anonymous id
+//!    declared, undefined and referenced by nothing.)
+//!
+//! What an embedder sees differently: code addresses inside a body belong
+//! to the body's anonymous id (in `DedupModule::functions_at`, a profiler's
+//! map, an object file's local symbol), not to the members; and
+//! [`Stats::code_bytes_without_dedup`](super::Stats) counts the bodies and
+//! thunks, not the members' code they replace (which was never compiled).
 //!
 //! # What it costs
 //!
