@@ -293,3 +293,92 @@ impl<M: Module> DedupModule<M> {
         self.stats.count_similar_group(merge.members.len());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Fingerprinter;
+
+    /// `(i64) -> i64`: `v0 + a`, times `b`, shifted left by `shift`, then
+    /// `pad` more instructions without constants.
+    fn text(a: i64, b: i64, shift: i64, pad: usize) -> String {
+        let mut lines = String::new();
+        let mut prev = "v5".to_string();
+        for i in 0..pad {
+            lines.push_str(&format!("v{} = iadd {prev}, v0\n", 100 + i));
+            prev = format!("v{}", 100 + i);
+        }
+        format!(
+            "function %f(i64) -> i64 system_v {{
+             block0(v0: i64):
+                 v1 = iconst.i64 {a}
+                 v2 = iadd v0, v1
+                 v3 = iconst.i64 {b}
+                 v4 = imul v2, v3
+                 v6 = iconst.i64 {shift}
+                 v5 = ishl v4, v6
+                 {lines}
+                 return {prev}
+             }}"
+        )
+    }
+
+    /// The pending functions of `texts` (ids in order) and their
+    /// candidates.
+    fn candidates(texts: &[String]) -> (Vec<(FuncId, Function)>, Vec<Candidate>) {
+        let mut walker = Fingerprinter::new();
+        let mut shaper = Shaper::new();
+        let mut pending = Vec::new();
+        let mut candidates = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            let func = cranelift_reader::parse_functions(t).unwrap().remove(0);
+            let walk = walker.walk(&func);
+            let instructions = walk.instructions();
+            let shape = shaper.shape(&walk, &func);
+            candidates.push(Candidate {
+                index: i,
+                shape,
+                instructions,
+            });
+            pending.push((FuncId::from_u32(i as u32), func));
+        }
+        (pending, candidates)
+    }
+
+    fn members(merges: &[Merge]) -> Vec<Vec<usize>> {
+        merges.iter().map(|m| m.members.clone()).collect()
+    }
+
+    #[test]
+    fn groups_of_one_shape_that_pay_are_merged() {
+        let options = SimilarOptions::default();
+        // f1 shifts by another amount: another shape.
+        let texts = [
+            text(1, 2, 3, 30),
+            text(5, 6, 4, 30),
+            text(7, 8, 3, 30),
+            text(9, 2, 3, 30),
+        ];
+        let (pending, c) = candidates(&texts);
+        let merges = plan_merges(&c, &pending, &options);
+        assert_eq!(members(&merges), [vec![0, 2, 3]]);
+        assert_eq!(merges[0].plan.derived.params.len(), 2);
+        assert_eq!(merges[0].plan.decision, Decision::Merge);
+        // The same functions without the padding do not pay.
+        let texts = [text(1, 2, 3, 0), text(7, 8, 3, 0)];
+        let (pending, c) = candidates(&texts);
+        assert!(plan_merges(&c, &pending, &options).is_empty());
+    }
+
+    #[test]
+    fn groups_are_split_to_fit_the_parameter_limit() {
+        let options = SimilarOptions {
+            max_params: 1,
+            ..SimilarOptions::default()
+        };
+        // f0 and f2 differ in one constant, f1 from both in two.
+        let texts = [text(1, 2, 3, 30), text(5, 6, 3, 30), text(1, 9, 3, 30)];
+        let (pending, c) = candidates(&texts);
+        assert_eq!(members(&plan_merges(&c, &pending, &options)), [vec![0, 2]]);
+    }
+}
