@@ -842,3 +842,67 @@ fn tail_members_merge_where_tail_calls_do_not_compile() {
         );
     }
 }
+
+#[test]
+fn a_duplicate_of_a_member_runs_its_thunk() {
+    let a = padded(&arithmetic("system_v", 3, 5, -7, 1000), 24);
+    let b = padded(&arithmetic("system_v", -3, 5, 100, -1), 24);
+    let s = merged_module_agrees(&[a.clone(), b, a], &all(3), similar_batch());
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 2), "{s:?}");
+    // f2 is f0's duplicate, and so e2 (which calls f2, rewritten to f0)
+    // is e0's.
+    assert_eq!(s.trampolined, 2, "{s:?}");
+}
+
+#[test]
+fn a_later_flush_with_a_members_twin_and_a_new_member_runs_right() {
+    let text = |a: i64| padded(&arithmetic("system_v", a, 5, -7, 1000), 24);
+    let funcs: Vec<Function> = [text(1), text(2), text(1), text(3), text(4)]
+        .iter()
+        .map(|t| parse(t))
+        .collect();
+    let mut plain = jit();
+    let (_, plain_entries) = define_all(&mut plain, &funcs, &all(5));
+    plain.finalize_definitions().unwrap();
+    let mut dedup = DedupModule::<JITModule>::with_options(jit_builder(), similar_batch());
+    // Two flushes: f0 and f1, then f2 (f0's twin), f3 and f4.
+    let ids: Vec<FuncId> = funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            dedup
+                .declare_function(&format!("f{i}"), Linkage::Local, &f.signature)
+                .unwrap()
+        })
+        .collect();
+    let mut flushed = Vec::new();
+    for range in [0..2, 2..5] {
+        for i in range {
+            let mut ctx = dedup.make_context();
+            ctx.func = funcs[i].clone();
+            ctx.func.name = UserFuncName::user(0, ids[i].as_u32());
+            dedup.define_function(ids[i], &mut ctx).unwrap();
+        }
+        dedup.finalize_definitions().unwrap();
+        flushed.push(dedup.stats().clone());
+    }
+    assert_eq!(flushed[0].similar_merged, 2, "{:?}", flushed[0]);
+    // f2 is not a duplicate of f0 under f0's original key (the cache holds
+    // only the keys of the code compiled: the thunk's and the body's): it
+    // merges with f3 and f4. Their body is the first one's (a duplicate),
+    // and so, its call rewritten to the first body, is f2's thunk (f0's).
+    let s = dedup.stats();
+    assert_eq!((s.similar_groups, s.similar_merged), (2, 5), "{s:?}");
+    assert_eq!(s.trampolined, 2, "{s:?}");
+    assert_eq!(
+        s.compiled, 5,
+        "a body and two thunks, then two thunks: {s:?}"
+    );
+    for (i, &p) in plain_entries.iter().enumerate() {
+        assert_eq!(
+            results_at(plain.get_finalized_function(p)),
+            results_at(dedup.get_finalized_function(ids[i])),
+            "f{i}"
+        );
+    }
+}
