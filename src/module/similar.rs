@@ -40,8 +40,9 @@
 //!    under the thunk's own keys. So every member's address
 //!    (`get_finalized_function`, references, symbols) is its thunk's, and
 //!    no cache entry describes code other than its own: a later function
-//!    equal to a member compiles (or merges with the thunk only if it *is*
-//!    that thunk).
+//!    equal to a member is never taken for it (it compiles, or merges
+//!    anew, and only what is equal to a thunk or body becomes their
+//!    duplicate).
 //! 5. **Failures.** Merging never fails a function: a group whose body
 //!    cannot be built or defined, or one of whose members (other than the
 //!    first, which the body's compile verifies) fails to verify when the
