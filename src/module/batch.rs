@@ -152,6 +152,7 @@ impl<M: Module> DedupModule<M> {
                 }
             }
         }
+        self.merge_similar(pending);
         // Compile the first of each group, then define the duplicates that
         // were planned (`define_now` may define more duplicates itself).
         let planned: Vec<(usize, FuncId)> = pending

@@ -145,6 +145,25 @@ pub fn thunk(
     body_sig: &Signature,
     values: &[(Type, SiteValue)],
 ) -> Function {
+    let tail_call = sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
+    thunk_calling(frontend, name, sig, body, body_sig, values, tail_call)
+}
+
+/// [`thunk`], with a `return_call` only if `tail_call` (which needs both
+/// signatures in the `tail` convention), and a `call` and a `return`
+/// otherwise: for targets where a tail call cannot be compiled (x86-64
+/// without `preserve_frame_pointers`, where Cranelift 0.135.8 asserts).
+pub fn thunk_calling(
+    frontend: TargetFrontendConfig,
+    name: UserFuncName,
+    sig: &Signature,
+    body: UserExternalName,
+    body_sig: &Signature,
+    values: &[(Type, SiteValue)],
+    tail_call: bool,
+) -> Function {
+    let tail_call =
+        tail_call && sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
     let mut func = Function::with_name_signature(name, sig.clone());
     let mut context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut context);
@@ -188,7 +207,7 @@ pub fn thunk(
         colocated: true,
         patchable: false,
     });
-    if sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail {
+    if tail_call {
         b.ins().return_call(callee, &args);
     } else {
         let call = b.ins().call(callee, &args);

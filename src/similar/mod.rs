@@ -3,10 +3,12 @@
 //! one parameterized body, and each becomes a thunk that passes its own
 //! values and function pointers.
 //!
-//! Not wired into [`crate::DedupModule`]: this module finds the groups,
-//! derives their parameters, decides with a cost model in machine-code
-//! bytes which groups pay, and builds the merged body and the thunks as
-//! CLIF. `jitfold report --similar` runs it on a corpus.
+//! This module finds the groups, derives their parameters, decides with a
+//! cost model in machine-code bytes which groups pay, and builds the
+//! merged body and the thunks as CLIF. `jitfold report --merge similar`
+//! runs it on a corpus; [`crate::DedupModule`] in batch mode with
+//! [`DedupOptions::with_similar`](crate::DedupOptions::with_similar)
+//! merges the functions of each flush with it.
 //!
 //! # What this module guarantees
 //!
@@ -141,7 +143,7 @@ pub use group::{
     CostModel, Decision, Derived, GroupPlan, Param, Prediction, SimilarOptions, derive, plan_group,
     split,
 };
-pub use merge::{merged_body, thunk, thunk_values};
+pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};
 
 #[cfg(test)]
