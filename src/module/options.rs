@@ -194,7 +194,9 @@ impl DedupOptions {
     /// every option. [Check mode](DedupOptions::check) is on in the four
     /// with reuse on, so that whatever iterates these has every duplicate,
     /// reused code and adapter compiled again and compared, and off in the
-    /// two with reuse off, so that the path without checks runs too.
+    /// two with reuse off, so that the path without checks runs too; the
+    /// last (batch mode) also merges similar functions
+    /// ([`DedupOptions::similar`], which check mode would skip).
     pub const ALL: [DedupOptions; 6] = [
         DedupOptions {
             mode: Mode::Eager,
@@ -242,7 +244,7 @@ impl DedupOptions {
             reuse: false,
             check: false,
             threads: 1,
-            similar: None,
+            similar: Some(SimilarOptions::DEFAULT),
         },
     ];
 }

@@ -197,12 +197,18 @@ pub struct SimilarOptions {
     pub model: CostModel,
 }
 
+impl SimilarOptions {
+    /// Six parameters at most, and the x86-64 cost model
+    /// ([`CostModel::X86_64`]).
+    pub const DEFAULT: SimilarOptions = SimilarOptions {
+        max_params: 6,
+        model: CostModel::X86_64,
+    };
+}
+
 impl Default for SimilarOptions {
     fn default() -> Self {
-        Self {
-            max_params: 6,
-            model: CostModel::default(),
-        }
+        Self::DEFAULT
     }
 }
 

@@ -147,7 +147,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
         };
     let plain = &runs[0];
     println!(
-        "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10} {:>8}",
+        "{:<44} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>7} {:>11} {:>10} {:>8}",
         "",
         "functions",
         "compiled",
@@ -155,13 +155,14 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
         "loaded",
         "aliased",
         "trampolines",
+        "thunks",
         "code bytes",
         "time (ms)",
         "speedup"
     );
     for r in &runs {
         println!(
-            "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10.2} {:>7.2}x",
+            "{:<44} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>7} {:>11} {:>10.2} {:>7.2}x",
             r.label,
             r.functions,
             r.compiled,
@@ -169,6 +170,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
             r.loaded,
             r.aliased,
             r.trampolined,
+            r.similar_merged,
             r.code_bytes,
             r.time.as_secs_f64() * 1e3,
             plain.time.as_secs_f64() / r.time.as_secs_f64()
