@@ -2,12 +2,12 @@
 //! group's plan (see the [module docs](super)).
 
 use super::group::Derived;
-use super::shape::{Site, SiteValue, constant_kind, func_refs_of};
+use super::shape::{Site, SiteValue, constant_kind, references_of};
 use crate::fingerprint::SymbolName;
 use cranelift_codegen::ir::{
     AbiParam, ExtFuncData, ExternalName, Function, GlobalValueData, InstBuilder, InstructionData,
     Opcode, Signature, Type, UserExternalName, UserFuncName, Value,
-    immediates::{Ieee32, Ieee64},
+    immediates::{Ieee32, Ieee64, Imm64},
     types,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
@@ -50,6 +50,12 @@ pub fn merged_body(
             Site::Constant(inst) => *inst,
             Site::Callee(name) => {
                 call_through(&mut body, name, params[p])?;
+                no_reference_left(&body, name)?;
+                continue;
+            }
+            Site::FunctionAddress(name) | Site::SymbolAddress(name) => {
+                address_from(&mut body, site, name, params[p])?;
+                no_reference_left(&body, name)?;
                 continue;
             }
         };
@@ -107,23 +113,97 @@ fn call_through(body: &mut Function, name: &SymbolName, pointer: Value) -> Resul
             sig_ref,
         };
     }
-    // Nothing else may still name it: the body would call `first`'s
-    // callee where another member calls its own.
-    let names_it = |data: &ExtFuncData| SymbolName::of(body, &data.name).as_ref() == Some(name);
+    Ok(())
+}
+
+/// Makes every `func_addr` of `name` (for a [`Site::FunctionAddress`]) or
+/// every `symbol_value` of a global value that is `name` (for a
+/// [`Site::SymbolAddress`]) in `body` an alias of `address`; an error if
+/// there is none, or one is not of `address`'s type.
+fn address_from(
+    body: &mut Function,
+    site: &Site,
+    name: &SymbolName,
+    address: Value,
+) -> Result<(), String> {
+    let mut found = Vec::new();
     for block in body.layout.blocks() {
         for inst in body.layout.block_insts(block) {
-            let refs = func_refs_of(&body.dfg.insts[inst]);
-            if refs.iter().any(|&r| names_it(&body.dfg.ext_funcs[r])) {
+            let names_it = match (site, body.dfg.insts[inst]) {
+                (
+                    Site::FunctionAddress(_),
+                    InstructionData::FuncAddr {
+                        opcode: Opcode::FuncAddr,
+                        func_ref,
+                    },
+                ) => SymbolName::of(body, &body.dfg.ext_funcs[func_ref].name),
+                (
+                    Site::SymbolAddress(_),
+                    InstructionData::UnaryGlobalValue {
+                        opcode: Opcode::SymbolValue,
+                        global_value,
+                    },
+                ) => match &body.global_values[global_value] {
+                    GlobalValueData::Symbol { name, .. } => SymbolName::of(body, name),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if names_it.as_ref() == Some(name) {
+                found.push(inst);
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(format!("no address of {name:?}"));
+    }
+    let ty = body.dfg.value_type(address);
+    for inst in found {
+        let result = body.dfg.first_result(inst);
+        if body.dfg.value_type(result) != ty {
+            return Err(format!("{inst} is not of its parameter's type"));
+        }
+        body.layout.remove_inst(inst);
+        body.dfg.clear_results(inst);
+        body.dfg.change_to_alias(result, address);
+    }
+    Ok(())
+}
+
+/// `name` as an external name of `func` (a user name is declared in it).
+fn external_name(func: &mut Function, name: &SymbolName) -> ExternalName {
+    match name {
+        SymbolName::User(user) => {
+            ExternalName::User(func.declare_imported_user_function(user.clone()))
+        }
+        SymbolName::TestCase(bytes) => ExternalName::testcase(bytes),
+    }
+}
+
+/// An error if anything in `body` still refers to `name` (an instruction
+/// through a function reference or a global value, or a global value
+/// through its base): the body would use `first`'s function or symbol
+/// where another member uses its own.
+fn no_reference_left(body: &Function, name: &SymbolName) -> Result<(), String> {
+    let names_it = |n: &ExternalName| SymbolName::of(body, n).as_ref() == Some(name);
+    let gv_names_it = |gv: cranelift_codegen::ir::GlobalValue| matches!(&body.global_values[gv], GlobalValueData::Symbol { name, .. } if names_it(name));
+    for block in body.layout.blocks() {
+        for inst in body.layout.block_insts(block) {
+            let refs = references_of(&body.dfg.insts[inst]);
+            let funcs = refs.funcs.iter();
+            if funcs.map(|&r| &body.dfg.ext_funcs[r].name).any(names_it)
+                || refs.global_values.iter().any(|&gv| gv_names_it(gv))
+            {
                 return Err(format!("{inst} still refers to {name:?}"));
             }
         }
     }
-    let as_data = body.global_values.values().any(|gv| {
-        matches!(gv, GlobalValueData::Symbol { name: n, .. }
-            if SymbolName::of(body, n).as_ref() == Some(name))
-    });
-    if as_data {
-        return Err(format!("a global value refers to {name:?}"));
+    for data in body.global_values.values() {
+        if let GlobalValueData::Load { base, .. } | GlobalValueData::IAddImm { base, .. } = data
+            && gv_names_it(*base)
+        {
+            return Err(format!("a global value's base refers to {name:?}"));
+        }
     }
     Ok(())
 }
@@ -181,14 +261,9 @@ pub fn thunk_calling(
                 b.ins().f64const(Ieee64::with_bits(*bits as u64))
             }
             (ty, SiteValue::Bits(bits)) => b.ins().iconst(ty, *bits),
-            (ty, SiteValue::Callee(name, sig)) => {
+            (ty, SiteValue::Function(name, sig)) => {
                 let signature = b.import_signature(sig.clone());
-                let name = match name {
-                    SymbolName::User(user) => {
-                        ExternalName::User(b.func.declare_imported_user_function(user.clone()))
-                    }
-                    SymbolName::TestCase(bytes) => ExternalName::testcase(bytes),
-                };
+                let name = external_name(b.func, name);
                 let callee = b.import_function(ExtFuncData {
                     name,
                     signature,
@@ -196,6 +271,16 @@ pub fn thunk_calling(
                     patchable: false,
                 });
                 b.ins().func_addr(ty, callee)
+            }
+            (ty, SiteValue::Symbol(name)) => {
+                let name = external_name(b.func, name);
+                let symbol = b.create_global_value(GlobalValueData::Symbol {
+                    name,
+                    offset: Imm64::new(0),
+                    colocated: false,
+                    tls: false,
+                });
+                b.ins().symbol_value(ty, symbol)
             }
         });
     }

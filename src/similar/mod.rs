@@ -14,15 +14,16 @@
 //!
 //! 1. **Shapes.** [`Shaper::shape`] gives a function's [`Shape`](crate::fingerprint::Shape): its exact
 //!    key ([`crate::Fingerprint`]) with the words of each *parameterizable*
-//!    constant's immediate (below) set to zero and each *parameterizable
-//!    callee*'s name (below) replaced by a placeholder in the key's names,
+//!    constant's immediate (below) set to zero and each *name site*'s
+//!    name (below) replaced by a placeholder in the key's names,
 //!    followed by the count and the key positions of the immediates
-//!    masked, and the count and the name slots of the callees masked. Two
-//!    functions have equal shapes exactly when their exact keys are equal
-//!    but for the immediates of those constants, which are then at the
-//!    same positions, of the same opcodes and types, with the same uses,
-//!    and but for the names in those slots, which every member uses only
-//!    as the callee of `call`s, with one signature. The exact key and the
+//!    masked, and the count and the name slots masked. Two functions have
+//!    equal shapes exactly when their exact keys are equal but for the
+//!    immediates of those constants, which are then at the same
+//!    positions, of the same opcodes and types, with the same uses, and
+//!    but for the names in those slots, which every member uses in the
+//!    same one of the ways listed below (the template, which the shape
+//!    keeps, says how each slot is used). The exact key and the
 //!    template key are not changed (nor
 //!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
 //!    the walk only records where each constant's immediate is
@@ -37,15 +38,18 @@
 //!    parameterized constant replaced by a new parameter appended to the
 //!    signature (the constant's result becomes an alias of it), and each
 //!    `call` of a parameterized callee replaced by a `call_indirect`
-//!    through a new parameter, with the call's signature and arguments; it
-//!    refuses a body that still names such a callee. So the body called
+//!    through a new parameter, with the call's signature and arguments,
+//!    and each `func_addr` or `symbol_value` of a parameterized name made
+//!    an alias of a new parameter; it refuses a body that still refers to
+//!    such a name. So the body called
 //!    with member `m`'s values computes exactly what `m` computes: the
 //!    members differ in nothing else (1), every use of a parameterized
 //!    value is an operand whose meaning does not depend on whether it is a
-//!    constant (below), and an indirect call of a function's address is a
-//!    call of that function. [`thunk`] has the member's own signature and
-//!    passes its arguments, its constants and the addresses of its callees
-//!    (`func_addr`) through.
+//!    constant (below), an indirect call of a function's address is a
+//!    call of that function, and an address passed is the one the member
+//!    takes. [`thunk`] has the member's own signature and passes its
+//!    arguments, its constants and the addresses of its functions
+//!    (`func_addr`) and symbols (`symbol_value`) through.
 //! 4. **Cost.** [`CostModel::predict`] counts, in bytes of machine code, the
 //!    members' code removed against the thunks and the body's growth;
 //!    [`plan_group`] merges only groups that it predicts to pay and whose
@@ -115,18 +119,31 @@
 //! - `f16const`, `f128const` and vector constants, and any use not listed
 //!   above.
 //!
-//! A user or test-case name is a **callee site** when every reference to
-//! it in the function (through any function reference, by Cranelift's own
-//! list of each instruction format's references, `InstructionData::map`)
-//! is the callee of a `call` (all with one signature), and no global value
-//! names it, through no `patchable` reference. Not callee sites: names of
-//! `patchable` references (the call site's patching metadata, which a
-//! `call_indirect` does not have), names of `return_call` (a `tail` body
-//! could `return_call_indirect`, but not every convention may), `try_call`
-//! (its exception table stays as it is), `func_addr` and `symbol_value`
-//! (the address is data: a body could compare it), and libcalls and known
-//! symbols (they are not names of the module). A callee parameter is an
-//! `i64` ([`CALLEE_TYPE`]): jitfold's targets are 64-bit.
+//! A user or test-case name is a **name site** when every reference to it
+//! in the function (through any function reference or global value, by
+//! Cranelift's own list of each instruction format's references,
+//! `InstructionData::map`) is of one of these kinds:
+//!
+//! - the callee of a `call`, all references with one signature and none
+//!   `patchable` (a *callee*: the body calls it with `call_indirect`
+//!   through the parameter, the thunk passes its `func_addr`);
+//! - a `func_addr`, all references with one signature (a *function
+//!   address*: the body takes the parameter for it, the thunk passes the
+//!   `func_addr` of its own);
+//! - a `symbol_value` of a global value that is the name with offset 0,
+//!   not thread-local and not the base of another global value (a *symbol
+//!   address*: the thunk passes the `symbol_value` of its own).
+//!
+//! An address passed is the address the member takes itself, so its
+//! identity is kept: a body that compares or stores it sees what the
+//! member saw. Not name sites: names used in more than one of these ways,
+//! names of `patchable` references (the call site's patching metadata,
+//! which a `call_indirect` does not have), of `return_call` (a `tail`
+//! body could `return_call_indirect`, but not every convention may), of
+//! `try_call` (its exception table stays as it is), of `tls_value` and
+//! thread-local or offset symbols, and libcalls and known symbols (they
+//! are not names of the module). A name parameter is an `i64`
+//! ([`CALLEE_TYPE`]): jitfold's targets are 64-bit.
 //!
 //! Whole functions are left out when a thunk in front of them could be
 //! observed ([`Walk::observes_own_frame`](crate::fingerprint::Walk::observes_own_frame): frame or return address reads,
@@ -375,7 +392,7 @@ mod tests {
         assert_eq!(a.values.len(), 1);
         assert_eq!(a.values[0].kind, ParamKind::Callee);
         assert_eq!(a.values[0].ty, CALLEE_TYPE);
-        let SiteValue::Callee(name, sig) = &a.values[0].value else {
+        let SiteValue::Function(name, sig) = &a.values[0].value else {
             panic!("{:?}", a.values[0]);
         };
         assert_eq!(*name, crate::SymbolName::TestCase(b"g"[..].into()));

@@ -22,6 +22,12 @@ pub enum ParamKind {
     /// A function called directly (`call`): the body calls it through a
     /// pointer the thunk passes (`func_addr`).
     Callee,
+    /// A function whose address is taken (`func_addr`): the thunk passes
+    /// the address.
+    FunctionAddress,
+    /// A symbol whose address is taken (`symbol_value` of a global value
+    /// without offset, not thread-local): the thunk passes the address.
+    SymbolAddress,
 }
 
 /// What a parameter site holds in one function.
@@ -30,8 +36,11 @@ pub enum SiteValue {
     /// A constant's raw immediate bits, as stored in the instruction (an
     /// `f32const`'s zero-extended).
     Bits(i64),
-    /// A callee: its name, and the signature it is called with.
-    Callee(SymbolName, Signature),
+    /// A function (a callee, or a function whose address is taken): its
+    /// name, and the signature its references declare.
+    Function(SymbolName, Signature),
+    /// A symbol whose address is taken: its name.
+    Symbol(SymbolName),
 }
 
 /// The value of one parameter site of one function.
@@ -58,6 +67,38 @@ pub enum Site {
     /// Every `call` of the function with this name (a name slot of the
     /// walk: every use of the name is such a call).
     Callee(SymbolName),
+    /// Every `func_addr` of the function with this name (every use of the
+    /// name is one).
+    FunctionAddress(SymbolName),
+    /// Every `symbol_value` of a global value that is this name without
+    /// offset (every use of the name is one).
+    SymbolAddress(SymbolName),
+}
+
+/// How the references to a name slot seen so far use it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NameUse {
+    Unused,
+    /// Only as the callee of `call`s.
+    Callee,
+    /// Only by `func_addr`s.
+    FunctionAddress,
+    /// Only through global values that are the name without offset, not
+    /// thread-local, and not the base of another global value, by
+    /// `symbol_value`.
+    SymbolAddress,
+    Excluded,
+}
+
+impl NameUse {
+    /// The use of a name used as `self` so far and now as `other`.
+    fn and(self, other: NameUse) -> NameUse {
+        match (self, other) {
+            (NameUse::Unused, other) => other,
+            (this, other) if this == other => this,
+            _ => NameUse::Excluded,
+        }
+    }
 }
 
 /// A function's shape and its parameter sites.
@@ -87,9 +128,11 @@ pub struct Shaper {
     site_of: SecondaryMap<Value, u32>,
     uses: Vec<SiteUse>,
     /// How each name slot of the walk is used.
-    name_uses: Vec<SiteUse>,
+    name_uses: Vec<NameUse>,
     /// The name slot of each function reference, if it has one.
     slot_of_ref: SecondaryMap<FuncRef, u32>,
+    /// The name slot of each global value that is a symbol, if it has one.
+    slot_of_gv: SecondaryMap<GlobalValue, u32>,
     words: Vec<u32>,
 }
 
@@ -107,6 +150,7 @@ impl Shaper {
             uses: Vec::new(),
             name_uses: Vec::new(),
             slot_of_ref: SecondaryMap::with_default(NO_SITE),
+            slot_of_gv: SecondaryMap::with_default(NO_SITE),
             words: Vec::new(),
         }
     }
@@ -125,7 +169,7 @@ impl Shaper {
         }
         let names = walk.names();
         self.name_uses.clear();
-        self.name_uses.resize(names.len(), SiteUse::Unused);
+        self.name_uses.resize(names.len(), NameUse::Unused);
         self.slot_of_ref.clear();
         for (func_ref, data) in dfg.ext_funcs.iter() {
             if let Some(slot) = SymbolName::of(func, &data.name)
@@ -134,15 +178,7 @@ impl Shaper {
                 self.slot_of_ref[func_ref] = slot as u32;
             }
         }
-        // A name a global value refers to is used as data.
-        for gv in func.global_values.values() {
-            if let GlobalValueData::Symbol { name, .. } = gv
-                && let Some(name) = SymbolName::of(func, name)
-                && let Some(slot) = names.iter().position(|n| *n == name)
-            {
-                self.name_uses[slot] = SiteUse::Excluded;
-            }
-        }
+        self.symbols(func, names);
         for block in func.layout.blocks() {
             for inst in func.layout.block_insts(block) {
                 if !candidates.is_empty() {
@@ -183,25 +219,40 @@ impl Shaper {
                 value: SiteValue::Bits(bits),
             });
         }
-        // The names, each callee site's replaced by a placeholder; the
-        // list of masked slots below keeps the placeholder apart from a
-        // name that stays.
+        // The names, each name site's replaced by a placeholder; the list
+        // of masked slots below keeps the placeholder apart from a name
+        // that stays.
         let mut shaped_names = names.to_vec();
         let mut masked_slots = Vec::new();
         for (slot, &used) in self.name_uses.iter().enumerate() {
-            if used != SiteUse::Ordinary {
-                continue;
-            }
-            let Some(sig) = self.callee_signature(func, slot) else {
-                continue;
+            let name = &names[slot];
+            let (kind, site, value) = match used {
+                NameUse::Unused | NameUse::Excluded => continue,
+                NameUse::Callee | NameUse::FunctionAddress => {
+                    let Some(sig) = self.function_signature(func, slot) else {
+                        continue;
+                    };
+                    let value = SiteValue::Function(name.clone(), sig);
+                    if used == NameUse::Callee {
+                        (ParamKind::Callee, Site::Callee(name.clone()), value)
+                    } else {
+                        let site = Site::FunctionAddress(name.clone());
+                        (ParamKind::FunctionAddress, site, value)
+                    }
+                }
+                NameUse::SymbolAddress => (
+                    ParamKind::SymbolAddress,
+                    Site::SymbolAddress(name.clone()),
+                    SiteValue::Symbol(name.clone()),
+                ),
             };
-            let name = std::mem::replace(&mut shaped_names[slot], PLACEHOLDER_NAME);
+            shaped_names[slot] = PLACEHOLDER_NAME;
             masked_slots.push(slot as u32);
-            sites.push(Site::Callee(name.clone()));
+            sites.push(site);
             values.push(ParamValue {
-                kind: ParamKind::Callee,
+                kind,
                 ty: CALLEE_TYPE,
-                value: SiteValue::Callee(name, sig),
+                value,
             });
         }
         crate::fingerprint::encode_names(&mut self.words, &shaped_names);
@@ -216,29 +267,81 @@ impl Shaper {
         }
     }
 
-    /// Qualifies the name slots `inst` refers to: a `call`'s callee is an
-    /// ordinary use, any other reference (a `return_call`, `try_call` or
-    /// `func_addr`) excludes the name.
+    /// Maps the global values that are symbols to their name slots, and
+    /// excludes the names of those that are not a plain address (with an
+    /// offset, thread-local, or the base of another global value).
+    fn symbols(&mut self, func: &Function, names: &[SymbolName]) {
+        self.slot_of_gv.clear();
+        let slot_of = |name| {
+            SymbolName::of(func, name).and_then(|name| names.iter().position(|n| *n == name))
+        };
+        for (gv, data) in func.global_values.iter() {
+            if let GlobalValueData::Symbol {
+                name, offset, tls, ..
+            } = data
+                && let Some(slot) = slot_of(name)
+            {
+                self.slot_of_gv[gv] = slot as u32;
+                if *tls || offset.bits() != 0 {
+                    self.name_uses[slot] = NameUse::Excluded;
+                }
+            }
+        }
+        for data in func.global_values.values() {
+            let base = match data {
+                GlobalValueData::Load { base, .. } | GlobalValueData::IAddImm { base, .. } => *base,
+                GlobalValueData::VMContext
+                | GlobalValueData::Symbol { .. }
+                | GlobalValueData::DynScaleTargetConst { .. } => continue,
+            };
+            let slot = self.slot_of_gv[base];
+            if slot != NO_SITE {
+                self.name_uses[slot as usize] = NameUse::Excluded;
+            }
+        }
+    }
+
+    /// Qualifies the name slots `inst` refers to: a `call`'s callee, a
+    /// `func_addr`'s function, or a `symbol_value`'s symbol (see
+    /// [`NameUse`]); any other reference (a `return_call`, `try_call` or
+    /// `tls_value`) excludes the name.
     fn names_used_by(&mut self, func: &Function, inst: Inst) {
         let data = &func.dfg.insts[inst];
-        for func_ref in func_refs_of(data) {
+        let opcode = data.opcode();
+        let refs = references_of(data);
+        for func_ref in refs.funcs {
             let slot = self.slot_of_ref[func_ref];
             if slot == NO_SITE {
                 continue;
             }
-            let used = &mut self.name_uses[slot as usize];
-            *used = match (*used, data.opcode() == Opcode::Call) {
-                (SiteUse::Excluded, _) | (_, false) => SiteUse::Excluded,
-                _ => SiteUse::Ordinary,
+            let use_ = match opcode {
+                Opcode::Call => NameUse::Callee,
+                Opcode::FuncAddr => NameUse::FunctionAddress,
+                _ => NameUse::Excluded,
             };
+            let used = &mut self.name_uses[slot as usize];
+            *used = used.and(use_);
+        }
+        for gv in refs.global_values {
+            let slot = self.slot_of_gv[gv];
+            if slot == NO_SITE {
+                continue;
+            }
+            let use_ = match opcode {
+                Opcode::SymbolValue => NameUse::SymbolAddress,
+                _ => NameUse::Excluded,
+            };
+            let used = &mut self.name_uses[slot as usize];
+            *used = used.and(use_);
         }
     }
 
-    /// The signature every `call` of name slot `slot` uses, or `None` if
-    /// they use more than one (the body would need one pointer per
-    /// signature: the slot stays in the shape) or a reference to it is
-    /// `patchable` (a `call_indirect` has no patchable call site).
-    fn callee_signature(&self, func: &Function, slot: usize) -> Option<Signature> {
+    /// The signature every reference to the function of name slot `slot`
+    /// declares, or `None` if they declare more than one (the body would
+    /// need one pointer per signature: the slot stays in the shape) or a
+    /// reference to it is `patchable` (a `call_indirect` has no patchable
+    /// call site).
+    fn function_signature(&self, func: &Function, slot: usize) -> Option<Signature> {
         let mut sig = None;
         for (func_ref, data) in func.dfg.ext_funcs.iter() {
             if self.slot_of_ref[func_ref] as usize != slot {
@@ -314,13 +417,16 @@ const PLACEHOLDER_NAME: SymbolName = SymbolName::User(ir::UserExternalName {
     index: u32::MAX,
 });
 
-/// The function references an instruction refers to (an
-/// [`InstructionMapper`] that changes nothing, so that Cranelift's own
+/// The function references and global values an instruction refers to
+/// (an [`InstructionMapper`] that changes nothing, so that Cranelift's own
 /// generated code lists every reference of every instruction format).
 #[derive(Default)]
-struct FuncRefs(Vec<FuncRef>);
+pub(super) struct References {
+    pub(super) funcs: Vec<FuncRef>,
+    pub(super) global_values: Vec<GlobalValue>,
+}
 
-impl InstructionMapper for FuncRefs {
+impl InstructionMapper for References {
     fn map_value(&mut self, value: Value) -> Value {
         value
     }
@@ -328,6 +434,7 @@ impl InstructionMapper for FuncRefs {
         value_list
     }
     fn map_global_value(&mut self, global_value: GlobalValue) -> GlobalValue {
+        self.global_values.push(global_value);
         global_value
     }
     fn map_jump_table(&mut self, jump_table: JumpTable) -> JumpTable {
@@ -343,7 +450,7 @@ impl InstructionMapper for FuncRefs {
         block
     }
     fn map_func_ref(&mut self, func_ref: FuncRef) -> FuncRef {
-        self.0.push(func_ref);
+        self.funcs.push(func_ref);
         func_ref
     }
     fn map_sig_ref(&mut self, sig_ref: SigRef) -> SigRef {
@@ -366,12 +473,12 @@ impl InstructionMapper for FuncRefs {
     }
 }
 
-/// The function references `data` refers to, by Cranelift's own list of
-/// each instruction format's entities.
-pub(super) fn func_refs_of(data: &ir::InstructionData) -> Vec<FuncRef> {
-    let mut refs = FuncRefs::default();
+/// The function references and global values `data` refers to, by
+/// Cranelift's own list of each instruction format's entities.
+pub(super) fn references_of(data: &ir::InstructionData) -> References {
+    let mut refs = References::default();
     data.map(&mut refs);
-    refs.0
+    refs
 }
 
 /// The kind of constant an instruction of `opcode` is, and how many key

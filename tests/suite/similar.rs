@@ -108,6 +108,12 @@ fn merged_results_agree(texts: &[String]) -> usize {
 /// defined first, as `u0:0` to `u0:{k-1}` (in both modules), and member
 /// `i` is `u0:{k+i}` (in the merged module, its thunk).
 fn merged_results_agree_with(callees: &[String], texts: &[String]) -> usize {
+    merged_results_agree_with_data(&[], callees, texts)
+}
+
+/// [`merged_results_agree_with`] with data objects: `data[i]` is an
+/// 8-byte object holding that value, `u1:{i}` (in both modules).
+fn merged_results_agree_with_data(data: &[i64], callees: &[String], texts: &[String]) -> usize {
     let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
     let shapes: Vec<ShapeOf> = funcs.iter().map(shape_of).collect();
     for s in &shapes[1..] {
@@ -119,6 +125,15 @@ fn merged_results_agree_with(callees: &[String], texts: &[String]) -> usize {
 
     let callees: Vec<Function> = callees.iter().map(|t| parse(t)).collect();
     let define_callees = |m: &mut JITModule| {
+        for (i, value) in data.iter().enumerate() {
+            let id = m
+                .declare_data(&format!("d{i}"), Linkage::Local, false, false)
+                .unwrap();
+            assert_eq!(id.as_u32() as usize, i);
+            let mut object = cranelift_module::DataDescription::new();
+            object.define(value.to_le_bytes().into());
+            m.define_data(id, &object).unwrap();
+        }
         for (i, c) in callees.iter().enumerate() {
             let id = declare(m, &format!("c{i}"), c);
             assert_eq!(id.as_u32() as usize, i);
@@ -1072,4 +1087,70 @@ fn a_later_flush_with_a_members_twin_and_a_new_member_runs_right() {
             "f{i}"
         );
     }
+}
+
+/// Members that differ in which function's address they take and which
+/// data object they read: each address is a parameter its thunk passes.
+#[test]
+fn members_differing_in_addresses_they_take_use_their_own() {
+    let callee = |id: u32, k: i64| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {k}
+                 v3 = imul v0, v2
+                 v4 = iadd v3, v1
+                 return v4
+             }}"
+        )
+    };
+    let callees = [callee(0, 3), callee(1, -7)];
+    // Reads data object `object`, calls function `function` through its
+    // address (so the name is used as data, not as a callee).
+    let member = |id: u32, function: u32, object: u32| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 gv0 = symbol colocated u1:{object}
+                 sig0 = (i64, i64) -> i64 system_v
+                 fn0 = colocated u0:{function} sig0
+             block0(v0: i64, v1: i64):
+                 v2 = symbol_value.i64 gv0
+                 v3 = load.i64 notrap aligned v2
+                 v4 = func_addr.i64 fn0
+                 v5 = call_indirect sig0, v4(v0, v3)
+                 v6 = iadd v5, v1
+                 return v6
+             }}"
+        )
+    };
+    let texts = [member(2, 0, 0), member(3, 1, 1), member(4, 0, 1)];
+    let shapes: Vec<ShapeOf> = texts.iter().map(|t| shape_of(&parse(t))).collect();
+    let kinds: Vec<ParamKind> = shapes[0].values.iter().map(|v| v.kind).collect();
+    assert_eq!(
+        kinds,
+        [ParamKind::SymbolAddress, ParamKind::FunctionAddress]
+    );
+    assert_eq!(
+        merged_results_agree_with_data(&[1000, -55], &callees, &texts),
+        2
+    );
+}
+
+/// A symbol read with an offset, or thread-local, stays in the shape.
+#[test]
+fn symbols_with_offsets_stay_in_the_shape() {
+    let text = |object: u32| {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+                 gv0 = symbol colocated u1:{object}+8
+             block0(v0: i64):
+                 v1 = symbol_value.i64 gv0
+                 v2 = load.i64 notrap aligned v1
+                 return v2
+             }}"
+        )
+    };
+    let (a, b) = (shape_of(&parse(&text(0))), shape_of(&parse(&text(1))));
+    assert!(a.values.is_empty(), "{:?}", a.values);
+    assert_ne!(a.shape, b.shape);
 }
