@@ -384,6 +384,8 @@ pub struct Run {
     /// Functions turned into thunks of a merged body (similar-function
     /// merging).
     pub similar_merged: u64,
+    /// Merged bodies (functions of the module's own, compiled).
+    pub similar_bodies: u64,
     /// Machine-code bytes emitted, trampolines included.
     pub code_bytes: u64,
     /// Time from the first definition to finalized code.
@@ -445,6 +447,7 @@ pub fn compare_with_store(
         aliased: 0,
         trampolined: 0,
         similar_merged: 0,
+        similar_bodies: 0,
         code_bytes: workload.compiled_code_bytes,
         time,
         results,
@@ -482,6 +485,7 @@ pub fn compare_with_store(
             aliased: s.aliased,
             trampolined: s.trampolined,
             similar_merged: s.similar_merged,
+            similar_bodies: s.similar_groups,
             code_bytes: s.code_bytes + s.trampoline_bytes,
             time,
             results,

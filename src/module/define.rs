@@ -95,6 +95,12 @@ impl<M: Module> DedupModule<M> {
                 return Ok(());
             }
         }
+        // Eager mode may define it as a thunk of a merged body instead
+        // (see `similar.rs`).
+        let observes_own_frame = walk.observes_own_frame;
+        if let Some(thunk) = self.eager_thunk(id, &ctx.func, observes_own_frame, ctrl_plane) {
+            return self.define_eager_thunk(id, ctx, thunk, ctrl_plane);
+        }
         // The first compile of a module is the inner module's (see 5 in
         // `parallel.rs`).
         let precompiled = precompiled.take_if(|_| self.frames.inner_compiled());

@@ -226,6 +226,9 @@ pub struct DedupModule<M: Module> {
     address_taken: SecondaryMap<FuncId, bool>,
     /// The code store, if any (see `stored.rs`).
     stored: Option<stored::Stored>,
+    /// Shapes seen by eager mode's similar-function merging (see
+    /// `similar.rs`).
+    eager_shapes: similar::EagerShapes,
     /// Whether the inner module may write frame descriptions of code
     /// defined from bytes (see `stored.rs`).
     writes_frames: bool,
@@ -258,6 +261,7 @@ impl<M: Module> DedupModule<M> {
             frames: frames::Frames::default(),
             address_taken: SecondaryMap::new(),
             stored: None,
+            eager_shapes: similar::EagerShapes::default(),
             writes_frames: true,
             stats: Stats::default(),
         }

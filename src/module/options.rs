@@ -1,7 +1,7 @@
 //! The options of a [`DedupModule`](super::DedupModule): when functions
 //! are compiled, whether duplicates keep their own addresses, whether code
-//! is reused, check mode, how many threads compile a batch, and whether a
-//! batch merges similar functions.
+//! is reused, check mode, how many threads compile a batch, and whether
+//! similar functions are merged.
 
 #[cfg(doc)]
 use super::{DedupModule, Stats};
@@ -67,14 +67,19 @@ pub struct DedupOptions {
     /// same, byte for byte, as with one thread; see
     /// [`DedupModule::flush`] for what differs (nothing in the code).
     pub threads: usize,
-    /// Similar-function merging in batch flushes ([`crate::similar`]):
-    /// functions of one flush that differ only in the values of a few
-    /// integer or float constants share one compiled body, which takes
-    /// those values as parameters, and each of them becomes a thunk that
-    /// passes its own values to it. `None` (the default): off. Only
-    /// [`Mode::Batch`] merges (eager mode ignores it), and not in
-    /// [check mode](DedupOptions::check), which compares code with the
-    /// functions' own and would find a thunk there.
+    /// Similar-function merging ([`crate::similar`]): functions that
+    /// differ only in the values of a few integer or float constants, or
+    /// in the functions they call or whose addresses they take, share one
+    /// compiled body, which takes those values as parameters, and each of
+    /// them becomes a thunk that passes its own values to it. `None` (the
+    /// default): off. In [`Mode::Batch`], the functions of each flush are
+    /// grouped and merged where the cost model predicts a saving; in
+    /// [`Mode::Eager`], where nothing already compiled is compiled again,
+    /// the first function of a shape keeps its own code, the second gets a
+    /// body (if a body for two members pays) and a thunk, and every later
+    /// one that fits the body a thunk only: the third and later members
+    /// benefit. Not in [check mode](DedupOptions::check), which compares
+    /// code with the functions' own and would find a thunk there.
     ///
     /// What it costs at run time: one extra call per entry into a merged
     /// function (its thunk calls the body; a tail call when both use
@@ -194,9 +199,9 @@ impl DedupOptions {
     /// every option. [Check mode](DedupOptions::check) is on in the four
     /// with reuse on, so that whatever iterates these has every duplicate,
     /// reused code and adapter compiled again and compared, and off in the
-    /// two with reuse off, so that the path without checks runs too; the
-    /// last (batch mode) also merges similar functions
-    /// ([`DedupOptions::similar`], which check mode would skip).
+    /// two with reuse off, so that the path without checks runs too; those
+    /// two also merge similar functions ([`DedupOptions::similar`], which
+    /// check mode would skip).
     pub const ALL: [DedupOptions; 6] = [
         DedupOptions {
             mode: Mode::Eager,
@@ -236,7 +241,7 @@ impl DedupOptions {
             reuse: false,
             check: false,
             threads: 1,
-            similar: None,
+            similar: Some(SimilarOptions::DEFAULT),
         },
         DedupOptions {
             mode: Mode::Batch,

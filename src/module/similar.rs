@@ -1,13 +1,19 @@
-//! Similar-function merging in batch mode (with
-//! [`DedupOptions::similar`](super::DedupOptions::similar)): after a flush
-//! has planned its duplicates, the functions it is going to compile that
+//! Similar-function merging (with
+//! [`DedupOptions::similar`](super::DedupOptions::similar)): in batch mode,
+//! after a flush has planned its duplicates, the functions it is going to
+//! compile that
 //! differ only in a few constants or callees ([`crate::similar`]) share
 //! one parameterized body, and each becomes a thunk that passes its own
 //! values and callees' addresses.
 //!
+//! In eager mode, functions are merged as they come, without compiling
+//! anything again (see 6).
+//!
 //! Deciding is pure ([`plan_merges`], over the shapes of the candidates,
-//! with [`similar::split`] and [`similar::plan_group`]); carrying it out
-//! is [`DedupModule::merge_similar`]'s.
+//! with [`similar::split`] and [`similar::plan_group`]; in eager mode
+//! [`similar::derive`], the cost model and [`similar::values_for`]);
+//! carrying it out is [`DedupModule::merge_similar`]'s and
+//! [`DedupModule::eager_thunk`]'s.
 //!
 //! # What this module guarantees
 //!
@@ -51,6 +57,23 @@
 //!    nothing. (A body that fails to compile leaves its anonymous id
 //!    declared, undefined and referenced by nothing.)
 //!
+//! 6. **Eager mode.** A function planned to be compiled (no duplicate,
+//!    reused code, adapter or stored code), mergeable and with parameter
+//!    sites is shaped (a second walk: the define path's walk is borrowed
+//!    by its plan). The first function of a shape is compiled on its own
+//!    and its site values are kept. The second gets a body built from it,
+//!    with the parameters [`similar::derive`] gives for the two, if the
+//!    cost model predicts that a body for two such members pays (the
+//!    first keeps its code: only members from the third on save code) and
+//!    the parameters fit the limit; it becomes that body's thunk.
+//!    Otherwise the shape is left alone for good. A later member becomes a
+//!    thunk of the body if it fits ([`similar::values_for`]: the sites the
+//!    body keeps as constants have its values), and is compiled on its own
+//!    otherwise. Every member that becomes a thunk is verified first (its
+//!    own code is never compiled), and bodies and thunks are not merged
+//!    again. The same guarantees as above hold for ids, the cache and
+//!    failures (a body that fails leaves the shape alone).
+//!
 //! What an embedder sees differently: code addresses inside a body belong
 //! to the body's anonymous id (in `DedupModule::functions_at`, a profiler's
 //! map, an object file's local symbol), not to the members; and
@@ -68,11 +91,14 @@
 //! compiled functions stay as they are.
 
 use super::ids::State;
-use super::{DedupModule, verify};
-use crate::fingerprint::Shape;
-use crate::similar::{self, Decision, GroupPlan, ShapeOf, Shaper, SimilarOptions};
+use super::{DedupModule, Mode, verify};
+use crate::fingerprint::{Fingerprinter, Shape};
+use crate::similar::{
+    self, Decision, Derived, GroupPlan, ParamValue, ShapeOf, Shaper, SimilarOptions, SiteValue,
+};
 use cranelift_codegen::Context;
-use cranelift_codegen::ir::{Function, UserExternalName, UserFuncName};
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::{Function, Signature, Type, UserExternalName, UserFuncName};
 use cranelift_module::{FuncId, Module};
 use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -238,61 +264,246 @@ impl<M: Module> DedupModule<M> {
             }
         }
         let derived = &merge.plan.derived;
-        let mut body = match similar::merged_body(first_func, &first.shape.sites, derived) {
-            Ok(body) => body,
-            Err(e) => {
-                log::debug!(
-                    "{} ({first_id}): no merged body: {e}",
-                    self.function_name(first_id)
-                );
-                return;
-            }
-        };
-        let body_id = match self.declare_anonymous_function(&body.signature) {
-            Ok(id) => id,
-            Err(e) => {
-                log::debug!("similar functions: no id for a body: {e}");
-                return;
-            }
-        };
-        body.name = UserFuncName::user(0, body_id.as_u32());
-        let body_sig = body.signature.clone();
-        let mut ctx = Context::for_function(body);
-        let mut ctrl_plane = self.batch.control_plane(first_id);
-        if let Err(e) = self.define_now(body_id, &mut ctx, &mut ctrl_plane, &mut None) {
-            log::debug!(
-                "{} ({first_id}): the merged body failed, left alone: {e}",
-                self.function_name(first_id)
-            );
+        let ctrl_plane = self.batch.control_plane(first_id);
+        let Some(body) = self.define_body(first_id, first_func, &first.shape, derived, ctrl_plane)
+        else {
             return;
-        }
-        let isa = self.inner.isa();
-        let frontend = isa.frontend_config();
-        // Cranelift 0.135.8 compiles `return_call` on x86-64 only with
-        // frame pointers kept (it asserts).
-        let tail_call = isa.triple().architecture != target_lexicon::Architecture::X86_64
-            || isa.flags().preserve_frame_pointers();
+        };
         for (m, &c) in merge.members.iter().enumerate() {
             let (id, func) = &mut pending[candidates[c].index];
-            let thunk = similar::thunk_calling(
-                frontend,
-                func.name.clone(),
-                &func.signature,
-                UserExternalName::new(0, body_id.as_u32()),
-                &body_sig,
-                &similar::thunk_values(derived, m),
-                tail_call,
-            );
-            *func = thunk;
+            *func = self.thunk(func, &body, similar::thunk_values(derived, m));
             log::debug!(
-                "{} ({id}): a thunk for the merged body {body_id} (member {m} of {}, {} parameters)",
+                "{} ({id}): a thunk for the merged body {} (member {m} of {}, {} parameters)",
                 self.function_name(*id),
+                body.id,
                 merge.members.len(),
                 derived.params.len()
             );
         }
         self.stats.count_similar_group(merge.members.len());
     }
+
+    /// Builds the merged body of `first` (the function of `first_id`,
+    /// whose shape is `shape`) with the parameters `derived`, and defines
+    /// it as an anonymous function of the inner module, compiled with
+    /// `ctrl_plane`; `None` (logged) if it cannot be built or defined.
+    fn define_body(
+        &mut self,
+        first_id: FuncId,
+        first: &Function,
+        shape: &ShapeOf,
+        derived: &Derived,
+        mut ctrl_plane: ControlPlane,
+    ) -> Option<Body> {
+        let mut body = match similar::merged_body(first, &shape.sites, derived) {
+            Ok(body) => body,
+            Err(e) => {
+                log::debug!(
+                    "{} ({first_id}): no merged body: {e}",
+                    self.function_name(first_id)
+                );
+                return None;
+            }
+        };
+        let id = match self.declare_anonymous_function(&body.signature) {
+            Ok(id) => id,
+            Err(e) => {
+                log::debug!("similar functions: no id for a body: {e}");
+                return None;
+            }
+        };
+        body.name = UserFuncName::user(0, id.as_u32());
+        let signature = body.signature.clone();
+        let mut ctx = Context::for_function(body);
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None) {
+            log::debug!(
+                "{} ({first_id}): the merged body failed, left alone: {e}",
+                self.function_name(first_id)
+            );
+            return None;
+        }
+        Some(Body { id, signature })
+    }
+
+    /// The thunk of `member` that calls `body` with `values` (see 3 in the
+    /// module docs).
+    fn thunk(&self, member: &Function, body: &Body, values: Vec<(Type, SiteValue)>) -> Function {
+        let isa = self.inner.isa();
+        // Cranelift 0.135.8 compiles `return_call` on x86-64 only with
+        // frame pointers kept (it asserts).
+        let tail_call = isa.triple().architecture != target_lexicon::Architecture::X86_64
+            || isa.flags().preserve_frame_pointers();
+        similar::thunk_calling(
+            isa.frontend_config(),
+            member.name.clone(),
+            &member.signature,
+            UserExternalName::new(0, body.id.as_u32()),
+            &body.signature,
+            &values,
+            tail_call,
+        )
+    }
+}
+
+/// Eager mode: what was seen of each shape (see 6 in the module docs).
+#[derive(Default)]
+pub(super) struct EagerShapes {
+    seen: HashMap<Shape, Seen>,
+    /// Walks candidates again, for their shapes (the define path's walk is
+    /// borrowed by its plan).
+    walker: Fingerprinter,
+    shaper: Shaper,
+    /// Set while a body or thunk is defined: those are not merged again.
+    busy: bool,
+}
+
+/// What eager mode saw of a shape.
+enum Seen {
+    /// One member, compiled on its own, with these site values.
+    First(Vec<ParamValue>),
+    /// A body, built with these parameters from a member with these site
+    /// values.
+    Merged {
+        body: Body,
+        derived: Derived,
+        built_from: Vec<ParamValue>,
+    },
+    /// Left alone: the cost model refused, or the body failed.
+    Refused,
+}
+
+impl<M: Module> DedupModule<M> {
+    /// Eager mode: the thunk to define `id` (`func`, planned to be
+    /// compiled; `observes_own_frame` as its walk found) as, if its shape
+    /// has a body or should now get one (see 6 in the module docs); `None`
+    /// to compile it.
+    pub(super) fn eager_thunk(
+        &mut self,
+        id: FuncId,
+        func: &Function,
+        observes_own_frame: bool,
+        ctrl_plane: &ControlPlane,
+    ) -> Option<Function> {
+        let options = self.options.similar?;
+        if self.options.mode != Mode::Eager || self.options.check || self.eager_shapes.busy {
+            return None;
+        }
+        if !similar::mergeable(func, observes_own_frame) {
+            return None;
+        }
+        let shapes = &mut self.eager_shapes;
+        // A panic while shaping merges nothing (the walk and the shaper
+        // reset their scratch memory on every use).
+        let shaped = catch_unwind(AssertUnwindSafe(|| {
+            let walk = shapes.walker.walk(func);
+            let instructions = u64::from(walk.instructions());
+            (shapes.shaper.shape(&walk, func), instructions)
+        }));
+        let Ok((shape, instructions)) = shaped else {
+            log::debug!("{id}: shaping panicked; not merged");
+            return None;
+        };
+        if shape.values.is_empty() {
+            return None;
+        }
+        // The member's own code is never compiled: it is verified as code
+        // that is not compiled always is.
+        if self.verify_uncompiled(func).is_err() {
+            return None;
+        }
+        self.eager_shapes.busy = true;
+        let thunk = self.eager_merge(id, func, shape, instructions, &options, ctrl_plane);
+        self.eager_shapes.busy = false;
+        thunk
+    }
+
+    /// [`DedupModule::eager_thunk`] once `func` is known to be a candidate
+    /// of shape `shape`.
+    fn eager_merge(
+        &mut self,
+        id: FuncId,
+        func: &Function,
+        shape: ShapeOf,
+        instructions: u64,
+        options: &SimilarOptions,
+        ctrl_plane: &ControlPlane,
+    ) -> Option<Function> {
+        let seen = self.eager_shapes.seen.get(&shape.shape);
+        let first = match seen {
+            None => {
+                let ShapeOf { shape, values, .. } = shape;
+                self.eager_shapes.seen.insert(shape, Seen::First(values));
+                return None;
+            }
+            Some(Seen::Refused) => return None,
+            Some(Seen::Merged {
+                body,
+                derived,
+                built_from,
+            }) => {
+                let values = similar::values_for(derived, built_from, &shape.values)?;
+                let body = body.clone();
+                self.stats.similar_merged += 1;
+                return Some(self.thunk(func, &body, values));
+            }
+            Some(Seen::First(first)) => first,
+        };
+        // The second member: a body for it and the members to come, if a
+        // group of two such members pays.
+        let derived = similar::derive(&[first, &shape.values])?;
+        let bytes = instructions * options.model.bytes_per_instruction;
+        let types: Vec<Type> = derived.params.iter().map(|p| p.ty).collect();
+        let prediction = options
+            .model
+            .predict(&func.signature, &[bytes, bytes], &types);
+        let body = if derived.params.len() <= options.max_params && prediction.pays() {
+            self.define_body(id, func, &shape, &derived, ctrl_plane.clone())
+        } else {
+            None
+        };
+        let ShapeOf { shape, values, .. } = shape;
+        let Some(body) = body else {
+            self.eager_shapes.seen.insert(shape, Seen::Refused);
+            return None;
+        };
+        let thunk = self.thunk(func, &body, similar::thunk_values(&derived, 1));
+        self.stats.count_similar_group(1);
+        let merged = Seen::Merged {
+            body,
+            derived,
+            built_from: values,
+        };
+        self.eager_shapes.seen.insert(shape, merged);
+        Some(thunk)
+    }
+
+    /// Defines `id` as `thunk` (from [`DedupModule::eager_thunk`]) in
+    /// `ctx`: as any function, but not merged again.
+    pub(super) fn define_eager_thunk(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        thunk: Function,
+        ctrl_plane: &mut ControlPlane,
+    ) -> cranelift_module::ModuleResult<()> {
+        log::debug!(
+            "{} ({id}): a thunk of a merged body (eager)",
+            self.function_name(id)
+        );
+        ctx.func = thunk;
+        self.eager_shapes.busy = true;
+        let defined = self.define_now(id, ctx, ctrl_plane, &mut None);
+        self.eager_shapes.busy = false;
+        defined
+    }
+}
+
+/// A merged body defined in the inner module.
+#[derive(Clone)]
+struct Body {
+    /// Its anonymous id.
+    id: FuncId,
+    signature: Signature,
 }
 
 #[cfg(test)]

@@ -68,6 +68,39 @@ pub fn derive(members: &[&[ParamValue]]) -> Option<Derived> {
     Some(Derived { params, site_param })
 }
 
+/// The values a thunk of a function with site values `member` passes to a
+/// body with parameters `derived`, built from a function with site values
+/// `built_from` (of the same shape): each parameter's value in `member`.
+/// `None` if the body does not fit `member`: a site that stays a constant
+/// has another value in `member`, or sites that share a parameter have
+/// different values in it.
+pub fn values_for(
+    derived: &Derived,
+    built_from: &[ParamValue],
+    member: &[ParamValue],
+) -> Option<Vec<(Type, SiteValue)>> {
+    if member.len() != derived.site_param.len() || built_from.len() != member.len() {
+        return None;
+    }
+    let mut values: Vec<Option<&SiteValue>> = vec![None; derived.params.len()];
+    for ((site, param), kept) in member.iter().zip(&derived.site_param).zip(built_from) {
+        if site.kind != kept.kind || site.ty != kept.ty {
+            return None;
+        }
+        match *param {
+            None if site.value != kept.value => return None,
+            None => {}
+            Some(p) => match values[p] {
+                None => values[p] = Some(&site.value),
+                Some(v) if *v != site.value => return None,
+                Some(_) => {}
+            },
+        }
+    }
+    let params = derived.params.iter().zip(values);
+    params.map(|(p, v)| Some((p.ty, v?.clone()))).collect()
+}
+
 /// A cost model in bytes of machine code (see [`CostModel::predict`]).
 ///
 /// Function alignment padding is not counted (as in the rest of

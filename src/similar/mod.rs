@@ -158,7 +158,7 @@ mod shape;
 
 pub use group::{
     CostModel, Decision, Derived, GroupPlan, Param, Prediction, SimilarOptions, derive, plan_group,
-    split,
+    split, values_for,
 };
 pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};

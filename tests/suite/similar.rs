@@ -750,10 +750,14 @@ fn batch_mode_merges_functions_differing_in_integer_constants() {
             "{conv}: {s:?}"
         );
         assert_eq!(s.compiled + s.reused, 4, "{conv}: {s:?}");
-        // Eager mode does not merge.
-        let eager = DedupOptions::eager().with_similar(SimilarOptions::default());
-        let s = merged_module_agrees(&texts, &all(2), eager);
-        assert_eq!(s.similar_merged, 0, "{conv}: {s:?}");
+        // Eager mode merges the second member only (the first keeps its
+        // code).
+        let s = merged_module_agrees(&texts, &all(2), similar_eager());
+        assert_eq!(
+            (s.similar_groups, s.similar_merged),
+            (1, 1),
+            "{conv}: {s:?}"
+        );
     }
 }
 
@@ -1153,4 +1157,68 @@ fn symbols_with_offsets_stay_in_the_shape() {
     let (a, b) = (shape_of(&parse(&text(0))), shape_of(&parse(&text(1))));
     assert!(a.values.is_empty(), "{:?}", a.values);
     assert_ne!(a.shape, b.shape);
+}
+
+fn similar_eager() -> DedupOptions {
+    DedupOptions::eager().with_similar(SimilarOptions::default())
+}
+
+/// Eager mode: the first member keeps its own code, the second gets a body
+/// and a thunk, every later one that fits a thunk only; one that does not
+/// fit (a constant the body kept differs) compiles on its own.
+#[test]
+fn eager_mode_merges_from_the_second_member_on() {
+    let member = |a: i64, b: i64| padded(&arithmetic("system_v", a, b, -7, 1000), 24);
+    // The first two differ in `a` only: `b` stays a constant of the body.
+    let mut texts: Vec<String> = (0..6).map(|i| member(i * 1_000_003, 5)).collect();
+    texts.push(member(77, 6));
+    let s = merged_module_agrees(&texts, &all(texts.len()), similar_eager());
+    // Members 2 to 6 are thunks of one body; the last does not fit.
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 5), "{s:?}");
+    // Compiled: the first member, the body, the five thunks, the last
+    // member, and the first entry (the other entries reuse its code).
+    assert_eq!((s.compiled, s.reused), (1 + 1 + 5 + 1 + 1, 6), "{s:?}");
+    // In tail convention and on float constants too.
+    let texts: Vec<String> = (0..4)
+        .map(|i| padded(&arithmetic("tail", i * 7, 5, 3, 9), 24))
+        .collect();
+    let s = merged_module_agrees(&texts, &all(4), similar_eager());
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 3), "{s:?}");
+    // Thunks are never merged again, even where a model that finds
+    // everything worth merging would merge thunks of one body (which
+    // differ only in the constants they pass).
+    let free = similar::CostModel {
+        thunk_bytes: 0,
+        thunk_bytes_per_param: 0,
+        body_bytes_per_param: 0,
+        ..similar::CostModel::X86_64
+    };
+    let options = DedupOptions::eager().with_similar(SimilarOptions {
+        max_params: 16,
+        model: free,
+    });
+    let texts: Vec<String> = (0..5).map(|i| member(i, 5)).collect();
+    let s = merged_module_agrees(&texts, &all(5), options);
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 4), "{s:?}");
+}
+
+/// Eager mode leaves a shape alone for good when a body for two members
+/// does not pay.
+#[test]
+fn eager_mode_leaves_shapes_alone_that_do_not_pay() {
+    let tiny = |c: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {c}
+                 v3 = iadd v0, v2
+                 return v3
+             }}"
+        )
+    };
+    let texts: Vec<String> = (0..5).map(tiny).collect();
+    let s = merged_module_agrees(&texts, &all(5), similar_eager());
+    assert_eq!((s.similar_groups, s.similar_merged), (0, 0), "{s:?}");
+    // Every member, and the first entry (the others reuse its code).
+    assert_eq!((s.compiled, s.reused), (5 + 1, 4), "{s:?}");
 }
