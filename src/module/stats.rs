@@ -106,8 +106,10 @@ pub struct Stats {
     /// `code_bytes`).
     pub similar_groups: u64,
     /// Functions turned into thunks that call their group's body (every
-    /// member of a merged group); each thunk is a definition of its own
-    /// (counted in `compiled`, its bytes in `code_bytes`).
+    /// member of a merged group; in eager mode, every member but the first
+    /// of its shape); each thunk is a definition of its own (counted in
+    /// `compiled`, its bytes in `code_bytes`, or, when equal to an earlier
+    /// thunk, as that thunk's duplicate).
     pub similar_merged: u64,
 }
 
