@@ -406,11 +406,6 @@ impl<M: Module> DedupModule<M> {
         if shape.values.is_empty() {
             return None;
         }
-        // The member's own code is never compiled: it is verified as code
-        // that is not compiled always is.
-        if self.verify_uncompiled(func).is_err() {
-            return None;
-        }
         self.eager_shapes.busy = true;
         let thunk = self.eager_merge(id, func, shape, instructions, &options, ctrl_plane);
         self.eager_shapes.busy = false;
@@ -443,6 +438,9 @@ impl<M: Module> DedupModule<M> {
             }) => {
                 let values = similar::values_for(derived, built_from, &shape.values)?;
                 let body = body.clone();
+                // Its own code is never compiled: it is verified as code
+                // that is not compiled always is.
+                self.verify_uncompiled(func).ok()?;
                 self.stats.similar_merged += 1;
                 return Some(self.thunk(func, &body, values));
             }
@@ -456,7 +454,9 @@ impl<M: Module> DedupModule<M> {
         let prediction = options
             .model
             .predict(&func.signature, &[bytes, bytes], &types);
-        let body = if derived.params.len() <= options.max_params && prediction.pays() {
+        let fits = derived.params.len() <= options.max_params && prediction.pays();
+        // (Verified, as above; the shape is left alone if it fails.)
+        let body = if fits && self.verify_uncompiled(func).is_ok() {
             self.define_body(id, func, &shape, &derived, ctrl_plane.clone())
         } else {
             None

@@ -1222,3 +1222,36 @@ fn eager_mode_leaves_shapes_alone_that_do_not_pay() {
     // Every member, and the first entry (the others reuse its code).
     assert_eq!((s.compiled, s.reused), (5 + 1, 4), "{s:?}");
 }
+
+/// Eager mode: a member whose own code would fail to verify (here in a
+/// block the walk never reaches, so its shape is a valid member's) is not
+/// hidden behind a thunk: defining it fails, as in plain Cranelift.
+#[test]
+fn eager_mode_does_not_hide_a_member_that_fails_to_verify() {
+    let member = |a: i64| padded(&arithmetic("system_v", a, 5, -7, 1000), 24);
+    let mut broken = member(3);
+    let at = broken.rfind('}').unwrap();
+    broken.insert_str(
+        at,
+        "block99:\n    v900 = iadd.i32 v0, v0\n    return v900\n",
+    );
+    let broken = cranelift_reader::parse_functions(&broken)
+        .unwrap()
+        .remove(0);
+    let mut m = DedupModule::<JITModule>::with_options(jit_builder(), similar_eager());
+    let mut define = |m: &mut DedupModule<JITModule>, i: usize, func: Function| {
+        let id = m
+            .declare_function(&format!("f{i}"), Linkage::Local, &func.signature)
+            .unwrap();
+        let mut ctx = m.make_context();
+        ctx.func = func;
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        m.define_function(id, &mut ctx)
+    };
+    for i in 0..3 {
+        define(&mut m, i, parse(&member(i as i64 * 1000))).unwrap();
+    }
+    assert_eq!(m.stats().similar_merged, 2, "{}", m.stats());
+    assert!(define(&mut m, 3, broken).is_err());
+    assert_eq!(m.stats().similar_merged, 2, "{}", m.stats());
+}
