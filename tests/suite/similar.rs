@@ -1239,7 +1239,7 @@ fn eager_mode_does_not_hide_a_member_that_fails_to_verify() {
         .unwrap()
         .remove(0);
     let mut m = DedupModule::<JITModule>::with_options(jit_builder(), similar_eager());
-    let mut define = |m: &mut DedupModule<JITModule>, i: usize, func: Function| {
+    let define = |m: &mut DedupModule<JITModule>, i: usize, func: Function| {
         let id = m
             .declare_function(&format!("f{i}"), Linkage::Local, &func.signature)
             .unwrap();
