@@ -299,11 +299,21 @@ pub fn plan_group(
 /// divergent member and retries; this keeps every member that fits with
 /// some other.) Returns member indices; a subgroup of one is a member left
 /// alone.
+///
+/// Bounded for large groups: a member tries at most [`SPLIT_TRIES`]
+/// subgroups, and a subgroup whose first member differs from it in more
+/// than `max_params` distinct pairs of values (each such pair needs a
+/// parameter of its own) is passed over without deriving the parameters.
 pub fn split(members: &[&[ParamValue]], max_params: usize) -> Vec<Vec<usize>> {
     let mut subgroups: Vec<Vec<usize>> = Vec::new();
     let mut trial: Vec<&[ParamValue]> = Vec::new();
+    let mut pairs: Vec<(&SiteValue, &SiteValue)> = Vec::new();
     'member: for (i, &m) in members.iter().enumerate() {
-        for g in &mut subgroups {
+        for g in subgroups.iter_mut().take(SPLIT_TRIES) {
+            let first = members[g[0]];
+            if distinct_differences(first, m, &mut pairs) > max_params {
+                continue;
+            }
             trial.clear();
             trial.extend(g.iter().map(|&j| members[j]));
             trial.push(m);
@@ -315,4 +325,28 @@ pub fn split(members: &[&[ParamValue]], max_params: usize) -> Vec<Vec<usize>> {
         subgroups.push(vec![i]);
     }
     subgroups
+}
+
+/// How many subgroups [`split`] tries for each member.
+pub const SPLIT_TRIES: usize = 32;
+
+/// The number of distinct pairs of values at the sites where `a` and `b`
+/// differ (every pair needs a parameter of its own), counted with `pairs`
+/// as scratch; `usize::MAX` if they do not have the same sites.
+fn distinct_differences<'a>(
+    a: &'a [ParamValue],
+    b: &'a [ParamValue],
+    pairs: &mut Vec<(&'a SiteValue, &'a SiteValue)>,
+) -> usize {
+    if a.len() != b.len() {
+        return usize::MAX;
+    }
+    pairs.clear();
+    for (x, y) in a.iter().zip(b) {
+        let pair = (&x.value, &y.value);
+        if pair.0 != pair.1 && !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    pairs.len()
 }
