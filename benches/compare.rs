@@ -11,10 +11,11 @@
 //!    `JITModule`, every way and every jitfold mode, on synthetic workloads
 //!    with 0%, 50% and 90% duplicates and on each shared wasm corpus
 //!    (`e2e.rs`);
-//! 3. warm starts from each persistent cache (`e2e.rs`);
-//! 4. lookup latency with 10³, 10⁵ and 10⁶ entries, and memory per entry
-//!    counted by this file's global allocator (`lookup.rs`);
-//! 5. functions merged and code bytes per approach, per workload (`e2e.rs`).
+//! 3. functions merged and code bytes per approach, per workload
+//!    (`e2e.rs`);
+//! 4. warm starts from each persistent cache (`e2e.rs`);
+//! 5. lookup latency with 10³, 10⁵ and 10⁶ entries, and memory per entry
+//!    counted by this file's global allocator (`lookup.rs`).
 //!
 //! Every comparison runs all its sides in the same process, in rotating
 //! order, round after round; each reports the best time of every side and

@@ -438,6 +438,7 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
     }
     let mut results = Vec::new();
     for (w, rounds) in &workloads {
+        eprintln!("end to end: {} ({rounds} rounds)", w.name);
         let (spread, runs) = compare(w, isa, *rounds);
         let counts = run(
             Jitfold(DedupOptions::batch().with_reuse(false), ""),
@@ -477,12 +478,12 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
     table(&headers, &rows);
 
     println!(
-        "### 5. Functions merged (defined without compiling) and code bytes, per approach\n\n\
+        "### 3. Functions merged (defined without compiling) and code bytes, per approach\n\n\
          From each way's first run above. Text map: functions whose name-less text was seen \
          before. Cranelift's cache: hits. jitfold exact: duplicates by fingerprint; + calls: \
          batch mode without reuse (exact, then refined over the call graph); + reuse: eager, \
-         code copied from a function with the same template. Code bytes include copies and \
-         trampolines.\n"
+         code copied from a function with the same template; batch: all three. Code bytes \
+         include copies and trampolines.\n"
     );
     let rows: Vec<Vec<String>> = results
         .iter()
@@ -497,6 +498,7 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
                 cell(&runs[3]),
                 cell(calls),
                 cell(&runs[4]),
+                cell(&runs[5]),
             ]
         })
         .collect();
@@ -510,6 +512,7 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
             "jitfold exact",
             "jitfold exact + calls",
             "jitfold exact + reuse",
+            "jitfold batch: exact + calls + reuse",
         ],
         &rows,
     );
@@ -592,7 +595,7 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
         let _ = std::fs::remove_dir_all(&jf_dir);
     }
     println!(
-        "### 3. Warm start from a persistent cache (directory on disk)\n\n\
+        "### 4. Warm start from a persistent cache (directory on disk)\n\n\
          Same timing as table 2. Cold: one run filling an empty directory. Warm: a fresh \
          store on the filled directory each run, as a new process: Cranelift's \
          `compile_with_cache` on a directory-backed `CacheKvStore` (one file per key), \

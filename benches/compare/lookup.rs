@@ -129,6 +129,7 @@ fn rows(isa: &dyn TargetIsa, probes: usize) -> Vec<Vec<String>> {
         ]);
     };
     for n in SIZES {
+        eprintln!("lookup: {n} entries");
         let picks = random_indices(n, probes);
         let (bytes, cache) = live_bytes_of(|| {
             let mut cache = DedupCache::new();
@@ -214,7 +215,7 @@ pub fn print(config: &Config) {
     let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
     let rows = rows(&*isa, config.probes);
     println!(
-        "### 4. Lookup latency and memory per cached entry\n\n\
+        "### 5. Lookup latency and memory per cached entry\n\n\
          Entries: one 9-instruction function, a different constant each. Latency: {} hits at \
          random, each timed alone, its key computed before and read just before (in the CPU's caches), timer cost ({:.0} ns median) \
          subtracted. Memory: heap bytes the cache holds, counted by a global allocator, per \

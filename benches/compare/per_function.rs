@@ -129,6 +129,7 @@ pub fn print(corpora: &[Corpus], isa: &dyn TargetIsa, config: &Config) {
         .iter()
         .map(|f| u64::from(fp.fingerprint(f).instructions()))
         .sum();
+    eprintln!("per function: {} functions", funcs.len());
     let mut sides = Sides::new(&mut funcs, isa);
     let rounds = config.per_function_rounds;
     let hot = alternate(4, rounds, 0, |side| sides.hot(side, &mut funcs));
