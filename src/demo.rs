@@ -17,7 +17,10 @@
 //! are identical; signed and unsigned instantiations differ only where
 //! signedness matters (comparison, division, widening); every unit
 //! instantiates the library again; per-call-site stubs into the runtime are
-//! identical.
+//! identical. And one generic, `hash`, is salted with a constant of its
+//! type (a type id, as runtimes salt per-type hashers): its instantiations
+//! for one machine type differ only in those constants, which is what
+//! similar-function merging ([`crate::similar`]) merges.
 
 use cranelift_codegen::ir::{self, AbiParam, InstBuilder, condcodes::IntCC, types};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -113,7 +116,7 @@ pub fn build<M: Module>(m: &mut M, units: usize, stubs: usize) -> ModuleResult<W
     let mut compiled_code_bytes = 0;
     let mut fctx = FunctionBuilderContext::new();
     for unit in 0..units {
-        for ty in TYPES {
+        for (type_index, ty) in TYPES.into_iter().enumerate() {
             let declare = |m: &mut M, generic: &str| -> ModuleResult<(String, FuncId)> {
                 let name = format!("unit{unit}::{generic}<{}>", ty.name);
                 Ok((
@@ -127,13 +130,15 @@ pub fn build<M: Module>(m: &mut M, units: usize, stubs: usize) -> ModuleResult<W
             let div = declare(m, "checked_div")?;
             let sum_to = declare(m, "sum_to")?;
             let fib = declare(m, "fib")?;
-            let defs: [(&(String, FuncId), Body); 6] = [
+            let hash = declare(m, "hash")?;
+            let defs: [(&(String, FuncId), Body); 7] = [
                 (&square, Body::Square),
                 (&sum_sq, Body::SumOfSquares(square.1)),
                 (&max, Body::Max),
                 (&div, Body::Div),
                 (&sum_to, Body::SumTo),
                 (&fib, Body::Fib(fib.1)),
+                (&hash, Body::Hash(type_seed(type_index))),
             ];
             for ((name, id), body) in defs {
                 compiled_code_bytes += define(m, &mut fctx, *id, ty, body)?;
@@ -163,7 +168,14 @@ enum Body {
     Div,
     SumTo,
     Fib(FuncId),
+    /// Salted with this per-type constant.
+    Hash(i64),
     Stub(FuncId),
+}
+
+/// The salt of the `hash` instantiation for `TYPES[index]`.
+fn type_seed(index: usize) -> i64 {
+    (0xcbf2_9ce4_8422_2325_u64 ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) as i64
 }
 
 fn define<M: Module>(
@@ -295,6 +307,28 @@ fn define<M: Module>(
             b.switch_to_block(done);
             b.block_params(done)[0]
         }
+        Body::Hash(seed) => {
+            // Four rounds of xor, multiply and add over both arguments,
+            // seeded and salted with the type's constant.
+            let bits = ty.clif.bits();
+            let fit = |v: i64| {
+                if bits < 64 {
+                    v & ((1i64 << bits) - 1)
+                } else {
+                    v
+                }
+            };
+            let (x, y) = (narrow(&mut b, a0), narrow(&mut b, a1));
+            let mut h = b.ins().iconst(ty.clif, fit(seed));
+            for v in [x, y, x, y] {
+                h = b.ins().bxor(h, v);
+                let prime = b.ins().iconst(ty.clif, fit(0x0100_0000_01b3));
+                h = b.ins().imul(h, prime);
+                let salt = b.ins().iconst(ty.clif, fit(seed.rotate_left(17)));
+                h = b.ins().iadd(h, salt);
+            }
+            widen(&mut b, h)
+        }
         Body::Stub(dispatch) => {
             let r = call(&mut b, m, dispatch, &[a0, a1]);
             b.ins().iadd_imm_s(r, 1)
@@ -347,12 +381,27 @@ pub struct Run {
     pub aliased: u64,
     /// Duplicates with a distinct address (trampoline).
     pub trampolined: u64,
+    /// Functions turned into thunks of a merged body (similar-function
+    /// merging).
+    pub similar_merged: u64,
     /// Machine-code bytes emitted, trampolines included.
     pub code_bytes: u64,
     /// Time from the first definition to finalized code.
     pub time: std::time::Duration,
     /// The results of [`run`].
     pub results: Vec<i64>,
+}
+
+/// A `JITBuilder` for the host with `opt_level=speed` and
+/// [`RUNTIME_DISPATCH`] resolved to [`runtime_dispatch`]: what [`build`]'s
+/// functions need to run.
+pub fn jit_builder() -> ModuleResult<cranelift_jit::JITBuilder> {
+    let mut b = cranelift_jit::JITBuilder::with_flags(
+        &[("opt_level", "speed")],
+        cranelift_module::default_libcall_names(),
+    )?;
+    b.symbol(RUNTIME_DISPATCH, runtime_dispatch as *const u8);
+    Ok(b)
 }
 
 /// Builds the workload with a plain `JITModule` and through `DedupModule` in
@@ -375,16 +424,9 @@ pub fn compare_with_store(
     store: Option<std::sync::Arc<dyn crate::store::CodeStore>>,
     secret: Option<crate::store::Secret>,
 ) -> ModuleResult<Vec<Run>> {
-    use cranelift_jit::{JITBuilder, JITModule};
+    use cranelift_jit::JITModule;
     use std::time::Instant;
-    let builder = || -> ModuleResult<JITBuilder> {
-        let mut b = JITBuilder::with_flags(
-            &[("opt_level", "speed")],
-            cranelift_module::default_libcall_names(),
-        )?;
-        b.symbol(RUNTIME_DISPATCH, runtime_dispatch as *const u8);
-        Ok(b)
-    };
+    let builder = jit_builder;
     let mut runs = Vec::new();
 
     let start = Instant::now();
@@ -402,6 +444,7 @@ pub fn compare_with_store(
         loaded: 0,
         aliased: 0,
         trampolined: 0,
+        similar_merged: 0,
         code_bytes: workload.compiled_code_bytes,
         time,
         results,
@@ -438,6 +481,7 @@ pub fn compare_with_store(
             loaded: s.loaded,
             aliased: s.aliased,
             trampolined: s.trampolined,
+            similar_merged: s.similar_merged,
             code_bytes: s.code_bytes + s.trampoline_bytes,
             time,
             results,

@@ -43,9 +43,9 @@
 //!   classes; refinement only ever joins exact classes), and the time spent
 //!   building the graph and refining is measured separately from
 //!   fingerprinting.
-//! - With `--similar`, the first function of each exact class is shaped
-//!   ([`crate::similar`]) from the walk just taken (the shape time is kept
-//!   apart from `fingerprint_time`), functions of one shape are grouped
+//! - With `--merge similar` (or `--similar`), the first function of each
+//!   exact class is shaped ([`crate::similar`]) from the walk just taken
+//!   (the shape time is kept apart from `fingerprint_time`), functions of one shape are grouped
 //!   (within one partition), split to fit the parameter limit, and planned
 //!   by the cost model. Members are sized by compiling them with
 //!   `--compile`, otherwise estimated from their instruction counts. With
@@ -220,7 +220,7 @@ pub struct ReportOptions<'a> {
     /// Refine classes over the call graph (`--merge calls`).
     pub merge_calls: bool,
     /// Group functions by [shape](crate::similar) and plan similar-function
-    /// merging (`--similar`).
+    /// merging (`--merge similar`).
     pub similar: bool,
     /// With `compile_isa`: look each function to be compiled up in this
     /// code store first, and store what is compiled (`--cache`); the

@@ -123,11 +123,12 @@ mod declarations;
 mod keys;
 mod walk;
 
-use cranelift_codegen::ir::UserExternalName;
+use cranelift_codegen::ir::{ExternalName, Function, UserExternalName};
 
 pub(crate) use keys::write_fast_hash;
 pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Shape, Template};
 use keys::{KeyHashes, process_hasher};
+pub(crate) use walk::encode_names;
 pub use walk::{Fingerprinter, ImmediateSite, Walk};
 
 /// The version of Cranelift that jitfold is built against (Cargo pins every
@@ -147,4 +148,21 @@ pub enum SymbolName {
     User(UserExternalName),
     /// `ExternalName::TestCase`, by its bytes.
     TestCase(Box<[u8]>),
+}
+
+impl SymbolName {
+    /// The symbol `name` stands for in `func`, if it is a user or
+    /// test-case name (a user name by the value its reference stands for;
+    /// `None` for a reference `func` does not declare).
+    pub fn of(func: &Function, name: &ExternalName) -> Option<SymbolName> {
+        match name {
+            ExternalName::User(r) => func
+                .params
+                .user_named_funcs()
+                .get(*r)
+                .map(|user| SymbolName::User(user.clone())),
+            ExternalName::TestCase(name) => Some(SymbolName::TestCase(name.raw().into())),
+            ExternalName::LibCall(_) | ExternalName::KnownSymbol(_) => None,
+        }
+    }
 }

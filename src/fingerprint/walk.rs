@@ -1251,7 +1251,7 @@ struct NameWords {
 
 /// The names section of a key: the count, then each name (`User` by
 /// namespace and index, test-case names by their bytes).
-pub(super) fn encode_names(out: &mut Vec<u32>, names: &[SymbolName]) {
+pub(crate) fn encode_names(out: &mut Vec<u32>, names: &[SymbolName]) {
     out.push(names.len() as u32);
     for name in names {
         match name {

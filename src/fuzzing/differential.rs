@@ -21,7 +21,10 @@
 //!    ([`Template::with_names`](crate::Template::with_names)).
 //! 3. Every function called on every input returns the same value, or traps
 //!    likewise, under plain `JITModule` and under `DedupModule` with each
-//!    of [`DedupOptions::ALL`] (calls run in child processes,
+//!    of [`DedupOptions::ALL`] and with [similar-function
+//!    merging](similar_options) (batch mode, every group of one shape
+//!    merged, so that constant mutants become thunks of one body and must
+//!    return their own results; calls run in child processes,
 //!    [`isolated`], so a trap is an outcome, not the end
 //!    of the check).
 //! 4. Where the Cranelift interpreter runs the program (no float operations,
@@ -40,6 +43,7 @@
 use super::isolated::{self, Entry};
 use super::machine_code::Oracle;
 use super::program::{Callee, Form, Op, Program, emit};
+use crate::similar::{CostModel, SimilarOptions};
 use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::data_value::DataValue;
 use cranelift_codegen::ir::{ArgumentExtension, Function, UserFuncName};
@@ -68,6 +72,29 @@ pub struct Outcome {
     pub interpreted: bool,
     /// Pairs of functions whose machine code was compared (check 5).
     pub code_compared: usize,
+    /// Functions turned into thunks of a merged body by
+    /// [similar-function merging](similar_options).
+    pub similar_merged: usize,
+}
+
+/// The options of check 3's similar-function merging: batch mode, with a
+/// cost model that counts only the code removed (every group of two or
+/// more pays) and up to 16 parameters, so that the generated functions,
+/// small as they are, merge wherever their shapes allow.
+pub fn similar_options() -> DedupOptions {
+    let model = CostModel {
+        thunk_bytes: 0,
+        thunk_bytes_per_param: 0,
+        thunk_stack_bytes: 0,
+        thunk_bytes_per_stack_arg: 0,
+        body_bytes_per_param: 0,
+        body_bytes_per_stack_param: 0,
+        ..CostModel::X86_64
+    };
+    DedupOptions::batch().with_similar(SimilarOptions {
+        max_params: 16,
+        model,
+    })
 }
 
 /// Interpreter steps a call may take before the interpreter gives up on
@@ -369,7 +396,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
     }
     let mut oracle = Oracle::new(plain.isa(), &funcs);
     oracle.check_templates()?;
-    for options in DedupOptions::ALL {
+    for options in DedupOptions::ALL.into_iter().chain([similar_options()]) {
         let mut dedup = DedupModule::wrap(JITModule::new(jit_builder()?), options);
         let ids = define_all(&mut dedup, program)?;
         dedup.finalize_definitions().map_err(|e| e.to_string())?;
@@ -400,6 +427,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         outcome.merged = outcome.merged.max((s.aliased + s.trampolined) as usize);
         outcome.reused = outcome.reused.max(s.reused as usize);
         outcome.adapted = outcome.adapted.max(s.adapted as usize);
+        outcome.similar_merged = outcome.similar_merged.max(s.similar_merged as usize);
         // SAFETY: no pointer into this module's code is used after this.
         unsafe { dedup.into_inner().free_memory() };
     }

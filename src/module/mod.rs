@@ -80,6 +80,11 @@
 //!     compiles is compiled on that many threads and defined in definition
 //!     order: the module is the one a single thread makes (see
 //!     `parallel.rs`).
+//! 13. In batch mode with [`DedupOptions::similar`] (off by default),
+//!     functions a flush would compile that differ only in a few constants
+//!     share one compiled body, and each becomes a thunk passing its
+//!     values; every id keeps an address of its own, and no cache entry
+//!     describes code other than its own (see `similar.rs`).
 //!
 //! # Where the wrapper sits
 //!
@@ -111,7 +116,7 @@
 //! of a compiled id never changes afterwards.
 //!
 //! In batch mode, [`DedupOptions::threads`] above 1 compiles the functions
-//! a flush compiles on that many threads, then defines them in
+//! a flush compiles on that many threads, while it defines them in
 //! definition order: the module is the same, byte for byte, as with one
 //! thread (see `parallel.rs` for what else differs: where object files
 //! keep their frame descriptions, and the statistics of time).
@@ -129,10 +134,11 @@
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
 //! | `verify.rs` | the walk that never panics, verification before trust | |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
-//! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
+//! | `parallel.rs` | batch mode on several threads: a pool compiling what a flush will compile, while it defines | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
+//! | `similar.rs` | batch mode: merging similar functions into a body and thunks | |
 //! | `stored.rs` | a code store consulted before compiling, written after | `Stored` |
 //! | [`reuse`], [`adapter`], [`trampoline`] | the code a step defines | |
 //! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` (features `jit`, `object`) | |
@@ -159,6 +165,7 @@ mod object;
 mod options;
 mod parallel;
 pub mod reuse;
+mod similar;
 pub mod stats;
 mod stored;
 pub mod trampoline;

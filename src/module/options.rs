@@ -1,9 +1,11 @@
 //! The options of a [`DedupModule`](super::DedupModule): when functions
 //! are compiled, whether duplicates keep their own addresses, whether code
-//! is reused, check mode, and how many threads compile a batch.
+//! is reused, check mode, how many threads compile a batch, and whether a
+//! batch merges similar functions.
 
 #[cfg(doc)]
 use super::{DedupModule, Stats};
+use crate::similar::SimilarOptions;
 
 /// When functions are compiled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,11 +62,32 @@ pub struct DedupOptions {
     /// 1, the default, everything happens on the caller's thread, one
     /// function after the other; 0 counts as 1. With more, the functions a
     /// flush compiles are compiled on that many threads (the caller's and
-    /// `threads - 1` scoped threads started for the flush), then defined
-    /// in the inner module in definition order, so that the module is the
+    /// `threads - 1` scoped threads started for the flush), while they are
+    /// defined in the inner module in definition order, so that the module is the
     /// same, byte for byte, as with one thread; see
     /// [`DedupModule::flush`] for what differs (nothing in the code).
     pub threads: usize,
+    /// Similar-function merging in batch flushes ([`crate::similar`]):
+    /// functions of one flush that differ only in the values of a few
+    /// integer or float constants share one compiled body, which takes
+    /// those values as parameters, and each of them becomes a thunk that
+    /// passes its own values to it. `None` (the default): off. Only
+    /// [`Mode::Batch`] merges (eager mode ignores it), and not in
+    /// [check mode](DedupOptions::check), which compares code with the
+    /// functions' own and would find a thunk there.
+    ///
+    /// What it costs at run time: one extra call per entry into a merged
+    /// function (its thunk calls the body; a tail call when both use
+    /// `CallConv::Tail`, otherwise a call and a return), and in the body,
+    /// a parameter in a register (or on the stack, past the argument
+    /// registers) where the function had an immediate, so an operation
+    /// such as `iadd x, 5` becomes a register-register one. Every id keeps
+    /// its own address (its thunk's). What it saves: the members' code but
+    /// one copy, and their compiles, at a cost the model of
+    /// [`SimilarOptions::model`] predicts in bytes; groups it predicts not
+    /// to pay are left alone. See `similar.rs` in [`DedupModule`] and
+    /// [`Stats::similar_groups`].
+    pub similar: Option<SimilarOptions>,
 }
 
 impl Default for DedupOptions {
@@ -76,7 +99,7 @@ impl Default for DedupOptions {
 impl core::fmt::Display for DedupOptions {
     /// The mode (`eager` or `batch`), then what differs from sharing
     /// addresses without reuse or checks: `, distinct`, `, no reuse`,
-    /// `, check`; then `, N threads` when more than one thread compiles
+    /// `, check`, `, similar`; then `, N threads` when more than one thread compiles
     /// batches.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let Self {
@@ -85,6 +108,7 @@ impl core::fmt::Display for DedupOptions {
             reuse,
             check,
             threads,
+            similar,
         } = *self;
         f.write_str(match mode {
             Mode::Eager => "eager",
@@ -94,6 +118,7 @@ impl core::fmt::Display for DedupOptions {
             (distinct_addresses, ", distinct"),
             (!reuse, ", no reuse"),
             (check, ", check"),
+            (similar.is_some(), ", similar"),
         ] {
             if on {
                 f.write_str(what)?;
@@ -108,7 +133,7 @@ impl core::fmt::Display for DedupOptions {
 
 impl DedupOptions {
     /// The default options: eager, distinct addresses, reuse on, check
-    /// mode off, one thread.
+    /// mode off, one thread, no similar-function merging.
     pub const fn eager() -> Self {
         Self {
             mode: Mode::Eager,
@@ -116,6 +141,7 @@ impl DedupOptions {
             reuse: true,
             check: false,
             threads: 1,
+            similar: None,
         }
     }
 
@@ -153,12 +179,24 @@ impl DedupOptions {
         Self { threads, ..self }
     }
 
+    /// These options with [`DedupOptions::similar`] on: batch flushes
+    /// merge similar functions with `similar`'s limits and cost model.
+    /// (Set the field to `None` to turn it off again.)
+    pub const fn with_similar(self, similar: SimilarOptions) -> Self {
+        Self {
+            similar: Some(similar),
+            ..self
+        }
+    }
+
     /// Every combination of mode and address identity with reuse on, and
     /// each mode with reuse off: for tests and comparisons that must cover
     /// every option. [Check mode](DedupOptions::check) is on in the four
     /// with reuse on, so that whatever iterates these has every duplicate,
     /// reused code and adapter compiled again and compared, and off in the
-    /// two with reuse off, so that the path without checks runs too.
+    /// two with reuse off, so that the path without checks runs too; the
+    /// last (batch mode) also merges similar functions
+    /// ([`DedupOptions::similar`], which check mode would skip).
     pub const ALL: [DedupOptions; 6] = [
         DedupOptions {
             mode: Mode::Eager,
@@ -166,6 +204,7 @@ impl DedupOptions {
             reuse: true,
             check: true,
             threads: 1,
+            similar: None,
         },
         DedupOptions {
             mode: Mode::Eager,
@@ -173,6 +212,7 @@ impl DedupOptions {
             reuse: true,
             check: true,
             threads: 1,
+            similar: None,
         },
         DedupOptions {
             mode: Mode::Batch,
@@ -180,6 +220,7 @@ impl DedupOptions {
             reuse: true,
             check: true,
             threads: 1,
+            similar: None,
         },
         DedupOptions {
             mode: Mode::Batch,
@@ -187,6 +228,7 @@ impl DedupOptions {
             reuse: true,
             check: true,
             threads: 1,
+            similar: None,
         },
         DedupOptions {
             mode: Mode::Eager,
@@ -194,6 +236,7 @@ impl DedupOptions {
             reuse: false,
             check: false,
             threads: 1,
+            similar: None,
         },
         DedupOptions {
             mode: Mode::Batch,
@@ -201,6 +244,7 @@ impl DedupOptions {
             reuse: false,
             check: false,
             threads: 1,
+            similar: Some(SimilarOptions::DEFAULT),
         },
     ];
 }

@@ -14,7 +14,11 @@ use std::time::Duration;
 /// canonical entry point), trampolined (a duplicate with an address of its
 /// own), loaded from a code store, or defined from bytes; so after
 /// `flush` or `finalize_definitions`, `defined == compiled + reused +
-/// loaded + adapted + aliased + trampolined + bytes_defined`.
+/// loaded + adapted + aliased + trampolined + bytes_defined`. With
+/// [similar-function merging](crate::DedupOptions::similar), each merged
+/// group's body is defined too (and counted like any function, usually in
+/// `compiled`), without being one of `defined`: then `defined +
+/// similar_groups` is that sum.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -84,16 +88,27 @@ pub struct Stats {
     /// in `compiled`), or failed, or was discarded
     /// ([`Stats::parallel_discarded`]).
     pub compiles_per_thread: Vec<u64>,
-    /// Wall time of the parallel phases of batch flushes (compiling on
-    /// every thread until the last one is done), summed.
+    /// Wall time of the parallel phases of batch flushes (from starting
+    /// the pool to the end of defining, which overlap), summed.
     pub parallel_time: Duration,
     /// Functions compiled in a parallel phase whose code was not used:
     /// defining them in order found they had to be defined otherwise (a
     /// reference rewritten since, or another plan), and they were defined
-    /// as a one-thread flush would. Counted so that a compile done twice
-    /// shows; the selection leaves such functions out, so this stays 0
-    /// unless late merges change a function under it.
+    /// as a one-thread flush would, or their code was never asked for.
+    /// Counted so that a compile done twice shows; the selection leaves
+    /// such functions out, so this stays 0 unless late merges change a
+    /// function under it.
     pub parallel_discarded: u64,
+    /// Groups of similar functions merged by batch flushes (with
+    /// [`DedupOptions::similar`](crate::DedupOptions::similar)): each is
+    /// one body, defined under an anonymous id of the module's own and
+    /// counted as a definition (usually in `compiled`, its bytes in
+    /// `code_bytes`).
+    pub similar_groups: u64,
+    /// Functions turned into thunks that call their group's body (every
+    /// member of a merged group); each thunk is a definition of its own
+    /// (counted in `compiled`, its bytes in `code_bytes`).
+    pub similar_merged: u64,
 }
 
 impl Stats {
@@ -168,6 +183,15 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// Counts one merged group of similar functions with `members`
+    /// members, whose body was defined.
+    pub fn count_similar_group(&mut self, members: usize) {
+        self.similar_groups += 1;
+        self.similar_merged += members as u64;
+    }
+}
+
 /// Adds `other` to `sum`, entry by entry (`sum` grows to `other`'s length).
 fn add_per_thread(sum: &mut Vec<u64>, other: &[u64]) {
     if sum.len() < other.len() {
@@ -217,6 +241,13 @@ impl fmt::Display for Stats {
                 self.parallel_discarded
             )?;
         }
+        if self.similar_groups > 0 {
+            write!(
+                f,
+                "\nsimilar merged        {} functions into thunks of {} bodies",
+                self.similar_merged, self.similar_groups
+            )?;
+        }
         Ok(())
     }
 }
@@ -248,6 +279,8 @@ impl AddAssign for Stats {
             compiles_per_thread,
             parallel_time,
             parallel_discarded,
+            similar_groups,
+            similar_merged,
         } = other;
         self.defined += defined;
         self.compiled += compiled;
@@ -272,5 +305,7 @@ impl AddAssign for Stats {
         add_per_thread(&mut self.compiles_per_thread, &compiles_per_thread);
         self.parallel_time += parallel_time;
         self.parallel_discarded += parallel_discarded;
+        self.similar_groups += similar_groups;
+        self.similar_merged += similar_merged;
     }
 }

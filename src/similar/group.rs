@@ -2,17 +2,19 @@
 //! byte cost model, and splitting groups that need too many parameters
 //! (see the [module docs](super)).
 
-use super::shape::ParamValue;
+use super::shape::{ParamKind, ParamValue, SiteValue};
 use cranelift_codegen::ir::{Signature, Type};
 use hashbrown::HashMap;
 
 /// One parameter of a merged body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Param {
+    /// What it replaces.
+    pub kind: ParamKind,
     /// Its type.
     pub ty: Type,
     /// Its value in each member, in member order.
-    pub values: Vec<i64>,
+    pub values: Vec<SiteValue>,
 }
 
 /// The parameters of a group (see [`derive()`]).
@@ -43,18 +45,19 @@ pub fn derive(members: &[&[ParamValue]]) -> Option<Derived> {
         return None;
     }
     let mut params: Vec<Param> = Vec::new();
-    let mut by_values: HashMap<(Type, Vec<i64>), usize> = HashMap::new();
+    let mut by_values: HashMap<(ParamKind, Type, Vec<SiteValue>), usize> = HashMap::new();
     let mut site_param = Vec::with_capacity(sites);
     for (i, site) in first.iter().enumerate() {
-        let values: Vec<i64> = members.iter().map(|m| m[i].bits).collect();
-        if values.iter().all(|&v| v == site.bits) {
+        let values: Vec<SiteValue> = members.iter().map(|m| m[i].value.clone()).collect();
+        if values.iter().all(|v| *v == site.value) {
             site_param.push(None);
             continue;
         }
         let p = *by_values
-            .entry((site.ty, values.clone()))
+            .entry((site.kind, site.ty, values.clone()))
             .or_insert_with(|| {
                 params.push(Param {
+                    kind: site.kind,
                     ty: site.ty,
                     values,
                 });
@@ -194,12 +197,18 @@ pub struct SimilarOptions {
     pub model: CostModel,
 }
 
+impl SimilarOptions {
+    /// Six parameters at most, and the x86-64 cost model
+    /// ([`CostModel::X86_64`]).
+    pub const DEFAULT: SimilarOptions = SimilarOptions {
+        max_params: 6,
+        model: CostModel::X86_64,
+    };
+}
+
 impl Default for SimilarOptions {
     fn default() -> Self {
-        Self {
-            max_params: 6,
-            model: CostModel::default(),
-        }
+        Self::DEFAULT
     }
 }
 

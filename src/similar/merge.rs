@@ -2,10 +2,11 @@
 //! group's plan (see the [module docs](super)).
 
 use super::group::Derived;
-use super::shape::constant_kind;
+use super::shape::{Site, SiteValue, constant_kind, func_refs_of};
+use crate::fingerprint::SymbolName;
 use cranelift_codegen::ir::{
-    AbiParam, ExtFuncData, ExternalName, Function, Inst, InstBuilder, Signature, Type,
-    UserExternalName, UserFuncName,
+    AbiParam, ExtFuncData, ExternalName, Function, GlobalValueData, InstBuilder, InstructionData,
+    Opcode, Signature, Type, UserExternalName, UserFuncName, Value,
     immediates::{Ieee32, Ieee64},
     types,
 };
@@ -15,12 +16,15 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 /// The merged body of a group: `first` (the group's first member, whose
 /// parameter sites are `sites`, as [`ShapeOf::sites`](super::ShapeOf::sites)) with each site that
 /// [`Derived::site_param`] maps to a parameter replaced by that parameter,
-/// appended to the signature and to the entry block in order. Sites that
-/// stay constants keep `first`'s constant. An error if `sites` do not match
-/// `derived` or are not constants of `first`.
+/// appended to the signature and to the entry block in order: a constant's
+/// result becomes an alias of it, and every `call` of a callee site becomes
+/// a `call_indirect` through it, with the same signature and arguments.
+/// Sites that stay constants keep `first`'s constant or callee. An error if
+/// `sites` do not match `derived` or are not sites of `first`, or if a
+/// callee's name is still referred to afterwards.
 pub fn merged_body(
     first: &Function,
-    sites: &[Inst],
+    sites: &[Site],
     derived: &Derived,
 ) -> Result<Function, String> {
     if sites.len() != derived.site_param.len() {
@@ -40,8 +44,15 @@ pub fn merged_body(
         body.signature.params.push(AbiParam::new(p.ty));
         params.push(body.dfg.append_block_param(entry, p.ty));
     }
-    for (&inst, param) in sites.iter().zip(&derived.site_param) {
+    for (site, param) in sites.iter().zip(&derived.site_param) {
         let Some(p) = *param else { continue };
+        let inst = match site {
+            Site::Constant(inst) => *inst,
+            Site::Callee(name) => {
+                call_through(&mut body, name, params[p])?;
+                continue;
+            }
+        };
         let is_site = body.dfg.inst_is_valid(inst)
             && constant_kind(body.dfg.insts[inst].opcode()).is_some()
             && body.layout.inst_block(inst).is_some()
@@ -60,6 +71,63 @@ pub fn merged_body(
     Ok(body)
 }
 
+/// Turns every `call` of `name` in `body` into a `call_indirect` through
+/// `pointer`; an error if `name` is referred to otherwise (see
+/// [`Site::Callee`]) or by nothing.
+fn call_through(body: &mut Function, name: &SymbolName, pointer: Value) -> Result<(), String> {
+    let mut calls = Vec::new();
+    for block in body.layout.blocks() {
+        for inst in body.layout.block_insts(block) {
+            if let InstructionData::Call {
+                opcode: Opcode::Call,
+                func_ref,
+                ..
+            } = body.dfg.insts[inst]
+            {
+                let data = &body.dfg.ext_funcs[func_ref];
+                if SymbolName::of(body, &data.name).as_ref() == Some(name) {
+                    calls.push((inst, data.signature));
+                }
+            }
+        }
+    }
+    if calls.is_empty() {
+        return Err(format!("no call of {name:?}"));
+    }
+    for (inst, sig_ref) in calls {
+        let args = body.dfg.inst_args(inst).to_vec();
+        let mut with_pointer = Vec::with_capacity(args.len() + 1);
+        with_pointer.push(pointer);
+        with_pointer.extend(args);
+        let list =
+            cranelift_codegen::ir::ValueList::from_slice(&with_pointer, &mut body.dfg.value_lists);
+        body.dfg.insts[inst] = InstructionData::CallIndirect {
+            opcode: Opcode::CallIndirect,
+            args: list,
+            sig_ref,
+        };
+    }
+    // Nothing else may still name it: the body would call `first`'s
+    // callee where another member calls its own.
+    let names_it = |data: &ExtFuncData| SymbolName::of(body, &data.name).as_ref() == Some(name);
+    for block in body.layout.blocks() {
+        for inst in body.layout.block_insts(block) {
+            let refs = func_refs_of(&body.dfg.insts[inst]);
+            if refs.iter().any(|&r| names_it(&body.dfg.ext_funcs[r])) {
+                return Err(format!("{inst} still refers to {name:?}"));
+            }
+        }
+    }
+    let as_data = body.global_values.values().any(|gv| {
+        matches!(gv, GlobalValueData::Symbol { name: n, .. }
+            if SymbolName::of(body, n).as_ref() == Some(name))
+    });
+    if as_data {
+        return Err(format!("a global value refers to {name:?}"));
+    }
+    Ok(())
+}
+
 /// A thunk: a function named `name` with signature `sig` (a member's)
 /// that calls `body` (a merged body with signature `body_sig`, named as a
 /// `cranelift-module` name: namespace 0, the body's function id as index)
@@ -75,8 +143,27 @@ pub fn thunk(
     sig: &Signature,
     body: UserExternalName,
     body_sig: &Signature,
-    values: &[(Type, i64)],
+    values: &[(Type, SiteValue)],
 ) -> Function {
+    let tail_call = sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
+    thunk_calling(frontend, name, sig, body, body_sig, values, tail_call)
+}
+
+/// [`thunk`], with a `return_call` only if `tail_call` (which needs both
+/// signatures in the `tail` convention), and a `call` and a `return`
+/// otherwise: for targets where a tail call cannot be compiled (x86-64
+/// without `preserve_frame_pointers`, where Cranelift 0.135.8 asserts).
+pub fn thunk_calling(
+    frontend: TargetFrontendConfig,
+    name: UserFuncName,
+    sig: &Signature,
+    body: UserExternalName,
+    body_sig: &Signature,
+    values: &[(Type, SiteValue)],
+    tail_call: bool,
+) -> Function {
+    let tail_call =
+        tail_call && sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
     let mut func = Function::with_name_signature(name, sig.clone());
     let mut context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut context);
@@ -85,11 +172,31 @@ pub fn thunk(
     b.switch_to_block(block);
     b.seal_block(block);
     let mut args = b.block_params(block).to_vec();
-    for &(ty, bits) in values {
-        args.push(match ty {
-            types::F32 => b.ins().f32const(Ieee32::with_bits(bits as u32)),
-            types::F64 => b.ins().f64const(Ieee64::with_bits(bits as u64)),
-            _ => b.ins().iconst(ty, bits),
+    for (ty, value) in values {
+        args.push(match (*ty, value) {
+            (types::F32, SiteValue::Bits(bits)) => {
+                b.ins().f32const(Ieee32::with_bits(*bits as u32))
+            }
+            (types::F64, SiteValue::Bits(bits)) => {
+                b.ins().f64const(Ieee64::with_bits(*bits as u64))
+            }
+            (ty, SiteValue::Bits(bits)) => b.ins().iconst(ty, *bits),
+            (ty, SiteValue::Callee(name, sig)) => {
+                let signature = b.import_signature(sig.clone());
+                let name = match name {
+                    SymbolName::User(user) => {
+                        ExternalName::User(b.func.declare_imported_user_function(user.clone()))
+                    }
+                    SymbolName::TestCase(bytes) => ExternalName::testcase(bytes),
+                };
+                let callee = b.import_function(ExtFuncData {
+                    name,
+                    signature,
+                    colocated: false,
+                    patchable: false,
+                });
+                b.ins().func_addr(ty, callee)
+            }
         });
     }
     let signature = b.import_signature(body_sig.clone());
@@ -100,7 +207,7 @@ pub fn thunk(
         colocated: true,
         patchable: false,
     });
-    if sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail {
+    if tail_call {
         b.ins().return_call(callee, &args);
     } else {
         let call = b.ins().call(callee, &args);
@@ -113,10 +220,10 @@ pub fn thunk(
 
 /// The values a thunk of member `member` passes: each parameter's value
 /// in that member, with its type.
-pub fn thunk_values(derived: &Derived, member: usize) -> Vec<(Type, i64)> {
+pub fn thunk_values(derived: &Derived, member: usize) -> Vec<(Type, SiteValue)> {
     derived
         .params
         .iter()
-        .map(|p| (p.ty, p.values[member]))
+        .map(|p| (p.ty, p.values[member].clone()))
         .collect()
 }

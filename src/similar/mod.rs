@@ -1,39 +1,51 @@
 //! Similar-function merging: functions that differ only in the values of a
-//! few integer or float constants share one parameterized body, and each
-//! becomes a thunk that passes its own values.
+//! few integer or float constants, or in which functions they call, share
+//! one parameterized body, and each becomes a thunk that passes its own
+//! values and function pointers.
 //!
-//! Not wired into [`crate::DedupModule`]: this module finds the groups,
-//! derives their parameters, decides with a cost model in machine-code
-//! bytes which groups pay, and builds the merged body and the thunks as
-//! CLIF. `jitfold report --similar` runs it on a corpus.
+//! This module finds the groups, derives their parameters, decides with a
+//! cost model in machine-code bytes which groups pay, and builds the
+//! merged body and the thunks as CLIF. `jitfold report --merge similar`
+//! runs it on a corpus; [`crate::DedupModule`] in batch mode with
+//! [`DedupOptions::with_similar`](crate::DedupOptions::with_similar)
+//! merges the functions of each flush with it.
 //!
 //! # What this module guarantees
 //!
 //! 1. **Shapes.** [`Shaper::shape`] gives a function's [`Shape`](crate::fingerprint::Shape): its exact
 //!    key ([`crate::Fingerprint`]) with the words of each *parameterizable*
-//!    constant's immediate (below) set to zero, followed by the count and
-//!    the key positions of the immediates masked. Two functions have equal
-//!    shapes exactly when their exact keys are equal but for the
-//!    immediates of those constants, which are then at the same positions,
-//!    of the same opcodes and types, with the same uses. The exact key and
-//!    the template key are not changed (nor
+//!    constant's immediate (below) set to zero and each *parameterizable
+//!    callee*'s name (below) replaced by a placeholder in the key's names,
+//!    followed by the count and the key positions of the immediates
+//!    masked, and the count and the name slots of the callees masked. Two
+//!    functions have equal shapes exactly when their exact keys are equal
+//!    but for the immediates of those constants, which are then at the
+//!    same positions, of the same opcodes and types, with the same uses,
+//!    and but for the names in those slots, which every member uses only
+//!    as the callee of `call`s, with one signature. The exact key and the
+//!    template key are not changed (nor
 //!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
 //!    the walk only records where each constant's immediate is
-//!    ([`Walk::constant_sites`](crate::fingerprint::Walk::constant_sites)). Names stay in the shape: members call
-//!    the same functions and name the same symbols, so members that call
-//!    themselves (each by its own name) never share a shape, which keeps
-//!    a body from calling the first member where another called itself.
+//!    ([`Walk::constant_sites`](crate::fingerprint::Walk::constant_sites)). A member that calls itself passes its
+//!    own name, so its body's recursive call goes through its own thunk
+//!    (outside the `tail` convention, where the thunk tail-calls the body,
+//!    that is one more frame per level of recursion).
 //! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
 //!    site whose value is equal in every member stays a constant; sites
 //!    with equal value vectors (and types) share one parameter.
 //! 3. **Meaning.** [`merged_body`] is the group's first member with each
 //!    parameterized constant replaced by a new parameter appended to the
-//!    signature (the constant's result becomes an alias of it), so the body
-//!    called with member `m`'s values computes exactly what `m` computes:
-//!    the members differ in nothing else (1), and every use of a
-//!    parameterized value is an operand whose meaning does not depend on
-//!    whether it is a constant (below). [`thunk`] has the member's own
-//!    signature and passes its arguments and values through.
+//!    signature (the constant's result becomes an alias of it), and each
+//!    `call` of a parameterized callee replaced by a `call_indirect`
+//!    through a new parameter, with the call's signature and arguments; it
+//!    refuses a body that still names such a callee. So the body called
+//!    with member `m`'s values computes exactly what `m` computes: the
+//!    members differ in nothing else (1), every use of a parameterized
+//!    value is an operand whose meaning does not depend on whether it is a
+//!    constant (below), and an indirect call of a function's address is a
+//!    call of that function. [`thunk`] has the member's own signature and
+//!    passes its arguments, its constants and the addresses of its callees
+//!    (`func_addr`) through.
 //! 4. **Cost.** [`CostModel::predict`] counts, in bytes of machine code, the
 //!    members' code removed against the thunks and the body's growth;
 //!    [`plan_group`] merges only groups that it predicts to pay and whose
@@ -100,8 +112,21 @@
 //!   (`dfg.immediates`), condition and trap codes, stack slot sizes,
 //!   types, `br_table` contents, exception tables. These are in the key and
 //!   never masked.
-//! - `f16const`, `f128const` and vector constants, callees and symbols
-//!   (later work: the issue's full list), and any use not listed above.
+//! - `f16const`, `f128const` and vector constants, and any use not listed
+//!   above.
+//!
+//! A user or test-case name is a **callee site** when every reference to
+//! it in the function (through any function reference, by Cranelift's own
+//! list of each instruction format's references, `InstructionData::map`)
+//! is the callee of a `call` (all with one signature), and no global value
+//! names it, through no `patchable` reference. Not callee sites: names of
+//! `patchable` references (the call site's patching metadata, which a
+//! `call_indirect` does not have), names of `return_call` (a `tail` body
+//! could `return_call_indirect`, but not every convention may), `try_call`
+//! (its exception table stays as it is), `func_addr` and `symbol_value`
+//! (the address is data: a body could compare it), and libcalls and known
+//! symbols (they are not names of the module). A callee parameter is an
+//! `i64` ([`CALLEE_TYPE`]): jitfold's targets are 64-bit.
 //!
 //! Whole functions are left out when a thunk in front of them could be
 //! observed ([`Walk::observes_own_frame`](crate::fingerprint::Walk::observes_own_frame): frame or return address reads,
@@ -118,8 +143,8 @@ pub use group::{
     CostModel, Decision, Derived, GroupPlan, Param, Prediction, SimilarOptions, derive, plan_group,
     split,
 };
-pub use merge::{merged_body, thunk, thunk_values};
-pub use shape::{ParamKind, ParamValue, ShapeOf, Shaper, mergeable};
+pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
+pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};
 
 #[cfg(test)]
 mod tests {
@@ -145,6 +170,13 @@ mod tests {
         (func, shape, fp)
     }
 
+    const FRONTEND: cranelift_codegen::isa::TargetFrontendConfig =
+        cranelift_codegen::isa::TargetFrontendConfig {
+            default_call_conv: CallConv::SystemV,
+            pointer_width: target_lexicon::PointerWidth::U64,
+            page_size_align_log2: 12,
+        };
+
     /// `op` applied to `v0` and a constant `c`, returned.
     fn with_constant(op: &str, c: i64) -> String {
         format!(
@@ -164,8 +196,8 @@ mod tests {
         assert_ne!(fa, fb, "the exact keys still differ");
         assert_eq!(a.shape, b.shape);
         assert_eq!(a.values.len(), 1);
-        assert_eq!(a.values[0].bits, 7);
-        assert_eq!(b.values[0].bits, -3);
+        assert_eq!(a.values[0].value, SiteValue::Bits(7));
+        assert_eq!(b.values[0].value, SiteValue::Bits(-3));
         assert_eq!(a.values[0].ty, ir::types::I64);
     }
 
@@ -206,9 +238,11 @@ mod tests {
         // constant 0 that stays.
         let (_, a, fa) = shape(&with_constant("iadd", 5));
         let key = a.shape.key();
-        assert_eq!(key.len(), fa.key().len() + 2);
-        let position = key[key.len() - 1] as usize;
-        assert_eq!(key[key.len() - 2], 1);
+        // The constants masked (one, at `position`), and no callee.
+        assert_eq!(key.len(), fa.key().len() + 3);
+        assert_eq!(key[key.len() - 1], 0);
+        let position = key[key.len() - 2] as usize;
+        assert_eq!(key[key.len() - 3], 1);
         assert_eq!(fa.key()[position], 5);
         assert_eq!(key[position], 0);
         let (_, z, _) = shape(&with_constant("iadd", 0));
@@ -220,15 +254,16 @@ mod tests {
         let v = |bits: i64| ParamValue {
             kind: ParamKind::Int,
             ty: ir::types::I32,
-            bits,
+            value: SiteValue::Bits(bits),
         };
         let a = [v(1), v(5), v(9), v(5)];
         let b = [v(1), v(6), v(8), v(6)];
         let c = [v(1), v(7), v(8), v(7)];
         let d = derive(&[&a, &b, &c]).unwrap();
         assert_eq!(d.site_param, vec![None, Some(0), Some(1), Some(0)]);
-        assert_eq!(d.params[0].values, vec![5, 6, 7]);
-        assert_eq!(d.params[1].values, vec![9, 8, 8]);
+        let bits = |v: &[i64]| v.iter().map(|&b| SiteValue::Bits(b)).collect::<Vec<_>>();
+        assert_eq!(d.params[0].values, bits(&[5, 6, 7]));
+        assert_eq!(d.params[1].values, bits(&[9, 8, 8]));
         assert!(derive(&[&a[..], &a[..3]]).is_none());
     }
 
@@ -237,7 +272,7 @@ mod tests {
         let v = |bits: i64| ParamValue {
             kind: ParamKind::Int,
             ty: ir::types::I64,
-            bits,
+            value: SiteValue::Bits(bits),
         };
         // a and c differ in one site, b from both in three.
         let a = [v(1), v(2), v(3)];
@@ -254,13 +289,14 @@ mod tests {
         let v = |bits: i64| ParamValue {
             kind: ParamKind::Int,
             ty: ir::types::I64,
-            bits,
+            value: SiteValue::Bits(bits),
         };
         let (a, b) = ([v(1)], [v(2)]);
+        let (a, b) = (&a[..], &b[..]);
         let sig = Signature::new(CallConv::SystemV);
-        let small = plan_group(&sig, &[&a, &b], &[20, 20], &options).unwrap();
+        let small = plan_group(&sig, &[a, b], &[20, 20], &options).unwrap();
         assert_eq!(small.decision, Decision::DoesNotPay);
-        let large = plan_group(&sig, &[&a, &b], &[400, 400], &options).unwrap();
+        let large = plan_group(&sig, &[a, b], &[400, 400], &options).unwrap();
         assert_eq!(large.decision, Decision::Merge);
         assert_eq!(large.prediction.removed, 400);
         // Two thunks of 13 + 6 bytes, and 5 bytes of growth.
@@ -300,11 +336,7 @@ mod tests {
         assert!(printed.contains("iconst.i64 3"), "{printed}");
         assert!(!printed.contains("iconst.i32"), "{printed}");
         let t = thunk(
-            cranelift_codegen::isa::TargetFrontendConfig {
-                default_call_conv: CallConv::SystemV,
-                pointer_width: target_lexicon::PointerWidth::U64,
-                page_size_align_log2: 12,
-            },
+            FRONTEND,
             UserFuncName::user(0, 1),
             &f.signature,
             UserExternalName::new(0, 2),
@@ -313,5 +345,84 @@ mod tests {
         );
         cranelift_codegen::verify_function(&t, &flags).unwrap();
         assert!(t.display().to_string().contains("iconst.i32 9"));
+    }
+
+    /// A function that calls `%{callee}` with `v0` and `how` is the call
+    /// (`call`, `return_call`), or `addr` (takes its address too).
+    fn calling(callee: &str, how: &str) -> String {
+        let body = match how {
+            "call" => "v1 = call fn0(v0)\n v2 = call fn0(v1)\n return v2",
+            "return_call" => "return_call fn0(v0)",
+            "addr" => "v1 = call fn0(v0)\n v2 = func_addr.i64 fn0\n v3 = iadd v1, v2\n return v3",
+            _ => unreachable!(),
+        };
+        format!(
+            "function %f(i64) -> i64 tail {{
+             sig0 = (i64) -> i64 tail
+             fn0 = %{callee} sig0
+             block0(v0: i64):
+                 {body}
+             }}"
+        )
+    }
+
+    #[test]
+    fn direct_callees_are_masked_and_listed() {
+        let (_, a, fa) = shape(&calling("g", "call"));
+        let (_, b, fb) = shape(&calling("h", "call"));
+        assert_ne!(fa, fb);
+        assert_eq!(a.shape, b.shape);
+        assert_eq!(a.values.len(), 1);
+        assert_eq!(a.values[0].kind, ParamKind::Callee);
+        assert_eq!(a.values[0].ty, CALLEE_TYPE);
+        let SiteValue::Callee(name, sig) = &a.values[0].value else {
+            panic!("{:?}", a.values[0]);
+        };
+        assert_eq!(*name, crate::SymbolName::TestCase(b"g"[..].into()));
+        assert_eq!(sig.call_conv, CallConv::Tail);
+        assert_eq!(a.sites, vec![Site::Callee(name.clone())]);
+    }
+
+    #[test]
+    fn tail_called_or_address_taken_callees_stay_in_the_shape() {
+        for how in ["return_call", "addr"] {
+            let (_, a, _) = shape(&calling("g", how));
+            let (_, b, _) = shape(&calling("h", how));
+            assert!(a.values.is_empty(), "{how}: {:?}", a.values);
+            assert_ne!(a.shape, b.shape, "{how}");
+        }
+    }
+
+    #[test]
+    fn the_body_calls_a_callee_parameter_indirectly_and_the_thunk_passes_its_address() {
+        let (f, a, _) = shape(&calling("g", "call"));
+        let (_, b, _) = shape(&calling("h", "call"));
+        let d = derive(&[&a.values, &b.values]).unwrap();
+        assert_eq!(d.site_param, vec![Some(0)]);
+        let body = merged_body(&f, &a.sites, &d).unwrap();
+        let flags = settings::Flags::new(settings::builder());
+        cranelift_codegen::verify_function(&body, &flags).unwrap();
+        let printed = body.display().to_string();
+        assert_eq!(
+            printed.matches("call_indirect sig0, v3(").count(),
+            2,
+            "{printed}"
+        );
+        assert!(!printed.contains("call fn0"), "{printed}");
+        let t = thunk(
+            FRONTEND,
+            UserFuncName::user(0, 1),
+            &f.signature,
+            UserExternalName::new(0, 2),
+            &body.signature,
+            &thunk_values(&d, 1),
+        );
+        cranelift_codegen::verify_function(&t, &flags).unwrap();
+        let printed = t.display().to_string();
+        assert!(printed.contains("fn0 = %h sig0"), "{printed}");
+        assert!(printed.contains("func_addr.i64 fn0"), "{printed}");
+        // The body refuses a site that is not a callee of the function.
+        let other = vec![Site::Callee(crate::SymbolName::TestCase(b"x"[..].into()))];
+        assert!(merged_body(&f, &other, &d).is_err());
     }
 }

@@ -519,10 +519,26 @@ fn similar_finds_the_stub_that_passes_another_constant() {
         "report",
         "--json",
         "--groups",
-        "--similar",
+        "--merge",
+        "similar",
         "--compile",
         &corpus(),
     ]));
+    // `--similar` is the same; `--merge calls,similar` adds the call graph.
+    let alias = json_of(&jitfold(&["report", "--json", "--similar", &corpus()]));
+    let both = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--merge",
+        "calls,similar",
+        &corpus(),
+    ]));
+    for other in [&alias, &both] {
+        assert_eq!(other["similar"]["candidate_groups"], 1, "{other}");
+        assert_eq!(other["similar"]["refused_cost"], 1, "{other}");
+    }
+    assert!(alias.get("refined_merged").is_none());
+    assert!(both.get("refined_merged").is_some());
     let s = &out["similar"];
     assert_eq!(s["candidate_groups"], 1);
     assert_eq!(s["param_groups"], 0);

@@ -759,3 +759,23 @@ fn code_compiled_before_a_reference_is_rewritten_is_not_used() {
     assert_eq!(stats.parallel_discarded, 1, "{stats:?}");
     assert!(bytes == serial, "objects differ");
 }
+
+/// `Stats::compiles_per_thread` is empty when no flush compiled in
+/// parallel: a flush on two threads that queues nothing (its only function
+/// is the module's first compile, left to the inner module) starts no
+/// thread and counts nothing.
+#[test]
+fn a_flush_that_compiles_nothing_in_parallel_leaves_per_thread_empty() {
+    use common::build::{declare, define};
+    let mut d = DedupModule::wrap(object_module(false), batch(2));
+    let f = declare(&mut d, "only", CallConv::SystemV);
+    define(&mut d, f, |b, _, p| {
+        let r = leaf_body(b, p[0], 1);
+        b.ins().return_(&[r]);
+    })
+    .unwrap();
+    d.flush().unwrap();
+    let stats = d.stats().clone();
+    assert_eq!(stats.compiled, 1, "{stats:?}");
+    assert!(stats.compiles_per_thread.is_empty(), "{stats:?}");
+}

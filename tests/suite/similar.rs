@@ -10,7 +10,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitfold::Fingerprinter;
-use jitfold::similar::{self, Decision, ShapeOf, Shaper, SimilarOptions};
+use jitfold::similar::{self, Decision, ParamKind, ShapeOf, Shaper, SimilarOptions};
 
 fn jit() -> JITModule {
     // `return_call` on x86-64 needs frame pointers.
@@ -101,6 +101,13 @@ const INPUTS: [(i64, i64); 8] = [
 /// originals and the body with its thunks, calls each on [`INPUTS`] and
 /// checks the results are equal. Returns the number of parameters.
 fn merged_results_agree(texts: &[String]) -> usize {
+    merged_results_agree_with(&[], texts)
+}
+
+/// [`merged_results_agree`] for members that call functions: `callees` are
+/// defined first, as `u0:0` to `u0:{k-1}` (in both modules), and member
+/// `i` is `u0:{k+i}` (in the merged module, its thunk).
+fn merged_results_agree_with(callees: &[String], texts: &[String]) -> usize {
     let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
     let shapes: Vec<ShapeOf> = funcs.iter().map(shape_of).collect();
     for s in &shapes[1..] {
@@ -110,21 +117,43 @@ fn merged_results_agree(texts: &[String]) -> usize {
     let derived = similar::derive(&values).unwrap();
     let body = similar::merged_body(&funcs[0], &shapes[0].sites, &derived).unwrap();
 
+    let callees: Vec<Function> = callees.iter().map(|t| parse(t)).collect();
+    let define_callees = |m: &mut JITModule| {
+        for (i, c) in callees.iter().enumerate() {
+            let id = declare(m, &format!("c{i}"), c);
+            assert_eq!(id.as_u32() as usize, i);
+            define(m, id, c.clone());
+        }
+    };
+    let declare_members = |m: &mut JITModule, prefix: &str| -> Vec<FuncId> {
+        let ids: Vec<FuncId> = (funcs.iter().enumerate())
+            .map(|(i, f)| declare(m, &format!("{prefix}{i}"), f))
+            .collect();
+        assert!(
+            ids.iter()
+                .enumerate()
+                .all(|(i, id)| id.as_u32() as usize == callees.len() + i)
+        );
+        ids
+    };
+
     let mut plain = jit();
+    define_callees(&mut plain);
+    let ids = declare_members(&mut plain, "f");
     let mut originals = Vec::new();
-    for (i, f) in funcs.iter().enumerate() {
-        let id = declare(&mut plain, &format!("f{i}"), f);
+    for (i, (f, &id)) in funcs.iter().zip(&ids).enumerate() {
         define(&mut plain, id, f.clone());
         originals.push(entry(&mut plain, &format!("e{i}"), id));
     }
     plain.finalize_definitions().unwrap();
 
     let mut merged = jit();
+    define_callees(&mut merged);
+    let ids = declare_members(&mut merged, "t");
     let body_id = declare(&mut merged, "body", &body);
     define(&mut merged, body_id, body.clone());
     let mut thunks = Vec::new();
-    for (i, f) in funcs.iter().enumerate() {
-        let id = declare(&mut merged, &format!("t{i}"), f);
+    for (i, (f, &id)) in funcs.iter().zip(&ids).enumerate() {
         let thunk = similar::thunk(
             merged.target_config(),
             UserFuncName::user(0, id.as_u32()),
@@ -275,7 +304,9 @@ fn a_call_argument_and_a_block_argument_are_parameters() {
     };
     let (a, b) = (shape_of(&parse(&text(1, 2))), shape_of(&parse(&text(8, 9))));
     assert_eq!(a.shape, b.shape);
-    assert_eq!(a.values.len(), 2);
+    // The two constants, then the callee.
+    let kinds: Vec<ParamKind> = a.values.iter().map(|v| v.kind).collect();
+    assert_eq!(kinds, [ParamKind::Int, ParamKind::Int, ParamKind::Callee]);
 }
 
 #[test]
@@ -339,9 +370,9 @@ fn functions_differing_in_a_non_parameterizable_immediate_do_not_share_a_shape()
 }
 
 #[test]
-fn recursive_members_do_not_share_a_shape() {
-    // Each calls itself: a body merged from them would call the first
-    // member (with its own constants) from the second.
+fn recursive_members_share_a_shape_and_call_themselves_through_their_thunks() {
+    // Each calls itself: the body calls the callee its thunk passes, the
+    // member's own id (the thunk).
     let text = |name: &str, c: i64| {
         format!(
             "function %{name}(i64, i64) -> i64 system_v {{
@@ -364,10 +395,77 @@ fn recursive_members_do_not_share_a_shape() {
         shape_of(&parse(&text("r0", 3))),
         shape_of(&parse(&text("r1", 4))),
     );
-    assert_ne!(a.shape, b.shape);
-    // The same function under one name, with other constants, does.
-    let c = shape_of(&parse(&text("r0", 4)));
-    assert_eq!(a.shape, c.shape);
+    assert_eq!(a.shape, b.shape);
+    // Counting down from the inputs' first argument would take long: the
+    // members count down from its low bits.
+    let text = |id: u32, c: i64| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 fn0 = colocated u0:{id}(i64, i64) -> i64 system_v
+             block0(v0: i64, v1: i64):
+                 v10 = iconst.i64 7
+                 v11 = band v0, v10
+                 brif v11, block1, block2
+             block1:
+                 v2 = iconst.i64 1
+                 v3 = isub v11, v2
+                 v4 = call fn0(v3, v1)
+                 v5 = iconst.i64 {c}
+                 v6 = imul v4, v5
+                 v7 = iadd v6, v0
+                 return v7
+             block2:
+                 return v1
+             }}"
+        )
+    };
+    // One parameter for the constant, one for the callee.
+    let texts = [text(0, 3), text(1, -5), text(2, 11)];
+    assert_eq!(merged_results_agree_with(&[], &texts), 2);
+}
+
+#[test]
+fn members_differing_in_their_callees_call_their_own() {
+    let callee = |id: u32, op: &str| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = {op} v0, v1
+                 return v2
+             }}"
+        )
+    };
+    let callees = [callee(0, "iadd"), callee(1, "isub"), callee(2, "bxor")];
+    // Member `i` calls `first` twice, then `second`, with a constant.
+    let member = |id: u32, first: u32, second: u32, c: i64| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 sig0 = (i64, i64) -> i64 system_v
+                 fn0 = colocated u0:{first} sig0
+                 fn1 = colocated u0:{second} sig0
+             block0(v0: i64, v1: i64):
+                 v2 = call fn0(v0, v1)
+                 v3 = call fn0(v2, v1)
+                 v4 = iconst.i64 {c}
+                 v5 = imul v3, v4
+                 v6 = call fn1(v5, v0)
+                 return v6
+             }}"
+        )
+    };
+    let texts = [
+        member(3, 0, 1, 3),
+        member(4, 1, 2, 3),
+        member(5, 2, 0, 5),
+        member(6, 0, 2, 5),
+    ];
+    let shapes: Vec<ShapeOf> = texts.iter().map(|t| shape_of(&parse(t))).collect();
+    assert!(shapes.iter().all(|s| s.shape == shapes[0].shape));
+    // Two callees and the constant.
+    assert_eq!(merged_results_agree_with(&callees, &texts), 3);
+    // Members that agree on a callee keep it direct.
+    let same_second = [member(3, 0, 2, 3), member(4, 1, 2, 3)];
+    assert_eq!(merged_results_agree_with(&callees, &same_second), 1);
 }
 
 #[test]
@@ -406,4 +504,572 @@ fn the_cost_model_refuses_a_group_of_tiny_functions() {
     assert_eq!(plan.decision, Decision::DoesNotPay, "{plan:?}");
     // Merged anyway, they still compute the same.
     assert_eq!(merged_results_agree(&[tiny(1), tiny(2)]), 1);
+}
+
+/// A `patchable` call site is metadata a consumer of the compiled code may
+/// use to patch the call out (`MachBufferFinalized::nop_units`,
+/// `patchable_call_sites`); a `call_indirect` has none. A callee reached
+/// through a patchable function reference must not become a callee
+/// parameter, or a merged member's call could no longer be patched.
+#[test]
+fn patchable_callees_stay_in_the_shape() {
+    let text = |callee: &str| {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+                 sig0 = (i64) system_v
+                 fn0 = colocated patchable %{callee} sig0
+             block0(v0: i64):
+                 call fn0(v0)
+                 return v0
+             }}"
+        )
+    };
+    let (fa, fb) = (parse(&text("g")), parse(&text("h")));
+    let (a, b) = (shape_of(&fa), shape_of(&fb));
+    assert!(
+        a.values.iter().all(|v| v.kind != ParamKind::Callee),
+        "a patchable callee became a parameter: {:?}",
+        a.values
+    );
+    assert_ne!(a.shape, b.shape);
+}
+
+/// One callee under two function references (one `colocated`, one not),
+/// and a `tail` callee called from a `system_v` member, are one callee
+/// parameter each, and every member still calls its own.
+#[test]
+fn a_callee_under_two_references_and_a_tail_callee_are_one_parameter_each() {
+    let callee = |id: u32, op: &str, conv: &str| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 {conv} {{
+             block0(v0: i64, v1: i64):
+                 v2 = {op} v0, v1
+                 return v2
+             }}"
+        )
+    };
+    let callees = [
+        callee(0, "iadd", "system_v"),
+        callee(1, "isub", "system_v"),
+        callee(2, "bxor", "tail"),
+        callee(3, "imul", "tail"),
+    ];
+    let member = |id: u32, first: u32, tail: u32| {
+        format!(
+            "function u0:{id}(i64, i64) -> i64 system_v {{
+                 sig0 = (i64, i64) -> i64 system_v
+                 sig1 = (i64, i64) -> i64 tail
+                 fn0 = colocated u0:{first} sig0
+                 fn1 = u0:{first} sig0
+                 fn2 = colocated u0:{tail} sig1
+             block0(v0: i64, v1: i64):
+                 v2 = call fn0(v0, v1)
+                 v3 = call fn1(v2, v1)
+                 v4 = call fn2(v3, v0)
+                 return v4
+             }}"
+        )
+    };
+    let texts = [member(4, 0, 2), member(5, 1, 3), member(6, 1, 2)];
+    assert_eq!(merged_results_agree_with(&callees, &texts), 2);
+}
+
+// ---------------------------------------------------------------------------
+// `DedupModule` in batch mode with `DedupOptions::with_similar`: the merged
+// module against plain `JITModule`.
+// ---------------------------------------------------------------------------
+
+use jitfold::{DedupModule, DedupOptions, Stats};
+
+/// `text` with `n` more instructions (`iadd` and `bxor` with the
+/// parameters, no constants) before its last `return`, so that merging
+/// pays for the cost model.
+fn padded(text: &str, n: usize) -> String {
+    let at = text.rfind("return v").expect("a return");
+    let end = at + text[at..].find('\n').expect("a line");
+    let result = text[at + "return ".len()..end].trim().to_string();
+    let mut lines = String::new();
+    let mut prev = result;
+    for i in 0..n {
+        let v = format!("v{}", 1000 + i);
+        let op = if i % 2 == 0 { "iadd" } else { "bxor" };
+        let arg = if i % 3 == 0 { "v1" } else { "v0" };
+        lines.push_str(&format!("    {v} = {op} {prev}, {arg}\n"));
+        prev = v;
+    }
+    format!("{}{lines}    return {prev}{}", &text[..at], &text[end..])
+}
+
+/// Declares (`f0`, `f1`, ... with their own signatures: `u0:i` in a text
+/// is function `i`) and defines `funcs` in `m`, then an entry `e{i}`
+/// (`system_v (i64, i64) -> i64`, calling `f{i}`) for each of `entries`.
+/// Returns the functions' ids and the entries' ids.
+fn define_all<M: Module>(
+    m: &mut M,
+    funcs: &[Function],
+    entries: &[usize],
+) -> (Vec<FuncId>, Vec<FuncId>) {
+    let ids: Vec<FuncId> = funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            m.declare_function(&format!("f{i}"), Linkage::Local, &f.signature)
+                .unwrap()
+        })
+        .collect();
+    for (f, &id) in funcs.iter().zip(&ids) {
+        let mut ctx = m.make_context();
+        ctx.func = f.clone();
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        m.define_function(id, &mut ctx).unwrap();
+    }
+    let entries = entries
+        .iter()
+        .map(|&i| {
+            let mut sig = m.make_signature();
+            sig.call_conv = CallConv::SystemV;
+            sig.params
+                .extend([cranelift_codegen::ir::AbiParam::new(I64); 2]);
+            sig.returns.push(cranelift_codegen::ir::AbiParam::new(I64));
+            let id = m
+                .declare_function(&format!("e{i}"), Linkage::Export, &sig)
+                .unwrap();
+            crate::common::build::define(m, id, |b, m, params| {
+                let callee = m.declare_func_in_func(ids[i], b.func);
+                let call = b.ins().call(callee, params);
+                let result = b.inst_results(call)[0];
+                b.ins().return_(&[result]);
+            })
+            .unwrap();
+            id
+        })
+        .collect();
+    (ids, entries)
+}
+
+/// Calls `ptr`, a `system_v (i64, i64) -> i64` function, on every input.
+fn results_at(ptr: *const u8) -> Vec<i64> {
+    // SAFETY: every entry is `system_v (i64, i64) -> i64`, the host's C
+    // convention on the x86-64 and aarch64 Linux hosts these tests run on,
+    // and its module was finalized.
+    let f: extern "C" fn(i64, i64) -> i64 = unsafe { std::mem::transmute(ptr) };
+    INPUTS.iter().map(|&(x, y)| f(x, y)).collect()
+}
+
+fn jit_builder() -> JITBuilder {
+    JITBuilder::with_flags(
+        &[("opt_level", "speed"), ("preserve_frame_pointers", "true")],
+        default_libcall_names(),
+    )
+    .unwrap()
+}
+
+/// Defines `texts` and an entry for each of `entries` in plain
+/// `JITModule` and in `DedupModule<JITModule>` with `options`, calls each
+/// entry on [`INPUTS`] in both and checks that they agree; returns the
+/// `DedupModule`'s statistics (checked to add up).
+fn merged_module_agrees(texts: &[String], entries: &[usize], options: DedupOptions) -> Stats {
+    let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    let mut plain = jit();
+    let (_, plain_entries) = define_all(&mut plain, &funcs, entries);
+    plain.finalize_definitions().unwrap();
+    let mut dedup = DedupModule::<JITModule>::with_options(jit_builder(), options);
+    let (ids, dedup_entries) = define_all(&mut dedup, &funcs, entries);
+    dedup.finalize_definitions().unwrap();
+    for (k, &i) in entries.iter().enumerate() {
+        let want = results_at(plain.get_finalized_function(plain_entries[k]));
+        let got = results_at(dedup.get_finalized_function(dedup_entries[k]));
+        assert_eq!(want, got, "f{i} with {options}");
+        // A `system_v` member's own address runs it too (its thunk).
+        if funcs[i].signature.call_conv == CallConv::SystemV {
+            let own = results_at(dedup.get_finalized_function(ids[i]));
+            assert_eq!(want, own, "f{i} called by its address with {options}");
+        }
+    }
+    // Every id has an address of its own.
+    let mut addresses: Vec<*const u8> = ids
+        .iter()
+        .map(|&id| dedup.get_finalized_function(id))
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), ids.len(), "distinct addresses");
+    let s = dedup.stats().clone();
+    assert_eq!(
+        s.defined + s.similar_groups,
+        s.compiled + s.reused + s.loaded + s.adapted + s.aliased + s.trampolined + s.bytes_defined,
+        "{s:?}"
+    );
+    s
+}
+
+fn similar_batch() -> DedupOptions {
+    DedupOptions::batch().with_similar(SimilarOptions::default())
+}
+
+fn all(n: usize) -> Vec<usize> {
+    (0..n).collect()
+}
+
+#[test]
+fn batch_mode_merges_functions_differing_in_integer_constants() {
+    for conv in ["system_v", "tail"] {
+        let texts = [
+            padded(&arithmetic(conv, 3, 5, -7, 1000), 24),
+            padded(&arithmetic(conv, -3, 5, 100, -1), 24),
+        ];
+        let s = merged_module_agrees(&texts, &all(2), similar_batch());
+        assert_eq!(
+            (s.similar_groups, s.similar_merged),
+            (1, 2),
+            "{conv}: {s:?}"
+        );
+        // The body and two thunks, and the two entries (the second one
+        // from the first's code).
+        assert_eq!(s.compiled + s.reused, 5, "{conv}: {s:?}");
+        // Off by default.
+        let s = merged_module_agrees(&texts, &all(2), DedupOptions::batch());
+        assert_eq!(
+            (s.similar_groups, s.similar_merged),
+            (0, 0),
+            "{conv}: {s:?}"
+        );
+        assert_eq!(s.compiled + s.reused, 4, "{conv}: {s:?}");
+        // Eager mode does not merge.
+        let eager = DedupOptions::eager().with_similar(SimilarOptions::default());
+        let s = merged_module_agrees(&texts, &all(2), eager);
+        assert_eq!(s.similar_merged, 0, "{conv}: {s:?}");
+    }
+}
+
+#[test]
+fn batch_mode_passes_float_constants_bit_exact() {
+    for conv in ["system_v", "tail"] {
+        let texts = [
+            padded(
+                &floats(conv, "0x1.8p1", "-0x0.0p0", "+NaN:0x1234", "+sNaN:0x1"),
+                24,
+            ),
+            padded(
+                &floats(conv, "-0x0.0p0", "0x0.0p0", "-NaN:0x5", "-sNaN:0x2"),
+                24,
+            ),
+            padded(
+                &floats(conv, "+Inf", "-NaN:0x7", "0x1.0p-1022", "0x1.0p0"),
+                24,
+            ),
+        ];
+        let s = merged_module_agrees(&texts, &all(3), similar_batch());
+        assert_eq!(
+            (s.similar_groups, s.similar_merged),
+            (1, 3),
+            "{conv}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn batch_mode_merges_a_group_of_twenty() {
+    let texts: Vec<String> = (0..20)
+        .map(|i: i64| {
+            padded(
+                &arithmetic("system_v", i * 1_000_003, 5, (i * 13) as i8, i64::MIN + i),
+                24,
+            )
+        })
+        .collect();
+    let s = merged_module_agrees(&texts, &all(20), similar_batch());
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 20), "{s:?}");
+    // On several threads: the same.
+    let s = merged_module_agrees(&texts, &all(20), similar_batch().with_threads(2));
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 20), "{s:?}");
+    // With at most one parameter, no two members fit one body.
+    let one = SimilarOptions {
+        max_params: 1,
+        ..SimilarOptions::default()
+    };
+    let s = merged_module_agrees(&texts, &all(20), DedupOptions::batch().with_similar(one));
+    assert_eq!(s.similar_merged, 0, "{s:?}");
+}
+
+#[test]
+fn batch_mode_leaves_a_group_the_cost_model_refuses() {
+    let tiny = |c: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {c}
+                 v3 = iadd v0, v2
+                 return v3
+             }}"
+        )
+    };
+    let s = merged_module_agrees(&[tiny(1), tiny(2), tiny(3)], &all(3), similar_batch());
+    assert_eq!((s.similar_groups, s.similar_merged), (0, 0), "{s:?}");
+    assert_eq!(s.compiled + s.reused, 6, "{s:?}");
+}
+
+#[test]
+fn batch_mode_does_not_merge_functions_differing_in_a_shift_or_an_offset() {
+    // `c` is a parameter site; the shift amount and the offset are not.
+    let text = |shift: i64, offset: i32, c: i64| {
+        padded(
+            &format!(
+                "function %f(i64, i64) -> i64 system_v {{
+                     ss0 = explicit_slot 32
+                 block0(v0: i64, v1: i64):
+                     v2 = iconst.i64 {shift}
+                     v3 = ishl v0, v2
+                     v4 = iconst.i64 {c}
+                     v5 = iadd v3, v4
+                     v6 = stack_addr.i64 ss0
+                     store v0, v6
+                     store v1, v6+8
+                     store v5, v6+16
+                     store v0, v6+24
+                     v7 = load.i64 v6+{offset}
+                     v8 = iadd v5, v7
+                     return v8
+                 }}"
+            ),
+            24,
+        )
+    };
+    let same = merged_module_agrees(&[text(3, 8, 1), text(3, 8, 2)], &all(2), similar_batch());
+    assert_eq!(same.similar_merged, 2, "{same:?}");
+    for (a, b) in [
+        (text(3, 8, 1), text(4, 8, 2)),
+        (text(3, 8, 1), text(3, 16, 2)),
+    ] {
+        let s = merged_module_agrees(&[a, b], &all(2), similar_batch());
+        assert_eq!((s.similar_groups, s.similar_merged), (0, 0), "{s:?}");
+    }
+}
+
+#[test]
+fn batch_mode_merges_members_called_recursively_and_self_recursive_ones() {
+    // f0 and f1 call f2, which calls f0 or f1 by the parity of x: the
+    // merged body calls f2, which calls the thunks.
+    let member = |c: i64| {
+        padded(
+            &format!(
+                "function %f(i64, i64) -> i64 system_v {{
+                     fn0 = colocated u0:2(i64, i64) -> i64 system_v
+                 block0(v0: i64, v1: i64):
+                     v2 = iconst.i64 0
+                     v3 = icmp sle v0, v2
+                     brif v3, block2, block1
+                 block1:
+                     v4 = iconst.i64 1
+                     v5 = isub v0, v4
+                     v6 = call fn0(v5, v1)
+                     v7 = iconst.i64 {c}
+                     v8 = imul v6, v7
+                     v9 = iadd v8, v0
+                     return v9
+                 block2:
+                     return v1
+                 }}"
+            ),
+            24,
+        )
+    };
+    let dispatch = "function %d(i64, i64) -> i64 system_v {
+             fn0 = colocated u0:0(i64, i64) -> i64 system_v
+             fn1 = colocated u0:1(i64, i64) -> i64 system_v
+         block0(v0: i64, v1: i64):
+             v5 = iconst.i64 1
+             v2 = band v0, v5
+             brif v2, block1, block2
+         block1:
+             v3 = call fn1(v0, v1)
+             return v3
+         block2:
+             v4 = call fn0(v0, v1)
+             return v4
+         }"
+    .to_string();
+    // Small inputs, so that the recursion ends soon: `x` is masked.
+    let masked = |m: String| {
+        m.replace(
+            "block0(v0: i64, v1: i64):",
+            "block0(v100: i64, v1: i64):\n v101 = iconst.i64 15\n v0 = band v100, v101",
+        )
+    };
+    let texts = [masked(member(3)), masked(member(-5)), dispatch];
+    let s = merged_module_agrees(&texts, &all(3), similar_batch());
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 2), "{s:?}");
+    // Each calls itself: its own name is a callee parameter, so the body
+    // recurses through the member's own thunk.
+    let recursive = |id: u32, c: i64| {
+        padded(
+            &format!(
+                "function %f(i64, i64) -> i64 system_v {{
+                     fn0 = colocated u0:{id}(i64, i64) -> i64 system_v
+                 block0(v100: i64, v1: i64):
+                     v101 = iconst.i64 15
+                     v0 = band v100, v101
+                     brif v0, block1, block2
+                 block1:
+                     v2 = iconst.i64 1
+                     v3 = isub v0, v2
+                     v4 = call fn0(v3, v1)
+                     v5 = iconst.i64 {c}
+                     v6 = iadd v4, v5
+                     return v6
+                 block2:
+                     return v1
+                 }}"
+            ),
+            24,
+        )
+    };
+    let s = merged_module_agrees(
+        &[recursive(0, 3), recursive(1, 4)],
+        &all(2),
+        similar_batch(),
+    );
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 2), "{s:?}");
+}
+
+#[test]
+fn check_mode_does_not_merge() {
+    let texts = [
+        padded(&arithmetic("system_v", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("system_v", -3, 5, 100, -1), 24),
+    ];
+    let s = merged_module_agrees(&texts, &all(2), similar_batch().with_check(true));
+    assert_eq!(s.similar_merged, 0, "{s:?}");
+}
+
+#[test]
+fn an_object_file_has_every_members_symbol_and_a_local_body() {
+    use cranelift_object::object::{self, Object, ObjectSymbol, SymbolKind};
+    use cranelift_object::{ObjectBuilder, ObjectModule};
+    let texts = [
+        padded(&arithmetic("system_v", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("system_v", -3, 5, 100, -1), 24),
+    ];
+    let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
+    let builder = ObjectBuilder::new(isa, "similar", default_libcall_names()).unwrap();
+    let mut m = DedupModule::wrap(ObjectModule::new(builder), similar_batch());
+    define_all(&mut m, &funcs, &all(2));
+    m.flush().unwrap();
+    assert_eq!(m.stats().similar_merged, 2);
+    let bytes = m.finish().emit().unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let text: Vec<_> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .collect();
+    for name in ["f0", "f1", "e0", "e1"] {
+        assert!(
+            text.iter().any(|s| s.name() == Ok(name)),
+            "{name} in {:?}",
+            text.iter().map(|s| s.name()).collect::<Vec<_>>()
+        );
+    }
+    // The body: defined, local, not one of the user's names.
+    let others: Vec<_> = text
+        .iter()
+        .filter(|s| !matches!(s.name(), Ok("f0" | "f1" | "e0" | "e1")))
+        .collect();
+    assert_eq!(
+        others.len(),
+        1,
+        "{:?}",
+        others.iter().map(|s| s.name()).collect::<Vec<_>>()
+    );
+    assert!(others[0].is_local());
+}
+
+#[test]
+fn tail_members_merge_where_tail_calls_do_not_compile() {
+    // x86-64 compiles `return_call` only with frame pointers kept: the
+    // thunks then call and return.
+    let texts = [
+        padded(&arithmetic("tail", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("tail", -3, 5, 100, -1), 24),
+    ];
+    let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    let builder = JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names());
+    let mut plain = JITModule::new(builder.unwrap());
+    let (_, plain_entries) = define_all(&mut plain, &funcs, &all(2));
+    plain.finalize_definitions().unwrap();
+    let builder = JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names());
+    let mut dedup = DedupModule::<JITModule>::with_options(builder.unwrap(), similar_batch());
+    let (_, entries) = define_all(&mut dedup, &funcs, &all(2));
+    dedup.finalize_definitions().unwrap();
+    assert_eq!(dedup.stats().similar_merged, 2);
+    for (p, d) in plain_entries.iter().zip(&entries) {
+        assert_eq!(
+            results_at(plain.get_finalized_function(*p)),
+            results_at(dedup.get_finalized_function(*d))
+        );
+    }
+}
+
+#[test]
+fn a_duplicate_of_a_member_runs_its_thunk() {
+    let a = padded(&arithmetic("system_v", 3, 5, -7, 1000), 24);
+    let b = padded(&arithmetic("system_v", -3, 5, 100, -1), 24);
+    let s = merged_module_agrees(&[a.clone(), b, a], &all(3), similar_batch());
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 2), "{s:?}");
+    // f2 is f0's duplicate, and so e2 (which calls f2, rewritten to f0)
+    // is e0's.
+    assert_eq!(s.trampolined, 2, "{s:?}");
+}
+
+#[test]
+fn a_later_flush_with_a_members_twin_and_a_new_member_runs_right() {
+    let text = |a: i64| padded(&arithmetic("system_v", a, 5, -7, 1000), 24);
+    let funcs: Vec<Function> = [text(1), text(2), text(1), text(3), text(4)]
+        .iter()
+        .map(|t| parse(t))
+        .collect();
+    let mut plain = jit();
+    let (_, plain_entries) = define_all(&mut plain, &funcs, &all(5));
+    plain.finalize_definitions().unwrap();
+    let mut dedup = DedupModule::<JITModule>::with_options(jit_builder(), similar_batch());
+    // Two flushes: f0 and f1, then f2 (f0's twin), f3 and f4.
+    let ids: Vec<FuncId> = funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            dedup
+                .declare_function(&format!("f{i}"), Linkage::Local, &f.signature)
+                .unwrap()
+        })
+        .collect();
+    let mut flushed = Vec::new();
+    for range in [0..2, 2..5] {
+        for i in range {
+            let mut ctx = dedup.make_context();
+            ctx.func = funcs[i].clone();
+            ctx.func.name = UserFuncName::user(0, ids[i].as_u32());
+            dedup.define_function(ids[i], &mut ctx).unwrap();
+        }
+        dedup.finalize_definitions().unwrap();
+        flushed.push(dedup.stats().clone());
+    }
+    assert_eq!(flushed[0].similar_merged, 2, "{:?}", flushed[0]);
+    // f2 is not a duplicate of f0 under f0's original key (the cache holds
+    // only the keys of the code compiled: the thunk's and the body's): it
+    // merges with f3 and f4. Their body is the first one's (a duplicate),
+    // and so, its call rewritten to the first body, is f2's thunk (f0's).
+    let s = dedup.stats();
+    assert_eq!((s.similar_groups, s.similar_merged), (2, 5), "{s:?}");
+    assert_eq!(s.trampolined, 2, "{s:?}");
+    assert_eq!(
+        s.compiled, 5,
+        "a body and two thunks, then two thunks: {s:?}"
+    );
+    for (i, &p) in plain_entries.iter().enumerate() {
+        assert_eq!(
+            results_at(plain.get_finalized_function(p)),
+            results_at(dedup.get_finalized_function(ids[i])),
+            "f{i}"
+        );
+    }
 }

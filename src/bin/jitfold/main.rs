@@ -80,17 +80,20 @@ struct ReportArgs {
     /// and `--verify` check every reused function.
     #[arg(long)]
     reuse: bool,
-    /// What merges: `exact` duplicates (the default), or also functions
-    /// that are the same once callees are compared by class over the call
-    /// graph (`calls`; adds `refined_merged`, `refine_rounds`, `refine_s`).
-    #[arg(long, value_enum, default_value_t = MergeArg::Exact)]
-    merge: MergeArg,
-    /// Also group one function of each exact class by shape (the same
-    /// function up to the values of some integer constants), derive the
+    /// What merges, one or more separated by commas: `exact` duplicates
+    /// (always; the default); `calls`: also functions that are the same
+    /// once callees are compared by class over the call graph (adds
+    /// `refined_merged`, `refine_rounds`, `refine_s`); `similar`: also
+    /// group one function of each exact class by shape (the same function
+    /// up to the values of some integer and float constants), derive the
     /// parameters of a merged body and decide with a cost model in code
-    /// bytes which groups pay; adds `similar` (`param_groups`,
-    /// `param_merged`, ...), and with `--compile` merges and compiles the
-    /// groups to measure the model. Not a mode of the module yet.
+    /// bytes which groups pay (adds `similar`: `param_groups`,
+    /// `param_merged`, ...), and with `--compile` merge and compile the
+    /// groups to measure the model (`DedupOptions::with_similar` in batch
+    /// mode).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "exact")]
+    merge: Vec<MergeArg>,
+    /// The same as `--merge similar` (kept for older scripts).
     #[arg(long)]
     similar: bool,
     /// With `--compile`: a directory of compiled code kept across runs (a
@@ -107,6 +110,7 @@ struct ReportArgs {
 enum MergeArg {
     Exact,
     Calls,
+    Similar,
 }
 
 fn main() -> ExitCode {
@@ -143,7 +147,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
         };
     let plain = &runs[0];
     println!(
-        "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10} {:>8}",
+        "{:<44} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>7} {:>11} {:>10} {:>8}",
         "",
         "functions",
         "compiled",
@@ -151,13 +155,14 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
         "loaded",
         "aliased",
         "trampolines",
+        "thunks",
         "code bytes",
         "time (ms)",
         "speedup"
     );
     for r in &runs {
         println!(
-            "{:<34} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>10.2} {:>7.2}x",
+            "{:<44} {:>9} {:>9} {:>7} {:>7} {:>8} {:>11} {:>7} {:>11} {:>10.2} {:>7.2}x",
             r.label,
             r.functions,
             r.compiled,
@@ -165,6 +170,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
             r.loaded,
             r.aliased,
             r.trampolined,
+            r.similar_merged,
             r.code_bytes,
             r.time.as_secs_f64() * 1e3,
             plain.time.as_secs_f64() / r.time.as_secs_f64()
@@ -207,8 +213,8 @@ fn run_report(args: &ReportArgs) -> ExitCode {
         compile_isa: (args.compile || args.verify).then_some(&*isa),
         verify: args.verify,
         reuse: args.reuse,
-        merge_calls: args.merge == MergeArg::Calls,
-        similar: args.similar,
+        merge_calls: args.merge.contains(&MergeArg::Calls),
+        similar: args.similar || args.merge.contains(&MergeArg::Similar),
         cache: cache.as_ref().map(|c| c as &dyn jitfold::store::CodeStore),
     };
     let report = match report::build(&args.paths, &options, &mut bar) {

@@ -1,0 +1,385 @@
+//! Similar-function merging in batch mode (with
+//! [`DedupOptions::similar`](super::DedupOptions::similar)): after a flush
+//! has planned its duplicates, the functions it is going to compile that
+//! differ only in a few constants or callees ([`crate::similar`]) share
+//! one parameterized body, and each becomes a thunk that passes its own
+//! values and callees' addresses.
+//!
+//! Deciding is pure ([`plan_merges`], over the shapes of the candidates,
+//! with [`similar::split`] and [`similar::plan_group`]); carrying it out
+//! is [`DedupModule::merge_similar`]'s.
+//!
+//! # What this module guarantees
+//!
+//! 1. **Candidates.** Only functions still pending whose plan is to
+//!    compile them (no duplicate, reused code or adapter, and no entry in
+//!    the code store) are merged, only when they are
+//!    [`similar::mergeable`] and have a parameter site, and never in check
+//!    mode (whose comparison with each function's own code would find a
+//!    thunk there). A function whose walk fails is left alone (planning
+//!    failed it already).
+//! 2. **Groups.** Candidates of one [shape](crate::similar) are split so
+//!    that each subgroup fits [`SimilarOptions::max_params`], and a
+//!    subgroup of two or more is merged only if the cost model predicts
+//!    that it pays, with each member's code size estimated as its
+//!    instructions times the model's
+//!    [`bytes_per_instruction`](crate::similar::CostModel::bytes_per_instruction)
+//!    (they are not compiled yet). Members are in definition order; the
+//!    first one's code becomes the body.
+//! 3. **Thunks.** A thunk tail-calls the body (`return_call`) when both
+//!    use the `tail` convention and the target compiles tail calls (on
+//!    x86-64, only with `preserve_frame_pointers`); otherwise it calls and
+//!    returns.
+//! 4. **Ids.** The body is declared as an anonymous local function of the
+//!    inner module (an id of the module's own, never one of the user's: in
+//!    an object file, a local symbol) and defined at once as any function
+//!    is (`define.rs`: compiled by the inner module, counted in
+//!    [`Stats`](super::Stats), kept in the cache under its own keys).
+//!    Every member keeps its id: its `Function` in the flush is replaced
+//!    by its thunk, which the define pass then defines as any function,
+//!    under the thunk's own keys. So every member's address
+//!    (`get_finalized_function`, references, symbols) is its thunk's, and
+//!    no cache entry describes code other than its own: a later function
+//!    equal to a member is never taken for it (it compiles, or merges
+//!    anew, and only what is equal to a thunk or body becomes their
+//!    duplicate).
+//! 5. **Failures.** Merging never fails a function: a group whose body
+//!    cannot be built or defined, or one of whose members (other than the
+//!    first, which the body's compile verifies) fails to verify when the
+//!    flags enable the verifier, is left alone, and its members are then
+//!    compiled (or fail) on their own. A panic while deciding merges
+//!    nothing. (A body that fails to compile leaves its anonymous id
+//!    declared, undefined and referenced by nothing.)
+//!
+//! What an embedder sees differently: code addresses inside a body belong
+//! to the body's anonymous id (in `DedupModule::functions_at`, a profiler's
+//! map, an object file's local symbol), not to the members; and
+//! [`Stats::code_bytes_without_dedup`](super::Stats) counts the bodies and
+//! thunks, not the members' code they replace (which was never compiled).
+//!
+//! # What it costs
+//!
+//! Shaping each candidate (a second walk and the shape scan, about twice
+//! a walk's time, see [`crate::similar`]) and the plans; at run time, one
+//! extra call per entry into a merged function, and registers instead of
+//! immediates in the body (see
+//! [`DedupOptions::similar`](super::DedupOptions::similar)). Functions
+//! outside the flush's pending ones are never merged: an earlier flush's
+//! compiled functions stay as they are.
+
+use super::ids::State;
+use super::{DedupModule, verify};
+use crate::fingerprint::Shape;
+use crate::similar::{self, Decision, GroupPlan, ShapeOf, Shaper, SimilarOptions};
+use cranelift_codegen::Context;
+use cranelift_codegen::ir::{Function, UserExternalName, UserFuncName};
+use cranelift_module::{FuncId, Module};
+use hashbrown::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// A pending function that may be merged.
+pub(super) struct Candidate {
+    /// Its index among the flush's pending functions.
+    pub(super) index: usize,
+    /// Its shape and parameter sites.
+    pub(super) shape: ShapeOf,
+    /// Its instruction count (for the estimate of its code size).
+    pub(super) instructions: u32,
+}
+
+/// A group to merge: its members' indices among the candidates, in
+/// definition order, and its plan.
+pub(super) struct Merge {
+    /// Indices into the candidates; the first one's code is the body.
+    pub(super) members: Vec<usize>,
+    /// Its parameters and the cost model's prediction.
+    pub(super) plan: GroupPlan,
+}
+
+/// The groups of `candidates` (each standing for the function of
+/// `pending` at its [`Candidate::index`]) to merge under `options`: by
+/// shape, split to fit the parameter limit, merged where the cost model
+/// predicts a saving (see 2 in the module docs). Pure.
+pub(super) fn plan_merges(
+    candidates: &[Candidate],
+    pending: &[(FuncId, Function)],
+    options: &SimilarOptions,
+) -> Vec<Merge> {
+    let mut by_shape: HashMap<&Shape, usize> = HashMap::new();
+    let mut shapes: Vec<Vec<usize>> = Vec::new();
+    for (c, candidate) in candidates.iter().enumerate() {
+        let next = shapes.len();
+        let g = *by_shape.entry(&candidate.shape.shape).or_insert(next);
+        if g == next {
+            shapes.push(Vec::new());
+        }
+        shapes[g].push(c);
+    }
+    let mut merges = Vec::new();
+    for group in shapes.into_iter().filter(|g| g.len() > 1) {
+        let values: Vec<&[similar::ParamValue]> = group
+            .iter()
+            .map(|&c| &candidates[c].shape.values[..])
+            .collect();
+        for part in similar::split(&values, options.max_params) {
+            if part.len() < 2 {
+                continue;
+            }
+            let members: Vec<usize> = part.iter().map(|&i| group[i]).collect();
+            let values: Vec<&[similar::ParamValue]> = members
+                .iter()
+                .map(|&c| &candidates[c].shape.values[..])
+                .collect();
+            let bytes: Vec<u64> = members
+                .iter()
+                .map(|&c| {
+                    u64::from(candidates[c].instructions) * options.model.bytes_per_instruction
+                })
+                .collect();
+            let sig = &pending[candidates[members[0]].index].1.signature;
+            let Some(plan) = similar::plan_group(sig, &values, &bytes, options) else {
+                continue;
+            };
+            if plan.decision == Decision::Merge {
+                merges.push(Merge { members, plan });
+            }
+        }
+    }
+    merges
+}
+
+impl<M: Module> DedupModule<M> {
+    /// Merges similar functions among `pending` (planned; see the module
+    /// docs) when [`DedupOptions::similar`](super::DedupOptions::similar)
+    /// is on: defines each merged group's body and replaces its members'
+    /// functions with their thunks.
+    pub(super) fn merge_similar(&mut self, pending: &mut [(FuncId, Function)]) {
+        let Some(options) = self.options.similar else {
+            return;
+        };
+        if self.options.check {
+            return;
+        }
+        let decided = catch_unwind(AssertUnwindSafe(|| {
+            let candidates = self.similar_candidates(pending);
+            let merges = plan_merges(&candidates, pending, &options);
+            (candidates, merges)
+        }));
+        let Ok((candidates, merges)) = decided else {
+            log::debug!("batch flush: similar-function merging panicked; nothing merged");
+            return;
+        };
+        for merge in merges {
+            self.carry_out(pending, &candidates, merge);
+        }
+    }
+
+    /// The candidates for merging among `pending` (see 1 in the module
+    /// docs), in definition order.
+    fn similar_candidates(&mut self, pending: &mut [(FuncId, Function)]) -> Vec<Candidate> {
+        let policy = self.policy();
+        let mut walker = std::mem::take(&mut self.fingerprinter);
+        let mut shaper = Shaper::new();
+        let mut candidates = Vec::new();
+        for (index, (id, func)) in pending.iter_mut().enumerate() {
+            if self.ids.state(*id) != State::Pending {
+                continue;
+            }
+            // As the define pass will see it.
+            self.canonicalize_references(func);
+            let isa = self.inner.isa();
+            let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
+                continue;
+            };
+            let plan = self.compiled.plan(&walk.planned(func), policy);
+            let compiles =
+                plan.duplicate_of.is_none() && plan.reuse.is_none() && plan.adapter_for.is_none();
+            if !compiles || self.store_holds(&walk) {
+                continue;
+            }
+            let instructions = walk.fingerprint.instructions();
+            if !similar::mergeable(func, walk.observes_own_frame) {
+                continue;
+            }
+            let shape = shaper.shape(&walker.last_walk(), func);
+            if shape.values.is_empty() {
+                continue;
+            }
+            candidates.push(Candidate {
+                index,
+                shape,
+                instructions,
+            });
+        }
+        self.fingerprinter = walker;
+        candidates
+    }
+
+    /// Carries out `merge` (see 3 to 5 in the module docs): defines its
+    /// body and replaces its members' functions in `pending` with thunks.
+    fn carry_out(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        candidates: &[Candidate],
+        merge: Merge,
+    ) {
+        let first = &candidates[merge.members[0]];
+        let (first_id, first_func) = &pending[first.index];
+        let first_id = *first_id;
+        // The members the body's compile does not verify.
+        for &c in &merge.members[1..] {
+            let (id, func) = &pending[candidates[c].index];
+            if let Err(e) = self.verify_uncompiled(func) {
+                log::debug!(
+                    "{} ({id}): not merged with similar functions, fails to verify: {e}",
+                    self.function_name(*id)
+                );
+                return;
+            }
+        }
+        let derived = &merge.plan.derived;
+        let mut body = match similar::merged_body(first_func, &first.shape.sites, derived) {
+            Ok(body) => body,
+            Err(e) => {
+                log::debug!(
+                    "{} ({first_id}): no merged body: {e}",
+                    self.function_name(first_id)
+                );
+                return;
+            }
+        };
+        let body_id = match self.declare_anonymous_function(&body.signature) {
+            Ok(id) => id,
+            Err(e) => {
+                log::debug!("similar functions: no id for a body: {e}");
+                return;
+            }
+        };
+        body.name = UserFuncName::user(0, body_id.as_u32());
+        let body_sig = body.signature.clone();
+        let mut ctx = Context::for_function(body);
+        let mut ctrl_plane = self.batch.control_plane(first_id);
+        if let Err(e) = self.define_now(body_id, &mut ctx, &mut ctrl_plane, &mut None) {
+            log::debug!(
+                "{} ({first_id}): the merged body failed, left alone: {e}",
+                self.function_name(first_id)
+            );
+            return;
+        }
+        let isa = self.inner.isa();
+        let frontend = isa.frontend_config();
+        // Cranelift 0.135.8 compiles `return_call` on x86-64 only with
+        // frame pointers kept (it asserts).
+        let tail_call = isa.triple().architecture != target_lexicon::Architecture::X86_64
+            || isa.flags().preserve_frame_pointers();
+        for (m, &c) in merge.members.iter().enumerate() {
+            let (id, func) = &mut pending[candidates[c].index];
+            let thunk = similar::thunk_calling(
+                frontend,
+                func.name.clone(),
+                &func.signature,
+                UserExternalName::new(0, body_id.as_u32()),
+                &body_sig,
+                &similar::thunk_values(derived, m),
+                tail_call,
+            );
+            *func = thunk;
+            log::debug!(
+                "{} ({id}): a thunk for the merged body {body_id} (member {m} of {}, {} parameters)",
+                self.function_name(*id),
+                merge.members.len(),
+                derived.params.len()
+            );
+        }
+        self.stats.count_similar_group(merge.members.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Fingerprinter;
+
+    /// `(i64) -> i64`: `v0 + a`, times `b`, shifted left by `shift`, then
+    /// `pad` more instructions without constants.
+    fn text(a: i64, b: i64, shift: i64, pad: usize) -> String {
+        let mut lines = String::new();
+        let mut prev = "v5".to_string();
+        for i in 0..pad {
+            lines.push_str(&format!("v{} = iadd {prev}, v0\n", 100 + i));
+            prev = format!("v{}", 100 + i);
+        }
+        format!(
+            "function %f(i64) -> i64 system_v {{
+             block0(v0: i64):
+                 v1 = iconst.i64 {a}
+                 v2 = iadd v0, v1
+                 v3 = iconst.i64 {b}
+                 v4 = imul v2, v3
+                 v6 = iconst.i64 {shift}
+                 v5 = ishl v4, v6
+                 {lines}
+                 return {prev}
+             }}"
+        )
+    }
+
+    /// The pending functions of `texts` (ids in order) and their
+    /// candidates.
+    fn candidates(texts: &[String]) -> (Vec<(FuncId, Function)>, Vec<Candidate>) {
+        let mut walker = Fingerprinter::new();
+        let mut shaper = Shaper::new();
+        let mut pending = Vec::new();
+        let mut candidates = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            let func = cranelift_reader::parse_functions(t).unwrap().remove(0);
+            let walk = walker.walk(&func);
+            let instructions = walk.instructions();
+            let shape = shaper.shape(&walk, &func);
+            candidates.push(Candidate {
+                index: i,
+                shape,
+                instructions,
+            });
+            pending.push((FuncId::from_u32(i as u32), func));
+        }
+        (pending, candidates)
+    }
+
+    fn members(merges: &[Merge]) -> Vec<Vec<usize>> {
+        merges.iter().map(|m| m.members.clone()).collect()
+    }
+
+    #[test]
+    fn groups_of_one_shape_that_pay_are_merged() {
+        let options = SimilarOptions::default();
+        // f1 shifts by another amount: another shape.
+        let texts = [
+            text(1, 2, 3, 30),
+            text(5, 6, 4, 30),
+            text(7, 8, 3, 30),
+            text(9, 2, 3, 30),
+        ];
+        let (pending, c) = candidates(&texts);
+        let merges = plan_merges(&c, &pending, &options);
+        assert_eq!(members(&merges), [vec![0, 2, 3]]);
+        assert_eq!(merges[0].plan.derived.params.len(), 2);
+        assert_eq!(merges[0].plan.decision, Decision::Merge);
+        // The same functions without the padding do not pay.
+        let texts = [text(1, 2, 3, 0), text(7, 8, 3, 0)];
+        let (pending, c) = candidates(&texts);
+        assert!(plan_merges(&c, &pending, &options).is_empty());
+    }
+
+    #[test]
+    fn groups_are_split_to_fit_the_parameter_limit() {
+        let options = SimilarOptions {
+            max_params: 1,
+            ..SimilarOptions::default()
+        };
+        // f0 and f2 differ in one constant, f1 from both in two.
+        let texts = [text(1, 2, 3, 30), text(5, 6, 3, 30), text(1, 9, 3, 30)];
+        let (pending, c) = candidates(&texts);
+        assert_eq!(members(&plan_merges(&c, &pending, &options)), [vec![0, 2]]);
+    }
+}
