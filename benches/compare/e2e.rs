@@ -15,9 +15,10 @@
 //! - jitfold, `DedupModule<JITModule>` in each mode: eager without reuse
 //!   (exact duplicates only), eager (the default: exact and reuse), batch
 //!   (call-graph refinement and reuse, one thread), and batch on two
-//!   threads (`DedupOptions::with_threads(2)`). (Similar-function merging,
-//!   `jitfold::similar`, is not a mode of `DedupModule`: the report has it,
-//!   a module does not, so it has no row here.)
+//!   threads (`DedupOptions::with_threads(2)`), and batch with
+//!   similar-function merging (`DedupOptions::with_similar`, default
+//!   limits and cost model: functions that differ in constants become
+//!   thunks calling one body).
 //!
 //! Every function keeps an address of its own in every way. The wasm
 //! corpora's functions call functions outside the corpus: those callees
@@ -41,6 +42,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleReloc, default_libcall_names};
 use jitfold::compile::{compile, with_quiet_panics};
+use jitfold::similar::SimilarOptions;
 use jitfold::store::{CodeStore, DirectoryStore};
 use jitfold::{DedupModule, DedupOptions, Stats};
 use std::borrow::Cow;
@@ -174,7 +176,7 @@ pub enum Way {
     Jitfold(DedupOptions, &'static str),
 }
 
-pub const WAYS: [Way; 7] = [
+pub const WAYS: [Way; 8] = [
     Plain,
     TextMap,
     CraneliftCache,
@@ -187,6 +189,10 @@ pub const WAYS: [Way; 7] = [
     Jitfold(
         DedupOptions::batch().with_threads(2),
         "jitfold batch, 2 threads",
+    ),
+    Jitfold(
+        DedupOptions::batch().with_similar(SimilarOptions::DEFAULT),
+        "jitfold batch + similar",
     ),
 ];
 
@@ -482,8 +488,10 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
          From each way's first run above. Text map: functions whose name-less text was seen \
          before. Cranelift's cache: hits. jitfold exact: duplicates by fingerprint; + calls: \
          batch mode without reuse (exact, then refined over the call graph); + reuse: eager, \
-         code copied from a function with the same template; batch: all three. Code bytes \
-         include copies and trampolines.\n"
+         code copied from a function with the same template; batch: all three; + similar: \
+         also functions that differ in constants, made thunks of one body (thunks are \
+         compiled, so not counted as merged; their count is given). Code bytes include \
+         copies, trampolines, thunks and bodies.\n"
     );
     let rows: Vec<Vec<String>> = results
         .iter()
@@ -499,6 +507,12 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
                 cell(calls),
                 cell(&runs[4]),
                 cell(&runs[5]),
+                runs[7].stats.as_ref().map_or(String::new(), |st| {
+                    format!(
+                        "{}; {} B; {} into thunks of {} bodies",
+                        runs[7].merged, runs[7].code_bytes, st.similar_merged, st.similar_groups
+                    )
+                }),
             ]
         })
         .collect();
@@ -513,6 +527,7 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
             "jitfold exact + calls",
             "jitfold exact + reuse",
             "jitfold batch: exact + calls + reuse",
+            "jitfold batch + similar",
         ],
         &rows,
     );
