@@ -16,7 +16,7 @@
 #[allow(dead_code)]
 mod common;
 
-use common::{corpus_dirs, mean_ns};
+use common::{corpus_dirs, mean_ns, read_only};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::incremental_cache::compute_cache_key;
 use cranelift_codegen::ir::Function;
@@ -48,26 +48,6 @@ fn synthetic() -> Vec<Function> {
 fn synthetic() -> Vec<Function> {
     eprintln!("no corpora in ../shared/corpora; the synthetic set needs `--features fuzzing`");
     std::process::exit(2)
-}
-
-/// The floor: every instruction in layout order, its opcode, its results'
-/// types and its value arguments, summed so nothing is optimised away.
-fn read_only(func: &Function) -> u64 {
-    let mut sum = 0u64;
-    for block in func.layout.blocks() {
-        let mut next = func.layout.first_inst(block);
-        while let Some(inst) = next {
-            sum = sum.wrapping_add(func.dfg.insts[inst].opcode() as u64);
-            for &result in func.dfg.inst_results(inst) {
-                sum = sum.wrapping_add(func.dfg.value_type(result).index() as u64);
-            }
-            for &arg in func.dfg.inst_args(inst) {
-                sum = sum.wrapping_add(u64::from(arg.as_u32()));
-            }
-            next = func.layout.next_inst(inst);
-        }
-    }
-    sum
 }
 
 fn main() {

@@ -32,7 +32,7 @@ use cranelift_module::{Linkage, Module, default_libcall_names};
 #[allow(dead_code)]
 mod common;
 
-use common::{distinct_function, mean_ns};
+use common::{load_average, mean_ns};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use jitfold::{DedupModule, DedupOptions};
 use std::hint::black_box;
@@ -41,10 +41,7 @@ use std::time::{Duration, Instant};
 const FUNCTIONS: usize = 300;
 
 fn workload(duplicate_percent: usize, call_conv: CallConv) -> Vec<Function> {
-    let unique = (FUNCTIONS * (100 - duplicate_percent) / 100).max(1);
-    (0..FUNCTIONS)
-        .map(|i| distinct_function((i % unique) as i64, i >= unique, call_conv))
-        .collect()
+    common::workload(FUNCTIONS, duplicate_percent, true, call_conv)
 }
 
 /// What one run hands to the module, made before the clock starts: the
@@ -171,13 +168,6 @@ fn alternating(
     }
     ratios.sort_by(f64::total_cmp);
     (plain, jitfold, ratios[rounds / 2])
-}
-
-/// The 1-, 5- and 15-minute load averages (Linux), for the record.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The benchmark name filter given on the command line, if any (the first

@@ -24,10 +24,9 @@
 #[allow(dead_code)]
 mod common;
 
-use common::corpus_dirs;
+use common::{DirKv, corpus_dirs, size_of_dir};
 use cranelift_codegen::Context;
 use cranelift_codegen::control::ControlPlane;
-use cranelift_codegen::incremental_cache::CacheKvStore;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
 use criterion::Criterion;
@@ -35,46 +34,11 @@ use jitfold::Fingerprinter;
 use jitfold::compile::{compile, with_quiet_panics};
 use jitfold::plan::Walk;
 use jitfold::store::{CodeContext, CodeStore, DirectoryStore, Entry, StoreKey};
-use std::borrow::Cow;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 3;
-
-/// Cranelift's cache store on a directory.
-struct DirKv(PathBuf);
-
-impl CacheKvStore for DirKv {
-    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        std::fs::read(self.0.join(hex(key))).ok().map(Cow::Owned)
-    }
-
-    fn insert(&mut self, key: &[u8], val: Vec<u8>) {
-        let path = self.0.join(hex(key));
-        let temp = path.with_extension("tmp");
-        if std::fs::write(&temp, val).is_ok() {
-            let _ = std::fs::rename(temp, path);
-        }
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Bytes of the files in `dir`.
-fn size_of_dir(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok()?.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
-}
 
 fn compile_all(funcs: &[Function], isa: &dyn TargetIsa) -> Duration {
     let start = Instant::now();

@@ -110,3 +110,85 @@ pub fn distinct_function(k: i64, renumbered: bool, call_conv: CallConv) -> Funct
     });
     func
 }
+
+/// `functions` functions of which `duplicate_percent`% are copies of
+/// earlier ones (the first `unique` are distinct, function `i` is a copy of
+/// function `i % unique`); `renumbered` copies have other value numbers
+/// (the same function built by other code), the others are built the same
+/// way as the original (the same code built twice).
+pub fn workload(
+    functions: usize,
+    duplicate_percent: usize,
+    renumbered: bool,
+    call_conv: CallConv,
+) -> Vec<Function> {
+    let unique = (functions * (100 - duplicate_percent) / 100).max(1);
+    (0..functions)
+        .map(|i| distinct_function((i % unique) as i64, renumbered && i >= unique, call_conv))
+        .collect()
+}
+
+/// The read-only floor of a fingerprint: every instruction in layout order,
+/// its opcode, its results' types and its value arguments, summed so nothing
+/// is optimised away. What any fingerprint must read, with nothing encoded.
+pub fn read_only(func: &Function) -> u64 {
+    let mut sum = 0u64;
+    for block in func.layout.blocks() {
+        let mut next = func.layout.first_inst(block);
+        while let Some(inst) = next {
+            sum = sum.wrapping_add(func.dfg.insts[inst].opcode() as u64);
+            for &result in func.dfg.inst_results(inst) {
+                sum = sum.wrapping_add(func.dfg.value_type(result).index() as u64);
+            }
+            for &arg in func.dfg.inst_args(inst) {
+                sum = sum.wrapping_add(u64::from(arg.as_u32()));
+            }
+            next = func.layout.next_inst(inst);
+        }
+    }
+    sum
+}
+
+/// The 1-, 5- and 15-minute load averages (Linux), for the record.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Cranelift's incremental-cache store on a directory: one file per key
+/// (its hex digits), written to a temporary file and renamed.
+pub struct DirKv(pub PathBuf);
+
+impl cranelift_codegen::incremental_cache::CacheKvStore for DirKv {
+    fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+        std::fs::read(self.0.join(hex(key)))
+            .ok()
+            .map(std::borrow::Cow::Owned)
+    }
+
+    fn insert(&mut self, key: &[u8], val: Vec<u8>) {
+        let path = self.0.join(hex(key));
+        let temp = path.with_extension("tmp");
+        if std::fs::write(&temp, val).is_ok() {
+            let _ = std::fs::rename(temp, path);
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes of the files in `dir`.
+pub fn size_of_dir(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,286 @@
+//! What a JIT author gets from jitfold, against the alternatives, in one
+//! run: compiling everything (plain `JITModule`), a map keyed by the printed
+//! CLIF (`func.display()`), and Cranelift's incremental cache
+//! (`compute_cache_key`, `Context::compile_with_cache` with a
+//! `CacheKvStore`). Prints markdown tables:
+//!
+//! 1. per function, hot and cold: fingerprint and lookup against text
+//!    hashing and lookup, and against `compute_cache_key` and lookup,
+//!    beside the read-only floor (`per_function.rs`);
+//! 2. end to end, `ir::Function` to callable pointer in a finalized
+//!    `JITModule`, every way and every jitfold mode, on synthetic workloads
+//!    with 0%, 50% and 90% duplicates and on each shared wasm corpus
+//!    (`e2e.rs`);
+//! 3. functions merged and code bytes per approach, per workload
+//!    (`e2e.rs`);
+//! 4. warm starts from each persistent cache (`e2e.rs`);
+//! 5. lookup latency with 10³, 10⁵ and 10⁶ entries, and memory per entry
+//!    counted by this file's global allocator (`lookup.rs`).
+//!
+//! Every comparison runs all its sides in the same process, in rotating
+//! order, round after round; each reports the best time of every side and
+//! the median over rounds of its time relative to the baseline measured
+//! in the same round ([`alternate`]). No thresholds: it only prints.
+//!
+//! `cargo bench --features tools --bench compare` is the short version
+//! (prefixes of the corpora, few rounds); with `JITFOLD_COMPARE=full` it
+//! runs whole corpora and more rounds, for the README.
+
+#[allow(dead_code)]
+mod common;
+#[path = "compare/e2e.rs"]
+mod e2e;
+#[path = "compare/lookup.rs"]
+mod lookup;
+#[path = "compare/per_function.rs"]
+mod per_function;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The system allocator, counting live bytes while [`COUNTING`] is set (so
+/// that timed sections pay one relaxed load per allocation, no more).
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every method forwards to `System` with the same arguments; the
+// counter only observes sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract is `System`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+        }
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Heap bytes `build` leaves allocated (allocated minus freed while it
+/// runs), with what it returns. Only this thread should allocate meanwhile.
+pub fn live_bytes_of<T>(build: impl FnOnce() -> T) -> (isize, T) {
+    LIVE.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::SeqCst);
+    let value = build();
+    COUNTING.store(false, Ordering::SeqCst);
+    (LIVE.load(Ordering::Relaxed), value)
+}
+
+/// How much to run: the short version, or the full one for the README.
+pub struct Config {
+    /// `JITFOLD_COMPARE=full`.
+    pub full: bool,
+    /// Rounds of the per-function comparison.
+    pub per_function_rounds: usize,
+    /// Functions of each synthetic end-to-end workload.
+    pub synthetic_functions: usize,
+    /// Rounds on each synthetic workload.
+    pub synthetic_rounds: usize,
+    /// Functions taken from each wasm corpus (in file order; all if
+    /// `None`).
+    pub corpus_limit: Option<usize>,
+    /// Rounds on each corpus, end to end and warm.
+    pub corpus_rounds: usize,
+    /// Lookups timed one by one per cache size.
+    pub probes: usize,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let full = std::env::var("JITFOLD_COMPARE").is_ok_and(|v| v == "full");
+        if full {
+            Config {
+                full,
+                per_function_rounds: 11,
+                synthetic_functions: 300,
+                synthetic_rounds: 101,
+                corpus_limit: None,
+                corpus_rounds: 11,
+                probes: 100_000,
+            }
+        } else {
+            Config {
+                full,
+                per_function_rounds: 5,
+                synthetic_functions: 300,
+                synthetic_rounds: 21,
+                corpus_limit: Some(300),
+                corpus_rounds: 5,
+                probes: 20_000,
+            }
+        }
+    }
+}
+
+/// What [`alternate`] measured: per side, its best and median time, and
+/// its time relative to the baseline's: best against best, and the median
+/// over rounds of the ratio within each round.
+pub struct Spread {
+    /// Each side's best time.
+    pub best: Vec<Duration>,
+    /// Each side's median time.
+    pub median: Vec<Duration>,
+    /// Each side's best time over the baseline's best.
+    pub best_ratio: Vec<f64>,
+    /// The median over rounds of each side's time over the baseline's.
+    pub median_ratio: Vec<f64>,
+}
+
+impl Spread {
+    /// `side`'s time relative to the baseline, best-of and median of
+    /// rounds, as `0.52 (0.55)`.
+    pub fn ratio(&self, side: usize) -> String {
+        format!(
+            "{:.3} ({:.3})",
+            self.best_ratio[side], self.median_ratio[side]
+        )
+    }
+
+    /// How many times faster than the baseline `side` is (the inverse of
+    /// [`Spread::ratio`]), as `1.92x (1.81x)`.
+    pub fn speedup(&self, side: usize) -> String {
+        format!(
+            "{:.2}x ({:.2}x)",
+            1.0 / self.best_ratio[side],
+            1.0 / self.median_ratio[side]
+        )
+    }
+}
+
+fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Runs `sides` sides `rounds` times each: in each round every side once,
+/// starting with side `round % sides` (so that none always runs first or
+/// right after the same other). `run(side)` returns the time to count.
+pub fn alternate(
+    sides: usize,
+    rounds: usize,
+    baseline: usize,
+    mut run: impl FnMut(usize) -> Duration,
+) -> Spread {
+    let mut times = vec![Vec::with_capacity(rounds); sides];
+    for round in 0..rounds {
+        for k in 0..sides {
+            let side = (round + k) % sides;
+            times[side].push(run(side));
+        }
+    }
+    let best: Vec<Duration> = times.iter().map(|t| *t.iter().min().unwrap()).collect();
+    let median_ratio = (0..sides)
+        .map(|s| {
+            median(
+                (0..rounds)
+                    .map(|r| times[s][r].as_secs_f64() / times[baseline][r].as_secs_f64())
+                    .collect(),
+            )
+        })
+        .collect();
+    Spread {
+        best_ratio: best
+            .iter()
+            .map(|b| b.as_secs_f64() / best[baseline].as_secs_f64())
+            .collect(),
+        median: times.into_iter().map(median).collect(),
+        best,
+        median_ratio,
+    }
+}
+
+/// Prints a markdown table.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
+    println!("| {} |", headers.join(" | "));
+    println!("|{}", "---|".repeat(headers.len()));
+    for row in rows {
+        println!("| {} |", row.join(" | "));
+    }
+    println!();
+}
+
+/// Milliseconds with two decimals.
+pub fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+/// The machine, the toolchain and the command, as a table.
+fn print_machine(config: &Config) {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rustc = std::process::Command::new("rustc")
+        .arg("--version")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let command = if config.full {
+        "JITFOLD_COMPARE=full cargo bench --features tools --bench compare"
+    } else {
+        "cargo bench --features tools --bench compare"
+    };
+    println!("## jitfold against the alternatives\n");
+    table(
+        &["", ""],
+        &[
+            vec!["CPU".into(), cpu],
+            vec!["cores".into(), cores.to_string()],
+            vec!["rustc".into(), rustc],
+            vec!["Cranelift".into(), "0.135.8".into()],
+            vec!["command".into(), format!("`{command}`")],
+            vec![
+                "load average at start (1, 5, 15 min)".into(),
+                common::load_average(),
+            ],
+        ],
+    );
+}
+
+fn main() {
+    let config = Config::from_env();
+    let start = Instant::now();
+    print_machine(&config);
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
+    let corpora = e2e::Corpus::load_all(&*isa, &config);
+    per_function::print(&corpora, &*isa, &config);
+    e2e::print(&corpora, &isa, &config);
+    lookup::print(&config);
+    println!(
+        "Load average at the end: {}; the whole run took {:.0} s.",
+        common::load_average(),
+        start.elapsed().as_secs_f64()
+    );
+}
