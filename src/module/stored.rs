@@ -47,6 +47,9 @@ pub(super) struct Stored {
     /// Whether the inner module may write frame descriptions of code
     /// defined from bytes (see 3 above).
     needs_frames: bool,
+    /// Whether the warning that entries without unwind information are
+    /// not used here was logged.
+    warned_frames: bool,
     /// The key this module reserved (see [`CodeStore::get_or_reserve`])
     /// and must end with a `put` or a release.
     reserved: Option<StoreKey>,
@@ -69,6 +72,7 @@ impl<M: Module> DedupModule<M> {
             context: CodeContext::of(self.inner.isa()),
             secret,
             needs_frames: self.writes_frames,
+            warned_frames: false,
             reserved: None,
         });
         self
@@ -112,7 +116,18 @@ impl<M: Module> DedupModule<M> {
             let unwind = match entry.unwind() {
                 EntryUnwind::None => None,
                 EntryUnwind::Info(info) => Some(info.clone()),
-                EntryUnwind::Omitted if stored.needs_frames => return None,
+                EntryUnwind::Omitted if stored.needs_frames => {
+                    if !stored.warned_frames {
+                        stored.warned_frames = true;
+                        log::warn!(
+                            "code store: entries without unwind information (built without \
+                             the `store-unwind` feature) are not used by a module that may \
+                             write frame descriptions (made with `DedupModule::wrap`); a JIT \
+                             module made with `DedupModule::<JITModule>::with_options` uses them"
+                        );
+                    }
+                    return None;
+                }
                 EntryUnwind::Omitted => None,
             };
             let code = entry.code(walk.names)?;
