@@ -88,8 +88,8 @@ impl<M: Module> DedupModule<M> {
     /// group and defines the others as duplicates. Does nothing in eager mode.
     ///
     /// With more than one [thread](super::DedupOptions::threads), the
-    /// functions it compiles are compiled on that many threads while every
-    /// function is defined in definition order, as on one thread:
+    /// functions it compiles are compiled on that many threads first, then
+    /// every function is defined in definition order, as on one thread:
     /// the inner module gets the same code in the same order (the same
     /// bytes and symbol offsets), failures are the same, listed in the same
     /// order. What differs: the inner module is handed that code with
@@ -163,16 +163,15 @@ impl<M: Module> DedupModule<M> {
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
             })
             .collect();
-        // With several threads, what is to be compiled is compiled by a
-        // pool while it is defined here in its turn (see `parallel.rs`).
-        self.with_pool(pending, |this, pending, mut pool| {
-            for (i, (id, func)) in pending.iter_mut().enumerate() {
-                if this.ids.state(*id) == State::Pending {
-                    let code = pool.as_mut().and_then(|pool| pool.take(i));
-                    this.define_own(*id, func, code, failures);
-                }
+        // With several threads, what is to be compiled is compiled first
+        // (see `parallel.rs`), and defined below in its turn.
+        let mut precompiled = self.compile_in_parallel(pending);
+        for (i, (id, func)) in pending.iter_mut().enumerate() {
+            if self.ids.state(*id) == State::Pending {
+                let code = precompiled.get_mut(i).and_then(Option::take);
+                self.define_own(*id, func, code, failures);
             }
-        });
+        }
         for (i, canonical) in planned {
             let (id, func) = &mut pending[i];
             // Planning may chain duplicates (a group's first member can turn

@@ -116,7 +116,7 @@
 //! of a compiled id never changes afterwards.
 //!
 //! In batch mode, [`DedupOptions::threads`] above 1 compiles the functions
-//! a flush compiles on that many threads, while it defines them in
+//! a flush compiles on that many threads, then defines them in
 //! definition order: the module is the same, byte for byte, as with one
 //! thread (see `parallel.rs` for what else differs: where object files
 //! keep their frame descriptions, and the statistics of time).
@@ -134,7 +134,7 @@
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
 //! | `verify.rs` | the walk that never panics, verification before trust | |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
-//! | `parallel.rs` | batch mode on several threads: a pool compiling what a flush will compile, while it defines | |
+//! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |

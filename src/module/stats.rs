@@ -88,16 +88,15 @@ pub struct Stats {
     /// in `compiled`), or failed, or was discarded
     /// ([`Stats::parallel_discarded`]).
     pub compiles_per_thread: Vec<u64>,
-    /// Wall time of the parallel phases of batch flushes (from starting
-    /// the pool to the end of defining, which overlap), summed.
+    /// Wall time of the parallel phases of batch flushes (compiling on
+    /// every thread until the last one is done), summed.
     pub parallel_time: Duration,
     /// Functions compiled in a parallel phase whose code was not used:
     /// defining them in order found they had to be defined otherwise (a
     /// reference rewritten since, or another plan), and they were defined
-    /// as a one-thread flush would, or their code was never asked for.
-    /// Counted so that a compile done twice shows; the selection leaves
-    /// such functions out, so this stays 0 unless late merges change a
-    /// function under it.
+    /// as a one-thread flush would. Counted so that a compile done twice
+    /// shows; the selection leaves such functions out, so this stays 0
+    /// unless late merges change a function under it.
     pub parallel_discarded: u64,
     /// Groups of similar functions merged by batch flushes (with
     /// [`DedupOptions::similar`](crate::DedupOptions::similar)): each is
