@@ -411,32 +411,38 @@ fn recursive_members_share_a_shape_and_call_themselves_through_their_thunks() {
         shape_of(&parse(&text("r1", 4))),
     );
     assert_eq!(a.shape, b.shape);
-    // Counting down from the inputs' first argument would take long: the
-    // members count down from its low bits.
-    let text = |id: u32, c: i64| {
-        format!(
-            "function u0:{id}(i64, i64) -> i64 system_v {{
-                 fn0 = colocated u0:{id}(i64, i64) -> i64 system_v
-             block0(v0: i64, v1: i64):
-                 v10 = iconst.i64 7
-                 v11 = band v0, v10
-                 brif v11, block1, block2
-             block1:
-                 v2 = iconst.i64 1
-                 v3 = isub v11, v2
-                 v4 = call fn0(v3, v1)
-                 v5 = iconst.i64 {c}
-                 v6 = imul v4, v5
-                 v7 = iadd v6, v0
-                 return v7
-             block2:
-                 return v1
-             }}"
-        )
-    };
     // One parameter for the constant, one for the callee.
-    let texts = [text(0, 3), text(1, -5), text(2, 11)];
+    let texts = [
+        self_recursive(0, 3),
+        self_recursive(1, -5),
+        self_recursive(2, 11),
+    ];
     assert_eq!(merged_results_agree_with(&[], &texts), 2);
+}
+
+/// `u0:{id}`, which calls itself `x & 15` levels deep (counting down from
+/// the inputs' first argument would take long), multiplying by `c` on the
+/// way back.
+fn self_recursive(id: u32, c: i64) -> String {
+    format!(
+        "function u0:{id}(i64, i64) -> i64 system_v {{
+             fn0 = colocated u0:{id}(i64, i64) -> i64 system_v
+         block0(v100: i64, v1: i64):
+             v101 = iconst.i64 15
+             v0 = band v100, v101
+             brif v0, block1, block2
+         block1:
+             v2 = iconst.i64 1
+             v3 = isub v0, v2
+             v4 = call fn0(v3, v1)
+             v5 = iconst.i64 {c}
+             v6 = imul v4, v5
+             v7 = iadd v6, v100
+             return v7
+         block2:
+             return v1
+         }}"
+    )
 }
 
 #[test]
@@ -920,29 +926,7 @@ fn batch_mode_merges_members_called_recursively_and_self_recursive_ones() {
     assert_eq!((s.similar_groups, s.similar_merged), (1, 2), "{s:?}");
     // Each calls itself: its own name is a callee parameter, so the body
     // recurses through the member's own thunk.
-    let recursive = |id: u32, c: i64| {
-        padded(
-            &format!(
-                "function %f(i64, i64) -> i64 system_v {{
-                     fn0 = colocated u0:{id}(i64, i64) -> i64 system_v
-                 block0(v100: i64, v1: i64):
-                     v101 = iconst.i64 15
-                     v0 = band v100, v101
-                     brif v0, block1, block2
-                 block1:
-                     v2 = iconst.i64 1
-                     v3 = isub v0, v2
-                     v4 = call fn0(v3, v1)
-                     v5 = iconst.i64 {c}
-                     v6 = iadd v4, v5
-                     return v6
-                 block2:
-                     return v1
-                 }}"
-            ),
-            24,
-        )
-    };
+    let recursive = |id: u32, c: i64| padded(&self_recursive(id, c), 24);
     let s = merged_module_agrees(
         &[recursive(0, 3), recursive(1, 4)],
         &all(2),
