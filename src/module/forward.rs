@@ -130,7 +130,15 @@ impl<M: Module> Module for DedupModule<M> {
                     self.function_name(id)
                 );
                 self.ids.plan(id, State::Pending);
-                self.batch.record(id, ctx.func.clone(), ctrl_plane.clone());
+                // Compiling rewrites the function in the context; batch
+                // mode takes it instead of a copy, and leaves its name and
+                // signature.
+                let rest = ir::Function::with_name_signature(
+                    ctx.func.name.clone(),
+                    ctx.func.signature.clone(),
+                );
+                let func = std::mem::replace(&mut ctx.func, rest);
+                self.batch.record(id, func, ctrl_plane.clone());
                 Ok(())
             }
         }

@@ -14,6 +14,9 @@ pub enum Mode {
     #[default]
     Eager,
     /// At `finalize_definitions` (or [`DedupModule::flush`]).
+    /// `define_function` takes the function out of the context (as
+    /// compiling it there would rewrite it), leaving an empty function with
+    /// its name and signature, and `ctx.compiled_code()` stays empty.
     Batch,
 }
 

@@ -145,3 +145,35 @@ fn object_client_code_runs_unchanged() {
     );
     assert_eq!(dedup, plain);
 }
+
+/// Batch mode takes the function out of the context at `define_function`
+/// (leaving its name and signature), where eager mode, as plain
+/// `JITModule`, compiles it in the context.
+#[test]
+fn batch_mode_takes_the_function_out_of_the_context() {
+    use crate::common::build::{built, declare};
+    use cranelift_codegen::isa::CallConv;
+    for options in [
+        jitfold::DedupOptions::eager(),
+        jitfold::DedupOptions::batch(),
+    ] {
+        let mut m = DedupModule::<JITModule>::with_options(jit_builder(), options);
+        let f = declare(&mut m, "f", CallConv::SystemV);
+        let mut ctx = m.make_context();
+        ctx.func = built(&mut m, f, |b, _, p| {
+            let r = b.ins().iadd_imm_s(p[0], 7);
+            b.ins().return_(&[r]);
+        });
+        let (name, sig) = (ctx.func.name.clone(), ctx.func.signature.clone());
+        m.define_function(f, &mut ctx).unwrap();
+        assert_eq!((&ctx.func.name, &ctx.func.signature), (&name, &sig));
+        let blocks = ctx.func.layout.blocks().count();
+        assert_eq!(
+            blocks == 0,
+            options.mode == jitfold::Mode::Batch,
+            "{options}"
+        );
+        m.finalize_definitions().unwrap();
+        assert_eq!(call1(m.get_finalized_function(f), 5), 12, "{options}");
+    }
+}
