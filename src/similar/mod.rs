@@ -157,8 +157,8 @@ mod merge;
 mod shape;
 
 pub use group::{
-    CostModel, Decision, Derived, GroupPlan, Param, Prediction, SimilarOptions, derive, plan_group,
-    split, values_for,
+    CostModel, Decision, Derived, GroupPlan, Param, Prediction, SPLIT_TRIES, SimilarOptions,
+    derive, plan_group, split, values_for,
 };
 pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};
