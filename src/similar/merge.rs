@@ -205,6 +205,14 @@ fn no_reference_left(body: &Function, name: &SymbolName) -> Result<(), String> {
             return Err(format!("a global value's base refers to {name:?}"));
         }
     }
+    if body
+        .dfg
+        .dynamic_types
+        .values()
+        .any(|ty| gv_names_it(ty.dynamic_scale))
+    {
+        return Err(format!("a dynamic type's scale refers to {name:?}"));
+    }
     Ok(())
 }
 

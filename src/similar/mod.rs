@@ -141,7 +141,8 @@
 //! which a `call_indirect` does not have), of `return_call` (a `tail`
 //! body could `return_call_indirect`, but not every convention may), of
 //! `try_call` (its exception table stays as it is), of `tls_value` and
-//! thread-local or offset symbols, and libcalls and known symbols (they
+//! thread-local or offset symbols and symbols that scale a dynamic vector
+//! type, and libcalls and known symbols (they
 //! are not names of the module). A name parameter is an `i64`
 //! ([`CALLEE_TYPE`]): jitfold's targets are 64-bit.
 //!
@@ -441,5 +442,28 @@ mod tests {
         // The body refuses a site that is not a callee of the function.
         let other = vec![Site::Callee(crate::SymbolName::TestCase(b"x"[..].into()))];
         assert!(merged_body(&f, &other, &d).is_err());
+    }
+
+    #[test]
+    fn symbols_that_scale_a_dynamic_type_stay_in_the_shape() {
+        let text = |object: u32, scale: bool| {
+            let dt = if scale { "dt0 = i32x4*gv0" } else { "" };
+            format!(
+                "function %f(i64) -> i64 system_v {{
+                     gv0 = symbol colocated u1:{object}
+                     {dt}
+                 block0(v0: i64):
+                     v1 = symbol_value.i64 gv0
+                     v2 = iadd v0, v1
+                     return v2
+                 }}"
+            )
+        };
+        let (_, plain, _) = shape(&text(0, false));
+        assert_eq!(plain.values.len(), 1, "{:?}", plain.values);
+        let (_, a, _) = shape(&text(0, true));
+        let (_, b, _) = shape(&text(1, true));
+        assert!(a.values.is_empty(), "{:?}", a.values);
+        assert_ne!(a.shape, b.shape);
     }
 }

@@ -269,7 +269,8 @@ impl Shaper {
 
     /// Maps the global values that are symbols to their name slots, and
     /// excludes the names of those that are not a plain address (with an
-    /// offset, thread-local, or the base of another global value).
+    /// offset, thread-local, the base of another global value, or a
+    /// dynamic vector type's scale).
     fn symbols(&mut self, func: &Function, names: &[SymbolName]) {
         self.slot_of_gv.clear();
         let slot_of = |name| {
@@ -295,6 +296,14 @@ impl Shaper {
                 | GlobalValueData::DynScaleTargetConst { .. } => continue,
             };
             let slot = self.slot_of_gv[base];
+            if slot != NO_SITE {
+                self.name_uses[slot as usize] = NameUse::Excluded;
+            }
+        }
+        // A dynamic vector type's scale is a global value the body would
+        // keep as it is.
+        for ty in func.dfg.dynamic_types.values() {
+            let slot = self.slot_of_gv[ty.dynamic_scale];
             if slot != NO_SITE {
                 self.name_uses[slot as usize] = NameUse::Excluded;
             }
