@@ -80,11 +80,13 @@
 //!     compiles is compiled on that many threads and defined in definition
 //!     order: the module is the one a single thread makes (see
 //!     `parallel.rs`).
-//! 13. In batch mode with [`DedupOptions::similar`] (off by default),
-//!     functions a flush would compile that differ only in a few constants
-//!     share one compiled body, and each becomes a thunk passing its
-//!     values; every id keeps an address of its own, and no cache entry
-//!     describes code other than its own (see `similar.rs`).
+//! 13. With [`DedupOptions::similar`] (off by default), functions that
+//!     would be compiled and differ only in a few constants, callees or
+//!     addresses share one compiled body, and each becomes a thunk passing
+//!     its values (in batch mode, the groups of a flush; in eager mode,
+//!     from the second function of a shape on, nothing compiled twice);
+//!     every id keeps an address of its own, and no cache entry describes
+//!     code other than its own (see `similar.rs`).
 //!
 //! # Where the wrapper sits
 //!
@@ -138,7 +140,7 @@
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
-//! | `similar.rs` | batch mode: merging similar functions into a body and thunks | |
+//! | `similar.rs` | merging similar functions into a body and thunks (both modes) | `EagerShapes` |
 //! | `stored.rs` | a code store consulted before compiling, written after | `Stored` |
 //! | [`reuse`], [`adapter`], [`trampoline`] | the code a step defines | |
 //! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` (features `jit`, `object`) | |

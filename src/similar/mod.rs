@@ -6,9 +6,9 @@
 //! This module finds the groups, derives their parameters, decides with a
 //! cost model in machine-code bytes which groups pay, and builds the
 //! merged body and the thunks as CLIF. `jitfold report --merge similar`
-//! runs it on a corpus; [`crate::DedupModule`] in batch mode with
+//! runs it on a corpus; [`crate::DedupModule`] in batch and eager mode with
 //! [`DedupOptions::with_similar`](crate::DedupOptions::with_similar)
-//! merges the functions of each flush with it.
+//! merges the functions it defines with it.
 //!
 //! # What this module guarantees
 //!
