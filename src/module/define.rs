@@ -99,6 +99,10 @@ impl<M: Module> DedupModule<M> {
         // (see `similar.rs`).
         let observes_own_frame = walk.observes_own_frame;
         if let Some(thunk) = self.eager_thunk(id, &ctx.func, observes_own_frame, ctrl_plane) {
+            // Its own template is not compiled: a reservation the store
+            // made for it is given up now (the thunk may turn out a
+            // duplicate, which asks the store nothing).
+            self.end_reservation();
             return self.define_eager_thunk(id, ctx, thunk, ctrl_plane);
         }
         // The first compile of a module is the inner module's (see 5 in

@@ -1239,3 +1239,71 @@ fn eager_mode_does_not_hide_a_member_that_fails_to_verify() {
     assert!(define(&mut m, 3, broken).is_err());
     assert_eq!(m.stats().similar_merged, 2, "{}", m.stats());
 }
+
+/// A store that reserves every key it misses and records which
+/// reservations are still open.
+#[derive(Default)]
+struct ReservingStore {
+    entries: std::sync::Mutex<std::collections::HashMap<jitfold::store::StoreKey, Vec<u8>>>,
+    open: std::sync::Mutex<std::collections::HashSet<jitfold::store::StoreKey>>,
+}
+
+impl jitfold::store::CodeStore for ReservingStore {
+    fn get(
+        &self,
+        key: &jitfold::store::StoreKey,
+    ) -> Result<Option<Vec<u8>>, jitfold::store::StoreError> {
+        Ok(self.entries.lock().unwrap().get(key).cloned())
+    }
+    fn put(
+        &self,
+        key: &jitfold::store::StoreKey,
+        value: &[u8],
+    ) -> Result<(), jitfold::store::StoreError> {
+        self.open.lock().unwrap().remove(key);
+        self.entries.lock().unwrap().insert(*key, value.to_vec());
+        Ok(())
+    }
+    fn get_or_reserve(
+        &self,
+        key: &jitfold::store::StoreKey,
+    ) -> Result<Option<Vec<u8>>, jitfold::store::StoreError> {
+        let got = self.get(key)?;
+        if got.is_none() {
+            self.open.lock().unwrap().insert(*key);
+        }
+        Ok(got)
+    }
+    fn release(&self, key: &jitfold::store::StoreKey) {
+        self.open.lock().unwrap().remove(key);
+    }
+}
+
+/// Eager mode with a code store that reserves what it misses (as a store
+/// shared by threads does): a member defined as a thunk gives up the
+/// reservation of its own template, also when its thunk is a duplicate of
+/// an earlier one, so that no other thread waits for it.
+#[test]
+fn eager_thunks_leave_no_reservation_open() {
+    let store = std::sync::Arc::new(ReservingStore::default());
+    let mut m = DedupModule::<JITModule>::with_options(jit_builder(), similar_eager())
+        .with_store(store.clone(), None);
+    let member = |a: i64| parse(&padded(&arithmetic("system_v", a, 5, -7, 1000), 24));
+    // The third is the second again: its thunk is the second's.
+    for (i, a) in [0, 1000, 1000, 2000].into_iter().enumerate() {
+        let func = member(a);
+        let id = m
+            .declare_function(&format!("f{i}"), Linkage::Local, &func.signature)
+            .unwrap();
+        let mut ctx = m.make_context();
+        ctx.func = func;
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        m.define_function(id, &mut ctx).unwrap();
+        assert!(
+            store.open.lock().unwrap().is_empty(),
+            "f{i} left a reservation open: {}",
+            m.stats()
+        );
+    }
+    assert_eq!(m.stats().similar_merged, 3, "{}", m.stats());
+}
