@@ -388,6 +388,12 @@ impl<'a> BorrowedFingerprint<'a> {
         self.instructions
     }
 
+    /// How many words of [`BorrowedFingerprint::key`] are its template's
+    /// (the names follow them).
+    pub(crate) fn template_len(&self) -> usize {
+        self.template_len as usize
+    }
+
     /// The owned fingerprint: equal to what
     /// [`Fingerprinter::fingerprint`](super::Fingerprinter::fingerprint)
     /// returns for the same function.

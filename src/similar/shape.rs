@@ -190,9 +190,7 @@ impl Shaper {
         let key = walk.key().key();
         self.words.clear();
         // The template part of the key; the names follow it.
-        let mut names_section = Vec::new();
-        crate::fingerprint::encode_names(&mut names_section, names);
-        let template_len = key.len() - names_section.len();
+        let template_len = walk.key().template_len();
         self.words.extend_from_slice(&key[..template_len]);
         let mut masked = Vec::new();
         let mut sites = Vec::new();
