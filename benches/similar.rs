@@ -11,9 +11,13 @@
 //! - Compile: the whole workload to callable pointers, in batch mode with
 //!   and without similar-function merging.
 //!
-//! Both sides alternate ([`ROUNDS`] pairs); printed are the best of each
-//! side, the ratio of the bests and the median of the pairs' ratios.
+//! Both sides alternate ([`ROUNDS`] rounds, `common::alternate`); printed
+//! are the best of each side, the ratio of the bests and the median of the
+//! rounds' ratios.
 //! Run with `cargo bench --features tools --bench similar`.
+
+#[allow(dead_code)]
+mod common;
 
 use cranelift_jit::JITModule;
 use cranelift_module::FuncId;
@@ -104,27 +108,8 @@ fn compile(options: DedupOptions) -> Duration {
     start.elapsed()
 }
 
-/// Runs `first` and `second` alternately [`ROUNDS`] times; returns the
-/// best of each and the median of `second / first` over the pairs.
-fn alternating(
-    mut first: impl FnMut() -> Duration,
-    mut second: impl FnMut() -> Duration,
-) -> (Duration, Duration, f64) {
-    let (mut best_first, mut best_second) = (Duration::MAX, Duration::MAX);
-    let mut ratios = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let (a, b) = (first(), second());
-        best_first = best_first.min(a);
-        best_second = best_second.min(b);
-        ratios.push(b.as_secs_f64() / a.as_secs_f64());
-    }
-    ratios.sort_by(f64::total_cmp);
-    (best_first, best_second, ratios[ROUNDS / 2])
-}
-
 fn main() {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("load average before: {}", load.trim());
+    println!("load average before: {}", common::load_average());
 
     let (plain, merged) = (plain_hashes(), merged_hashes());
     assert_eq!(plain.entries.len(), merged.entries.len());
@@ -134,31 +119,28 @@ fn main() {
         "merged code returns what plain code returns"
     );
     let calls = (CALLS * plain.entries.len() * INPUTS.len()) as f64;
-    let (p, m, median) = alternating(
-        || call_all(&plain.entries).0,
-        || call_all(&merged.entries).0,
-    );
+    let hashes = [&plain.entries, &merged.entries];
+    let calls_spread = common::alternate(2, ROUNDS, 0, |side| call_all(hashes[side]).0);
+    let (p, m) = (calls_spread.best[0], calls_spread.best[1]);
     let per_second = |d: Duration| calls / d.as_secs_f64() / 1e6;
     println!(
-        "calls of {} hash<T> (thunks when merged), best of {ROUNDS}: plain {:.1} M calls/s, merged {:.1} M calls/s, merged/plain time {:.3} (median of pairs {:.3})",
+        "calls of {} hash<T> (thunks when merged), best of {ROUNDS}: plain {:.1} M calls/s, merged {:.1} M calls/s, merged/plain time {:.3} (median of rounds {:.3})",
         plain.entries.len(),
         per_second(p),
         per_second(m),
-        m.as_secs_f64() / p.as_secs_f64(),
-        median
+        calls_spread.best_ratio[1],
+        calls_spread.median_ratio[1]
     );
 
-    let (without, with, median) = alternating(
-        || compile(DedupOptions::batch()),
-        || compile(similar_options()),
-    );
+    let ways = [DedupOptions::batch(), similar_options()];
+    let compile_spread = common::alternate(2, ROUNDS, 0, |side| compile(ways[side]));
+    let (without, with) = (compile_spread.best[0], compile_spread.best[1]);
     println!(
-        "compile the workload ({UNITS} units, {STUBS} stubs), batch mode, best of {ROUNDS}: without similar merging {:.2} ms, with {:.2} ms, with/without time {:.3} (median of pairs {:.3})",
+        "compile the workload ({UNITS} units, {STUBS} stubs), batch mode, best of {ROUNDS}: without similar merging {:.2} ms, with {:.2} ms, with/without time {:.3} (median of rounds {:.3})",
         without.as_secs_f64() * 1e3,
         with.as_secs_f64() * 1e3,
-        with.as_secs_f64() / without.as_secs_f64(),
-        median
+        compile_spread.best_ratio[1],
+        compile_spread.median_ratio[1]
     );
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("load average after: {}", load.trim());
+    println!("load average after: {}", common::load_average());
 }

@@ -8,6 +8,7 @@ use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// Mean time in nanoseconds of the benchmark `target/criterion/<id...>`
 /// from this run's estimates, if criterion wrote them.
@@ -191,4 +192,82 @@ pub fn size_of_dir(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// What [`alternate`] measured: per side, its best and median time, and
+/// its time relative to the baseline's: best against best, and the median
+/// over rounds of the ratio within each round.
+pub struct Spread {
+    /// Each side's best time.
+    pub best: Vec<Duration>,
+    /// Each side's median time.
+    pub median: Vec<Duration>,
+    /// Each side's best time over the baseline's best.
+    pub best_ratio: Vec<f64>,
+    /// The median over rounds of each side's time over the baseline's.
+    pub median_ratio: Vec<f64>,
+}
+
+impl Spread {
+    /// `side`'s time relative to the baseline, best-of and median of
+    /// rounds, as `0.52 (0.55)`.
+    pub fn ratio(&self, side: usize) -> String {
+        format!(
+            "{:.3} ({:.3})",
+            self.best_ratio[side], self.median_ratio[side]
+        )
+    }
+
+    /// How many times faster than the baseline `side` is (the inverse of
+    /// [`Spread::ratio`]), as `1.92x (1.81x)`.
+    pub fn speedup(&self, side: usize) -> String {
+        format!(
+            "{:.2}x ({:.2}x)",
+            1.0 / self.best_ratio[side],
+            1.0 / self.median_ratio[side]
+        )
+    }
+}
+
+/// The median of `v` (the upper one of an even count).
+pub fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Runs `sides` sides `rounds` times each: in each round every side once,
+/// starting with side `round % sides` (so that none always runs first or
+/// right after the same other). `run(side)` returns the time to count.
+pub fn alternate(
+    sides: usize,
+    rounds: usize,
+    baseline: usize,
+    mut run: impl FnMut(usize) -> Duration,
+) -> Spread {
+    let mut times = vec![Vec::with_capacity(rounds); sides];
+    for round in 0..rounds {
+        for k in 0..sides {
+            let side = (round + k) % sides;
+            times[side].push(run(side));
+        }
+    }
+    let best: Vec<Duration> = times.iter().map(|t| *t.iter().min().unwrap()).collect();
+    let median_ratio = (0..sides)
+        .map(|s| {
+            median(
+                (0..rounds)
+                    .map(|r| times[s][r].as_secs_f64() / times[baseline][r].as_secs_f64())
+                    .collect(),
+            )
+        })
+        .collect();
+    Spread {
+        best_ratio: best
+            .iter()
+            .map(|b| b.as_secs_f64() / best[baseline].as_secs_f64())
+            .collect(),
+        median: times.into_iter().map(median).collect(),
+        best,
+        median_ratio,
+    }
 }
