@@ -29,12 +29,19 @@
 //!    function is neither defined again nor given up
 //!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
 //!    `finalize_definitions`) fails, listing it.
+//! 6. Each function is walked once per flush unless it changes: its walk
+//!    ([`KnownWalks`]) is kept from planning to the selection for other
+//!    threads and to its definition, and forgotten whenever a pass rewrites
+//!    the function (its references to duplicates, or the function itself
+//!    into a thunk), so every pass plans the function as it is. (Similar
+//!    merging walks its candidates again for their shapes.)
 
 use super::ids::State;
 use super::parallel::Precompiled;
 use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
+use crate::plan::Walk;
 use crate::refine::{CallGraph, NodeId, RefinedClass};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
@@ -45,6 +52,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Functions that failed in this flush, with their errors.
 type Failures = Vec<(FuncId, ModuleError)>;
+
+/// The walk of each pending function of a flush (at its index), kept
+/// from one pass of the flush to the next while the function is unchanged:
+/// every pass that rewrites a function (its references, or the function
+/// itself) forgets its walk, so a walk kept is always of the function as
+/// it is. `None` where a pass has not walked it since.
+pub(super) type KnownWalks = Vec<Option<Walk>>;
 
 /// What batch mode keeps between flushes.
 #[derive(Default)]
@@ -138,11 +152,12 @@ impl<M: Module> DedupModule<M> {
     /// Defines every function of `pending` (see 3 and 4 above), adding
     /// each failure to `failures`.
     fn define_pending(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
+        let mut walks: KnownWalks = vec![None; pending.len()];
         // Without a trampoline form for this ISA every function is compiled.
         if self.machine_trampolines {
             let planned = catch_unwind(AssertUnwindSafe(|| {
-                self.plan_refined(pending, failures);
-                self.plan_duplicates(pending, failures);
+                self.plan_refined(pending, &mut walks, failures);
+                self.plan_duplicates(pending, &mut walks, failures);
             }));
             if planned.is_err() {
                 for (id, _) in pending.iter() {
@@ -152,7 +167,7 @@ impl<M: Module> DedupModule<M> {
                 }
             }
         }
-        self.merge_similar(pending);
+        self.merge_similar(pending, &mut walks);
         // Compile the first of each group, then define the duplicates that
         // were planned (`define_now` may define more duplicates itself).
         let planned: Vec<(usize, FuncId)> = pending
@@ -165,11 +180,11 @@ impl<M: Module> DedupModule<M> {
             .collect();
         // With several threads, what is to be compiled is compiled first
         // (see `parallel.rs`), and defined below in its turn.
-        let mut precompiled = self.compile_in_parallel(pending);
+        let mut precompiled = self.compile_in_parallel(pending, &mut walks);
         for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
                 let code = precompiled.get_mut(i).and_then(Option::take);
-                self.define_own(*id, func, code, failures);
+                self.define_own(*id, func, code, walks[i].take(), failures);
             }
         }
         for (i, canonical) in planned {
@@ -196,32 +211,35 @@ impl<M: Module> DedupModule<M> {
                 }
             } else {
                 // Its class's compiled function failed: it is on its own.
-                self.define_own(*id, func, None, failures);
+                self.define_own(*id, func, None, walks[i].take(), failures);
             }
         }
     }
 
     /// Defines `id` as `define_now` does in eager mode (`func` is taken),
     /// with `code` compiled for it on another thread, if any (used only if
-    /// `func` is still what was compiled, see `parallel.rs`).
+    /// `func` is still what was compiled, see `parallel.rs`), and `walk`,
+    /// the walk of `func` kept from planning, if any.
     fn define_own(
         &mut self,
         id: FuncId,
         func: &mut Function,
         mut code: Option<Precompiled>,
+        mut walk: Option<Walk>,
         failures: &mut Failures,
     ) {
         self.ids.plan(id, State::Undefined);
         // Planning may have found duplicates since `func` was last
         // rewritten (a failed class's members are defined here too).
         if self.canonicalize_references(func) {
-            // Not the function that was compiled.
+            // Not the function that was compiled, nor walked.
             self.discard_precompiled(id, code.take());
+            walk = None;
         }
         let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
         // The control plane the caller defined it with, as it was then.
         let mut ctrl_plane = self.batch.pending_control.remove(&id).unwrap_or_default();
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut code) {
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut code, walk.as_ref()) {
             failures.push((id, e));
         }
         self.discard_precompiled(id, code);
@@ -278,8 +296,13 @@ impl<M: Module> DedupModule<M> {
     /// The members of classes with duplicates are verified first; when one
     /// fails, the refinement, which may have counted on it, is made again
     /// without it (each round removes a function, so this ends).
-    fn plan_refined(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
-        while !self.try_plan_refined(pending, failures) {
+    fn plan_refined(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        failures: &mut Failures,
+    ) {
+        while !self.try_plan_refined(pending, walks, failures) {
             for (id, _) in pending.iter() {
                 if let State::Duplicate { .. } = self.ids.state(*id) {
                     self.ids.plan(*id, State::Pending);
@@ -293,21 +316,20 @@ impl<M: Module> DedupModule<M> {
     fn try_plan_refined(
         &mut self,
         pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
         failures: &mut Failures,
     ) -> bool {
         // A node per exact class of the pending functions.
         let mut exact = DedupCache::new();
         let mut graph = CallGraph::with_capacity(pending.len());
         let mut node_of = Vec::with_capacity(pending.len());
-        for (id, func) in pending.iter_mut() {
+        for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) != State::Pending {
                 node_of.push(None);
                 continue;
             }
-            self.canonicalize_references(func);
-            let isa = self.inner.isa();
-            let walk = match verify::walk_checked(&mut self.fingerprinter, func, isa) {
-                Ok(walk) => walk.to_owned(),
+            let walk = match self.walk_pending(func, &mut walks[i]) {
+                Ok(walk) => walk,
                 Err(e) => {
                     self.fail(*id, e, failures);
                     node_of.push(None);
@@ -319,7 +341,7 @@ impl<M: Module> DedupModule<M> {
                 Some(class) => NodeId::from_u32(class.as_u32()),
                 None => {
                     let node = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
-                    let class = exact.insert(walk.fingerprint).class();
+                    let class = exact.insert(walk.fingerprint.clone()).class();
                     debug_assert_eq!(node.as_u32(), class.as_u32(), "a node per exact class");
                     node
                 }
@@ -366,7 +388,12 @@ impl<M: Module> DedupModule<M> {
     /// (or a compiled class's) as its duplicate, both verified first;
     /// repeats, since rewriting references to new duplicates can make
     /// callers equal, until nothing changes.
-    fn plan_duplicates(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
+    fn plan_duplicates(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        failures: &mut Failures,
+    ) {
         loop {
             // The index of each fingerprint's first function, and whether
             // that was verified yet.
@@ -378,10 +405,8 @@ impl<M: Module> DedupModule<M> {
                 if self.ids.state(id) != State::Pending {
                     continue;
                 }
-                self.canonicalize_references(&mut pending[i].1);
-                let isa = self.inner.isa();
-                let fp = match verify::walk_checked(&mut self.fingerprinter, &pending[i].1, isa) {
-                    Ok(walk) => walk.fingerprint.to_fingerprint(),
+                let fp = match self.walk_pending(&mut pending[i].1, &mut walks[i]) {
+                    Ok(walk) => walk.fingerprint.clone(),
                     Err(e) => {
                         self.fail(id, e, failures);
                         continue;
@@ -415,6 +440,26 @@ impl<M: Module> DedupModule<M> {
                 break;
             }
         }
+    }
+}
+
+impl<M: Module> DedupModule<M> {
+    /// The walk of the pending function `func` after rewriting its
+    /// references to this flush's duplicates: `known`, if the rewriting
+    /// changed nothing and it holds one, or a new walk, kept in `known`.
+    pub(super) fn walk_pending<'w>(
+        &mut self,
+        func: &mut Function,
+        known: &'w mut Option<Walk>,
+    ) -> ModuleResult<&'w Walk> {
+        if self.canonicalize_references(func) {
+            *known = None;
+        }
+        if known.is_none() {
+            let walk = verify::walk_checked(&mut self.fingerprinter, func, self.inner.isa())?;
+            *known = Some(walk.to_owned());
+        }
+        Ok(known.as_ref().expect("walked"))
     }
 }
 

@@ -26,7 +26,7 @@ use super::{DedupError, DedupModule, adapter, trampoline, verify};
 use crate::cache::{ClassId, Lookup};
 use crate::code::MachineCode;
 use crate::fingerprint::Fingerprinter;
-use crate::plan::{ClassFacts, Outcome, Plan, Step, WalkRef};
+use crate::plan::{ClassFacts, Outcome, Plan, Step, Walk, WalkRef};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::ir::Function;
@@ -40,19 +40,22 @@ impl<M: Module> DedupModule<M> {
     /// step of its plan that works (a duplicate, reused code, an adapter,
     /// or compiling it: in the inner module, or, if `precompiled` holds the
     /// result of compiling `ctx.func` on another thread, by taking that).
-    /// Counts the outcome.
+    /// Counts the outcome. `known` is the walk of `ctx.func` as it is,
+    /// if the caller has it (batch mode keeps the walks of a flush's
+    /// planning); `None` walks it here.
     pub(super) fn define_now(
         &mut self,
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
         precompiled: &mut Option<Precompiled>,
+        known: Option<&Walk>,
     ) -> ModuleResult<()> {
         // The walk's results stay where the walk left them, so that a
         // cache hit copies nothing; the fingerprinter is out of `self`
         // meanwhile.
         let mut walker = std::mem::take(&mut self.fingerprinter);
-        let result = self.define_walked(id, ctx, ctrl_plane, precompiled, &mut walker);
+        let result = self.define_walked(id, ctx, ctrl_plane, precompiled, &mut walker, known);
         self.fingerprinter = walker;
         result
     }
@@ -65,8 +68,12 @@ impl<M: Module> DedupModule<M> {
         ctrl_plane: &mut ControlPlane,
         precompiled: &mut Option<Precompiled>,
         walker: &mut Fingerprinter,
+        known: Option<&Walk>,
     ) -> ModuleResult<()> {
-        let walk = verify::walk_checked(walker, &ctx.func, self.inner.isa())?;
+        let walk = match known {
+            Some(walk) => walk.as_ref(),
+            None => verify::walk_checked(walker, &ctx.func, self.inner.isa())?,
+        };
         // Whatever `id` becomes, its code has these addresses in it (a
         // duplicate's are its canonical function's, the same names).
         self.note_addresses_taken(&walk);

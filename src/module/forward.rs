@@ -120,7 +120,7 @@ impl<M: Module> Module for DedupModule<M> {
         self.stats.defined += 1;
         match self.options.mode {
             Mode::Eager => self
-                .define_now(id, ctx, ctrl_plane, &mut None)
+                .define_now(id, ctx, ctrl_plane, &mut None, None)
                 .inspect_err(|_| {
                     self.stats.defined -= 1;
                 }),

@@ -73,6 +73,7 @@
 //!      compile on its thread (without the inner module's defining); the
 //!      phase's wall time is [`Stats::parallel_time`](super::Stats).
 
+use super::batch::KnownWalks;
 use super::ids::State;
 use super::{DedupError, DedupModule, verify};
 use crate::code::MachineCode;
@@ -145,18 +146,20 @@ impl<M: Module> DedupModule<M> {
     /// Compiles the functions of `pending` (planned, in definition order)
     /// that the define pass is going to compile, on
     /// [`DedupOptions::threads`](super::DedupOptions::threads) threads (see
-    /// the module docs). Returns each one's result at its index (`None`
-    /// for the others); empty with one thread, or fewer than two such
-    /// functions.
+    /// the module docs), with the walks `walks` of the flush (see
+    /// `batch.rs`; the selection walks those it lacks). Returns each one's
+    /// result at its index (`None` for the others); empty with one thread,
+    /// or fewer than two such functions.
     pub(super) fn compile_in_parallel(
         &mut self,
         pending: &[(FuncId, Function)],
+        walks: &mut KnownWalks,
     ) -> Vec<Option<Precompiled>> {
         let threads = self.options.threads.max(1);
         if threads == 1 {
             return Vec::new();
         }
-        let selected = self.select_for_parallel(pending);
+        let selected = self.select_for_parallel(pending, walks);
         if selected.len() < 2 {
             return Vec::new();
         }
@@ -220,9 +223,12 @@ impl<M: Module> DedupModule<M> {
 
     /// The indices of the functions of `pending` to compile in parallel,
     /// in definition order (see the module docs).
-    fn select_for_parallel(&mut self, pending: &[(FuncId, Function)]) -> Vec<usize> {
+    fn select_for_parallel(
+        &mut self,
+        pending: &[(FuncId, Function)],
+        walks: &mut KnownWalks,
+    ) -> Vec<usize> {
         let policy = self.policy();
-        let mut walker = std::mem::take(&mut self.fingerprinter);
         let isa = self.inner.isa();
         // Every key that a function of this flush may add to the cache
         // before its turn.
@@ -236,9 +242,14 @@ impl<M: Module> DedupModule<M> {
             if self.ids.state(*id) != State::Pending {
                 continue;
             }
-            let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
-                continue;
-            };
+            let known = &mut walks[index];
+            if known.is_none() {
+                let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, func, isa) else {
+                    continue;
+                };
+                *known = Some(walk.to_owned());
+            }
+            let walk = known.as_ref().expect("walked").as_ref();
             let plan = self.compiled.plan(&walk.planned(func), policy);
             let compiles =
                 plan.duplicate_of.is_none() && plan.reuse.is_none() && plan.adapter_for.is_none();
@@ -261,7 +272,6 @@ impl<M: Module> DedupModule<M> {
             }
             selected.push(index);
         }
-        self.fingerprinter = walker;
         selected
     }
 }

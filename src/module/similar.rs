@@ -90,6 +90,7 @@
 //! outside the flush's pending ones are never merged: an earlier flush's
 //! compiled functions stay as they are.
 
+use super::batch::KnownWalks;
 use super::ids::State;
 use super::{DedupModule, Mode, verify};
 use crate::fingerprint::{Fingerprinter, Shape};
@@ -179,7 +180,13 @@ impl<M: Module> DedupModule<M> {
     /// docs) when [`DedupOptions::similar`](super::DedupOptions::similar)
     /// is on: defines each merged group's body and replaces its members'
     /// functions with their thunks.
-    pub(super) fn merge_similar(&mut self, pending: &mut [(FuncId, Function)]) {
+    /// Forgets the walks (`walks`, see `batch.rs`) of the functions it
+    /// rewrites.
+    pub(super) fn merge_similar(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+    ) {
         let Some(options) = self.options.similar else {
             return;
         };
@@ -187,7 +194,7 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let decided = catch_unwind(AssertUnwindSafe(|| {
-            let candidates = self.similar_candidates(pending);
+            let candidates = self.similar_candidates(pending, walks);
             let merges = plan_merges(&candidates, pending, &options);
             (candidates, merges)
         }));
@@ -196,13 +203,20 @@ impl<M: Module> DedupModule<M> {
             return;
         };
         for merge in merges {
+            for &c in &merge.members {
+                walks[candidates[c].index] = None;
+            }
             self.carry_out(pending, &candidates, merge);
         }
     }
 
     /// The candidates for merging among `pending` (see 1 in the module
     /// docs), in definition order.
-    fn similar_candidates(&mut self, pending: &mut [(FuncId, Function)]) -> Vec<Candidate> {
+    fn similar_candidates(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+    ) -> Vec<Candidate> {
         let policy = self.policy();
         let mut walker = std::mem::take(&mut self.fingerprinter);
         let mut shaper = Shaper::new();
@@ -212,7 +226,9 @@ impl<M: Module> DedupModule<M> {
                 continue;
             }
             // As the define pass will see it.
-            self.canonicalize_references(func);
+            if self.canonicalize_references(func) {
+                walks[index] = None;
+            }
             let isa = self.inner.isa();
             let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
                 continue;
@@ -315,7 +331,7 @@ impl<M: Module> DedupModule<M> {
         body.name = UserFuncName::user(0, id.as_u32());
         let signature = body.signature.clone();
         let mut ctx = Context::for_function(body);
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None) {
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None, None) {
             log::debug!(
                 "{} ({first_id}): the merged body failed, left alone: {e}",
                 self.function_name(first_id)
@@ -492,7 +508,7 @@ impl<M: Module> DedupModule<M> {
         );
         ctx.func = thunk;
         self.eager_shapes.busy = true;
-        let defined = self.define_now(id, ctx, ctrl_plane, &mut None);
+        let defined = self.define_now(id, ctx, ctrl_plane, &mut None, None);
         self.eager_shapes.busy = false;
         defined
     }

@@ -720,8 +720,9 @@ fn stress() {
 /// makes no duplicates: a `tail` twin becomes one only in its turn (a
 /// `return_call` to its twin), and a caller compiled on a thread before
 /// that still calls the twin. Its turn rewrites the call, so that code is
-/// not used (counted as discarded) and the caller is compiled as on one
-/// thread: the objects are the same.
+/// not used (counted as discarded) and the caller is compiled and cached
+/// as on one thread: the objects are the same, and so is what a later
+/// function equal to the rewritten caller finds.
 #[cfg(feature = "all-targets")]
 #[test]
 fn code_compiled_before_a_reference_is_rewritten_is_not_used() {
@@ -750,6 +751,18 @@ fn code_compiled_before_a_reference_is_rewritten_is_not_used() {
         .unwrap();
         d.flush().unwrap();
         assert_eq!(d.canonical(b), Some(a));
+        // The caller as it was defined, calling `a`: the cache holds the
+        // caller under that key, not the key of the walk made before the
+        // rewrite (calling `b`), so this one is found there, as on one
+        // thread.
+        let again = declare(&mut d, "again", CallConv::Tail);
+        define(&mut d, again, |bd, m, p| {
+            let y = emit_call(bd, m, a, p[0]);
+            let r = bd.ins().imul(y, p[0]);
+            bd.ins().return_(&[r]);
+        })
+        .unwrap();
+        d.flush().unwrap();
         let stats = d.stats().clone();
         (d.finish().emit().unwrap(), stats)
     };
