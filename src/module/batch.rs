@@ -367,12 +367,12 @@ impl<M: Module> DedupModule<M> {
                 first.insert(class, (i, false));
                 continue;
             };
-            if let Err(e) = self.verify_uncompiled(&pending[i].1) {
+            if let Err(e) = self.verify_uncompiled(&pending[i].1, key_hash(&walks[i])) {
                 self.fail(pending[i].0, e, failures);
                 return false;
             }
             if !first_verified {
-                if let Err(e) = self.verify_uncompiled(&pending[j].1) {
+                if let Err(e) = self.verify_uncompiled(&pending[j].1, key_hash(&walks[j])) {
                     self.fail(pending[j].0, e, failures);
                     return false;
                 }
@@ -416,7 +416,7 @@ impl<M: Module> DedupModule<M> {
                     self.canonical_of(class)
                 } else if let Some(&(j, first_verified)) = first_of.get(&fp) {
                     if !first_verified {
-                        if let Err(e) = self.verify_uncompiled(&pending[j].1) {
+                        if let Err(e) = self.verify_uncompiled(&pending[j].1, key_hash(&walks[j])) {
                             // The first fails: this one takes its place.
                             self.fail(pending[j].0, e, failures);
                             first_of.insert(fp, (i, false));
@@ -429,7 +429,7 @@ impl<M: Module> DedupModule<M> {
                     first_of.insert(fp, (i, false));
                     continue;
                 };
-                if let Err(e) = self.verify_uncompiled(&pending[i].1) {
+                if let Err(e) = self.verify_uncompiled(&pending[i].1, key_hash(&walks[i])) {
                     self.fail(id, e, failures);
                     continue;
                 }
@@ -461,6 +461,11 @@ impl<M: Module> DedupModule<M> {
         }
         Ok(known.as_ref().expect("walked"))
     }
+}
+
+/// The fast hash of the exact key of `walk`, if walked.
+fn key_hash(walk: &Option<Walk>) -> Option<u64> {
+    walk.as_ref().map(|walk| walk.fingerprint.fast_hash())
 }
 
 /// The text of `e`, with the verifier's errors when it has them.

@@ -22,6 +22,7 @@ use super::ids::State;
 use super::join::ClassNames;
 use super::parallel::{Compiled, Precompiled};
 use super::reuse::CodeTemplate;
+use super::verify::Unverified;
 use super::{DedupError, DedupModule, adapter, trampoline, verify};
 use crate::cache::{ClassId, Lookup};
 use crate::code::MachineCode;
@@ -79,7 +80,7 @@ impl<M: Module> DedupModule<M> {
         self.note_addresses_taken(&walk);
         let plan = self.compiled.plan(&walk.planned(&ctx.func), self.policy());
         // Whatever is defined without compiling it is verified first, once.
-        let mut verified = false;
+        let mut verified = Unverified::new(walk.fingerprint.fast_hash());
         for step in plan.steps() {
             let outcome = match step {
                 Step::Duplicate(class) => {
@@ -132,7 +133,7 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         func: &Function,
         class: ClassId,
-        verified: &mut bool,
+        verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
         let canonical = self.canonical_of(class);
         self.verify_once(func, verified)?;
@@ -295,14 +296,18 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         template: ClassId,
         func: &Function,
-        verified: &mut bool,
+        verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
-        let code = self.compiled.template_code(template);
         let own_names = walk.names;
-        let Some(relocs) = code.instantiate(id, own_names) else {
+        let Some(relocs) = self
+            .compiled
+            .template_code(template)
+            .instantiate(id, own_names)
+        else {
             return Ok(None);
         };
         self.verify_once(func, verified)?;
+        let code = self.compiled.template_code(template);
         let own = if self.options.check {
             let reused = code.retargeted(own_names);
             let check = reused.map(|reused| self.check_reused(id, func, own_names, &reused, code));
@@ -346,7 +351,7 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         class: ClassId,
         func: &Function,
-        verified: &mut bool,
+        verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
         let target = self.canonical_of(class);
         self.verify_once(func, verified)?;

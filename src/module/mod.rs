@@ -54,8 +54,10 @@
 //!    no cache entry and no definition: a later correct function with the same
 //!    fingerprint compiles, and the id may be defined again. A function that
 //!    is defined without being compiled (duplicate, reused code, adapter) is
-//!    verified first when the flags enable the verifier, and fingerprinting
-//!    never panics (see `verify.rs`); in batch mode a failure stops nothing
+//!    verified first when the flags enable the verifier (unless the
+//!    verifier accepted one exactly like it: it reads them alike), and
+//!    fingerprinting never panics (see `verify.rs`); in batch mode a
+//!    failure stops nothing
 //!    else and is reported until dealt with (see `batch.rs`).
 //! 8. Misuse is an error, not a panic: defining an undeclared id, an import,
 //!    an id twice, or with a signature other than the declared one; in the
@@ -134,7 +136,7 @@
 //! | `forward.rs` | the `Module` implementation | |
 //! | `ids.rs` | each id's state, misuse checks, references, finalization | `Ids` |
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
-//! | `verify.rs` | the walk that never panics, verification before trust | |
+//! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike) | `Verified` |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
 //! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
@@ -228,6 +230,8 @@ pub struct DedupModule<M: Module> {
     address_taken: SecondaryMap<FuncId, bool>,
     /// The code store, if any (see `stored.rs`).
     stored: Option<stored::Stored>,
+    /// Functions the verifier accepted (see `verify.rs`).
+    verified: verify::Verified,
     /// Shapes seen by eager mode's similar-function merging (see
     /// `similar.rs`).
     eager_shapes: similar::EagerShapes,
@@ -263,6 +267,7 @@ impl<M: Module> DedupModule<M> {
             frames: frames::Frames::default(),
             address_taken: SecondaryMap::new(),
             stored: None,
+            verified: verify::Verified::default(),
             eager_shapes: similar::EagerShapes::default(),
             writes_frames: true,
             stats: Stats::default(),

@@ -271,7 +271,7 @@ impl<M: Module> DedupModule<M> {
         // The members the body's compile does not verify.
         for &c in &merge.members[1..] {
             let (id, func) = &pending[candidates[c].index];
-            if let Err(e) = self.verify_uncompiled(func) {
+            if let Err(e) = self.verify_uncompiled(func, None) {
                 log::debug!(
                     "{} ({id}): not merged with similar functions, fails to verify: {e}",
                     self.function_name(*id)
@@ -456,7 +456,7 @@ impl<M: Module> DedupModule<M> {
                 let body = body.clone();
                 // Its own code is never compiled: it is verified as code
                 // that is not compiled always is.
-                self.verify_uncompiled(func).ok()?;
+                self.verify_uncompiled(func, None).ok()?;
                 self.stats.similar_merged += 1;
                 return Some(self.thunk(func, &body, values));
             }
@@ -472,7 +472,7 @@ impl<M: Module> DedupModule<M> {
             .predict(&func.signature, &[bytes, bytes], &types);
         let fits = derived.params.len() <= options.max_params && prediction.pays();
         // (Verified, as above; the shape is left alone if it fails.)
-        let body = if fits && self.verify_uncompiled(func).is_ok() {
+        let body = if fits && self.verify_uncompiled(func, None).is_ok() {
             self.define_body(id, func, &shape, &derived, ctrl_plane.clone())
         } else {
             None

@@ -110,6 +110,11 @@ pub struct Stats {
     /// `compiled`, its bytes in `code_bytes`, or, when equal to an earlier
     /// thunk, as that thunk's duplicate).
     pub similar_merged: u64,
+    /// Functions defined without being compiled that were not run through
+    /// the verifier because the verifier had accepted a function it reads
+    /// exactly alike (equal stencils, source locations aside), so it would
+    /// accept them too (see `DedupModule`'s module docs on verifying).
+    pub verified_by_equality: u64,
 }
 
 impl Stats {
@@ -282,6 +287,7 @@ impl AddAssign for Stats {
             parallel_discarded,
             similar_groups,
             similar_merged,
+            verified_by_equality,
         } = other;
         self.defined += defined;
         self.compiled += compiled;
@@ -308,5 +314,6 @@ impl AddAssign for Stats {
         self.parallel_discarded += parallel_discarded;
         self.similar_groups += similar_groups;
         self.similar_merged += similar_merged;
+        self.verified_by_equality += verified_by_equality;
     }
 }

@@ -26,6 +26,7 @@
 
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
+use super::verify::Unverified;
 use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
@@ -88,7 +89,7 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         func: &Function,
         plan: &Plan,
-        verified: &mut bool,
+        verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
         // A reservation left by a definition that unwound is given up.
         self.end_reservation();

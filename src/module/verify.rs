@@ -14,7 +14,9 @@
 //!    planned duplicate in batch mode) when the ISA's flags enable the
 //!    verifier, as the inner module would. A function it rejects gets
 //!    `ModuleError::Compilation(CodegenError::Verifier(..))`, the error the
-//!    inner module returns for it, and the caller defines nothing.
+//!    inner module returns for it, and the caller defines nothing. (The
+//!    verifier itself does not run for a function exactly like one it
+//!    accepted: see 3.)
 //! 2. [`walk_checked`] never lets a panic of the walk
 //!    escape: a walk that panics on a malformed function (say, a jump to a
 //!    block that does not exist) becomes the verifier's error for that
@@ -24,6 +26,24 @@
 //!    fingerprinter resets its scratch memory at the start of every walk,
 //!    so it stays usable after a caught panic.
 //!
+//! 3. A function the verifier would read exactly as one it accepted in this
+//!    module is not verified again. The verifier reads only the ISA (the
+//!    module's, always the same) and the function's stencil but for its
+//!    source locations: `Verifier` in cranelift-codegen 0.135.8
+//!    (`src/verifier/mod.rs`) touches `self.func` only through `dfg`,
+//!    `layout`, `signature`, `global_values`, `sized_stack_slots`,
+//!    `dynamic_stack_slots`, `debug_tags` and `is_block_basic`, all of
+//!    the stencil, and through `FunctionStencil` itself to build the
+//!    control-flow graph and dominator tree; never `name`, `params` or
+//!    `srclocs` (its error messages print them). So each accepted function
+//!    is kept, one per exact key ([`Verified`]), and a later function with
+//!    that key whose stencil is equal to it by Cranelift's own `PartialEq`,
+//!    field by field but `srclocs`, passes without running the verifier.
+//!    The key only finds the candidate: the equality alone decides, so a
+//!    function whose key is equal but whose stencil is not (other value
+//!    numbers, an unreachable block) is verified. Such skips are counted
+//!    in [`Stats::verified_by_equality`](super::Stats).
+//!
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
@@ -32,30 +52,119 @@ use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
 use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::Function;
+use cranelift_codegen::ir::function::FunctionStencil;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_module::{Module, ModuleError, ModuleResult};
+use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// The functions this module's verifier accepted (see 3 above): the first
+/// one of each exact key, by the key's fast hash. Holds a copy of each
+/// (their heap bytes are not counted anywhere).
+#[derive(Default)]
+pub(super) struct Verified {
+    by_key: HashMap<u64, Function>,
+}
+
+impl Verified {
+    /// Whether the verifier accepted a function with key hash `key` that
+    /// it reads exactly as `func`.
+    fn holds(&self, key: u64, func: &Function) -> bool {
+        self.by_key
+            .get(&key)
+            .is_some_and(|accepted| read_alike(accepted, func))
+    }
+
+    /// Keeps `func`, just accepted, for key hash `key` unless a function
+    /// is kept for it.
+    fn keep(&mut self, key: u64, func: &Function) {
+        self.by_key.entry(key).or_insert_with(|| func.clone());
+    }
+}
+
+/// Whether the verifier reads `a` and `b` alike: their stencils are equal
+/// but for source locations (see 3 above; fields the verifier does not
+/// read but `srclocs`, such as `stack_limit`, are compared all the same).
+/// Destructured, so that a new field of `FunctionStencil` is a compile
+/// error here.
+fn read_alike(a: &Function, b: &Function) -> bool {
+    let FunctionStencil {
+        version_marker: _,
+        signature,
+        sized_stack_slots,
+        dynamic_stack_slots,
+        global_values,
+        dfg,
+        layout,
+        srclocs: _,
+        debug_tags,
+        stack_limit,
+    } = &a.stencil;
+    let other = &b.stencil;
+    *signature == other.signature
+        && *sized_stack_slots == other.sized_stack_slots
+        && *dynamic_stack_slots == other.dynamic_stack_slots
+        && *global_values == other.global_values
+        && *layout == other.layout
+        && *debug_tags == other.debug_tags
+        && *stack_limit == other.stack_limit
+        && *dfg == other.dfg
+}
 
 impl<M: Module> DedupModule<M> {
     /// Verifies `func`, which is about to be defined without being
     /// compiled, if the ISA's flags enable the verifier (see 1 above).
-    pub(super) fn verify_uncompiled(&self, func: &Function) -> ModuleResult<()> {
+    /// `key` is the fast hash of its exact key, if known: then a function
+    /// the verifier accepted with that key and reads alike passes without
+    /// the verifier, and one it accepts now is kept (see 3 above).
+    pub(super) fn verify_uncompiled(
+        &mut self,
+        func: &Function,
+        key: Option<u64>,
+    ) -> ModuleResult<()> {
         let isa = self.inner.isa();
-        if isa.flags().enable_verifier() {
-            verify(func, isa)
-        } else {
-            Ok(())
+        if !isa.flags().enable_verifier() {
+            return Ok(());
         }
+        if let Some(key) = key
+            && self.verified.holds(key, func)
+        {
+            self.stats.verified_by_equality += 1;
+            return Ok(());
+        }
+        verify(func, isa)?;
+        if let Some(key) = key {
+            self.verified.keep(key, func);
+        }
+        Ok(())
     }
 
     /// [`DedupModule::verify_uncompiled`] unless `verified` says it was
-    /// done; sets it.
-    pub(super) fn verify_once(&self, func: &Function, verified: &mut bool) -> ModuleResult<()> {
-        if !*verified {
-            self.verify_uncompiled(func)?;
-            *verified = true;
+    /// done; marks it done.
+    pub(super) fn verify_once(
+        &mut self,
+        func: &Function,
+        verified: &mut Unverified,
+    ) -> ModuleResult<()> {
+        if !verified.done {
+            self.verify_uncompiled(func, Some(verified.key))?;
+            verified.done = true;
         }
         Ok(())
+    }
+}
+
+/// Whether a function being defined was verified yet, with the fast hash
+/// of its exact key.
+pub(super) struct Unverified {
+    key: u64,
+    done: bool,
+}
+
+impl Unverified {
+    /// A function with exact key hash `key`, not verified yet.
+    pub(super) fn new(key: u64) -> Self {
+        Self { key, done: false }
     }
 }
 

@@ -186,6 +186,54 @@ fn a_defect_in_an_unreachable_block_is_found_after_a_valid_twin() {
     }
 }
 
+/// A duplicate the verifier accepted spares the verifier to later
+/// functions exactly like it (source locations aside), and to nothing else:
+/// a twin with the same key but a defect in an unreachable block is still
+/// rejected after it, as plain Cranelift rejects it.
+#[test]
+fn only_a_function_exactly_like_an_accepted_one_skips_the_verifier() {
+    for options in DedupOptions::ALL {
+        let mut m = dedup(options);
+        let conv = m.isa().default_call_conv();
+        let ids =
+            ["compiled", "verified", "bad", "same", "located"].map(|n| declare(&mut m, n, conv));
+        let [compiled, verified, bad, same, located] = ids;
+        for id in [compiled, verified] {
+            define_flushed(&mut m, id, |b, _, p| {
+                let v = chain(b, p[0]);
+                b.ins().return_(&[v]);
+            })
+            .unwrap();
+        }
+        let result = define_flushed(&mut m, bad, |b, _, p| {
+            let v = chain(b, p[0]);
+            return_with_dead_defect(b, v);
+        });
+        assert!(is_verifier_error(&result), "{options:?}: {result:?}");
+        m.take_failed_definitions();
+        define_flushed(&mut m, same, |b, _, p| {
+            let v = chain(b, p[0]);
+            b.ins().return_(&[v]);
+        })
+        .unwrap();
+        define_flushed(&mut m, located, |b, _, p| {
+            b.set_srcloc(ir::SourceLoc::new(7));
+            let v = chain(b, p[0]);
+            b.ins().return_(&[v]);
+        })
+        .unwrap();
+        let stats = m.stats().clone();
+        assert_eq!(stats.verified_by_equality, 2, "{options:?}: {stats}");
+        m.finalize_definitions().unwrap();
+        for id in [compiled, verified, same, located] {
+            assert_eq!(
+                call1(m.get_finalized_function(id), 1),
+                call1(m.get_finalized_function(compiled), 1)
+            );
+        }
+    }
+}
+
 fn batch_options() -> impl Iterator<Item = DedupOptions> {
     DedupOptions::ALL
         .into_iter()
