@@ -36,7 +36,8 @@
 //!    the stencil, and through `FunctionStencil` itself to build the
 //!    control-flow graph and dominator tree; never `name`, `params` or
 //!    `srclocs` (its error messages print them). So each accepted function
-//!    is kept, one per exact key ([`Verified`]), and a later function with
+//!    is kept, one per exact key ([`Verified`], within a bound on their
+//!    size), and a later function with
 //!    that key whose stencil is equal to it by Cranelift's own `PartialEq`,
 //!    field by field but `srclocs`, passes without running the verifier.
 //!    The key only finds the candidate: the equality alone decides, so a
@@ -58,12 +59,21 @@ use cranelift_module::{Module, ModuleError, ModuleResult};
 use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+/// How many instructions the copies [`Verified`] keeps may hold in all
+/// (a copy takes about a hundred bytes per instruction): when a copy would
+/// go beyond, the copies kept so far are dropped. A function of more than
+/// a quarter of this is never kept.
+const KEPT_INSTRUCTIONS: usize = 1 << 16;
+
 /// The functions this module's verifier accepted (see 3 above): the first
-/// one of each exact key, by the key's fast hash. Holds a copy of each
-/// (their heap bytes are not counted anywhere).
+/// one of each exact key, by the key's fast hash, as a copy, within
+/// [`KEPT_INSTRUCTIONS`]. Dropping copies only costs running the verifier
+/// again.
 #[derive(Default)]
 pub(super) struct Verified {
     by_key: HashMap<u64, Function>,
+    /// The instructions of the copies in `by_key`, summed.
+    instructions: usize,
 }
 
 impl Verified {
@@ -75,10 +85,20 @@ impl Verified {
             .is_some_and(|accepted| read_alike(accepted, func))
     }
 
-    /// Keeps `func`, just accepted, for key hash `key` unless a function
-    /// is kept for it.
+    /// Keeps a copy of `func`, just accepted, for key hash `key` unless a
+    /// function is kept for it or it is too large (see
+    /// [`KEPT_INSTRUCTIONS`]).
     fn keep(&mut self, key: u64, func: &Function) {
-        self.by_key.entry(key).or_insert_with(|| func.clone());
+        let instructions = func.dfg.num_insts();
+        if instructions > KEPT_INSTRUCTIONS / 4 || self.by_key.contains_key(&key) {
+            return;
+        }
+        if self.instructions + instructions > KEPT_INSTRUCTIONS {
+            self.by_key.clear();
+            self.instructions = 0;
+        }
+        self.by_key.insert(key, func.clone());
+        self.instructions += instructions;
     }
 }
 
@@ -193,4 +213,56 @@ pub(super) fn walk_checked<'w>(
 fn verify(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
     cranelift_codegen::verify_function(func, isa)
         .map_err(|errors| ModuleError::Compilation(CodegenError::Verifier(errors)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KEPT_INSTRUCTIONS, Verified};
+    use cranelift_codegen::cursor::{Cursor, FuncCursor};
+    use cranelift_codegen::ir::{Function, InstBuilder, types::I64};
+
+    /// A function of `n` instructions: `n - 1` constants `k`, a return.
+    fn of(n: usize, k: i64) -> Function {
+        let mut func = Function::new();
+        let block = func.dfg.make_block();
+        func.layout.append_block(block);
+        let mut pos = FuncCursor::new(&mut func).at_bottom(block);
+        for _ in 1..n {
+            pos.ins().iconst(I64, k);
+        }
+        pos.ins().return_(&[]);
+        func
+    }
+
+    #[test]
+    fn a_kept_function_is_found_under_its_key_only_by_one_alike() {
+        let mut verified = Verified::default();
+        verified.keep(1, &of(10, 0));
+        assert!(verified.holds(1, &of(10, 0)));
+        assert!(!verified.holds(1, &of(10, 1)));
+        assert!(!verified.holds(2, &of(10, 0)));
+        // The first function of a key stays.
+        verified.keep(1, &of(10, 1));
+        assert!(verified.holds(1, &of(10, 0)));
+        assert!(!verified.holds(1, &of(10, 1)));
+    }
+
+    #[test]
+    fn the_copies_stay_within_their_bound() {
+        let mut verified = Verified::default();
+        let huge = of(KEPT_INSTRUCTIONS / 4 + 1, 0);
+        verified.keep(0, &huge);
+        assert!(!verified.holds(0, &huge));
+        let eighth = KEPT_INSTRUCTIONS / 8;
+        for key in 1..=8 {
+            verified.keep(key, &of(eighth, key as i64));
+        }
+        assert!((1..=8).all(|key| verified.holds(key, &of(eighth, key as i64))));
+        assert_eq!(verified.instructions, KEPT_INSTRUCTIONS);
+        // One more goes beyond: the others are dropped.
+        verified.keep(9, &of(eighth, 9));
+        assert!(verified.holds(9, &of(eighth, 9)));
+        assert!(!verified.holds(1, &of(eighth, 1)));
+        assert_eq!(verified.instructions, eighth);
+    }
 }
