@@ -32,7 +32,7 @@ use cranelift_module::{Linkage, Module, default_libcall_names};
 #[allow(dead_code)]
 mod common;
 
-use common::{load_average, mean_ns};
+use common::{Spread, load_average, mean_ns};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use jitfold::{DedupModule, DedupOptions};
 use std::hint::black_box;
@@ -142,32 +142,18 @@ fn iterated(iters: u64, run: fn(&[Function]) -> Duration, funcs: &[Function]) ->
 /// Alternating runs per workload.
 const ROUNDS: usize = 101;
 
-/// Over `rounds` alternating pairs of runs: the best time of plain, the
-/// best time of jitfold (`time_jitfold`), and the median over the pairs
-/// of plain's time divided by jitfold's.
+/// Over `rounds` alternating rounds of plain and jitfold
+/// (`time_jitfold`), one run of each: side 0 is plain, the baseline, and
+/// side 1 jitfold (see [`common::alternate`]).
 fn alternating(
     funcs: &[Function],
     rounds: usize,
     time_jitfold: fn(&[Function]) -> Duration,
-) -> (Duration, Duration, f64) {
-    let (mut plain, mut jitfold) = (Duration::MAX, Duration::MAX);
-    let mut ratios = Vec::with_capacity(rounds);
-    for round in 0..rounds {
-        // Which of the pair runs first alternates too, so that neither
-        // always finds the allocator and caches as the other left them.
-        let (plain_time, jitfold_time) = if round % 2 == 0 {
-            let plain_time = time_plain(funcs);
-            (plain_time, time_jitfold(funcs))
-        } else {
-            let jitfold_time = time_jitfold(funcs);
-            (time_plain(funcs), jitfold_time)
-        };
-        plain = plain.min(plain_time);
-        jitfold = jitfold.min(jitfold_time);
-        ratios.push(plain_time.as_secs_f64() / jitfold_time.as_secs_f64());
-    }
-    ratios.sort_by(f64::total_cmp);
-    (plain, jitfold, ratios[rounds / 2])
+) -> Spread {
+    common::alternate(2, rounds, 0, |side| match side {
+        0 => time_plain(funcs),
+        _ => time_jitfold(funcs),
+    })
 }
 
 /// The benchmark name filter given on the command line, if any (the first
@@ -177,16 +163,17 @@ fn filter() -> Option<String> {
 }
 
 /// Prints what [`alternating`] measured for `label`: best of each side,
-/// their ratio, and the median ratio of the pairs.
-fn print_alternating(label: &str, (plain, jitfold, median): (Duration, Duration, f64)) {
+/// their ratio, and the median over the rounds of jitfold's time over
+/// plain's.
+fn print_alternating(label: &str, spread: Spread) {
     println!(
         "{label}, alternating, best of {ROUNDS}: plain {:.2} ms, jitfold {:.2} ms, jitfold/plain time {:.3} ({:.2}x faster); median of pairs {:.3} ({:.2}x faster)",
-        plain.as_secs_f64() * 1e3,
-        jitfold.as_secs_f64() * 1e3,
-        jitfold.as_secs_f64() / plain.as_secs_f64(),
-        plain.as_secs_f64() / jitfold.as_secs_f64(),
-        1.0 / median,
-        median
+        spread.best[0].as_secs_f64() * 1e3,
+        spread.best[1].as_secs_f64() * 1e3,
+        spread.best_ratio[1],
+        1.0 / spread.best_ratio[1],
+        spread.median_ratio[1],
+        1.0 / spread.median_ratio[1]
     );
 }
 
