@@ -452,8 +452,11 @@ impl<M: Module> DedupModule<M> {
         func: &mut Function,
         known: &'w mut Option<Walk>,
     ) -> ModuleResult<&'w Walk> {
-        if self.canonicalize_references(func) {
-            *known = None;
+        // Taken out first, so that a rewrite cut short (a panic) leaves
+        // no walk of the function as it was.
+        let kept = known.take();
+        if !self.canonicalize_references(func) {
+            *known = kept;
         }
         if known.is_none() {
             let walk = verify::walk_checked(&mut self.fingerprinter, func, self.inner.isa())?;

@@ -225,9 +225,11 @@ impl<M: Module> DedupModule<M> {
             if self.ids.state(*id) != State::Pending {
                 continue;
             }
-            // As the define pass will see it.
-            if self.canonicalize_references(func) {
-                walks[index] = None;
+            // As the define pass will see it (its walk is taken out first,
+            // as in `walk_pending`).
+            let kept = walks[index].take();
+            if !self.canonicalize_references(func) {
+                walks[index] = kept;
             }
             let isa = self.inner.isa();
             let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {

@@ -254,6 +254,13 @@ impl fmt::Display for Stats {
                 self.similar_merged, self.similar_groups
             )?;
         }
+        if self.verified_by_equality > 0 {
+            write!(
+                f,
+                "\nnot verified again   {} (exactly like a function the verifier accepted)",
+                self.verified_by_equality
+            )?;
+        }
         Ok(())
     }
 }

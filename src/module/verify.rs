@@ -52,28 +52,47 @@ use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
 use cranelift_codegen::CodegenError;
-use cranelift_codegen::ir::Function;
 use cranelift_codegen::ir::function::FunctionStencil;
+use cranelift_codegen::ir::{Function, Signature, UserFuncName};
+use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_module::{Module, ModuleError, ModuleResult};
 use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// How many instructions the copies [`Verified`] keeps may hold in all
-/// (a copy takes about a hundred bytes per instruction): when a copy would
-/// go beyond, the copies kept so far are dropped. A function of more than
-/// a quarter of this is never kept.
-const KEPT_INSTRUCTIONS: usize = 1 << 16;
+/// How large the copies [`Verified`] keeps may be in all, in entities
+/// (see [`size_of`]; a copy takes a few tens of bytes per entity): when a
+/// copy would go beyond, the copies kept so far are dropped. A function of
+/// more than a quarter of this is never kept.
+const KEPT_ENTITIES: usize = 1 << 18;
+
+/// The size of `func` in entities, what a copy of it grows with:
+/// instructions, values, blocks, words of value lists (the arguments of
+/// branches and calls) and jump-table entries.
+fn size_of(func: &Function) -> usize {
+    let dfg = &func.dfg;
+    let jump_table_entries: usize = dfg
+        .jump_tables
+        .values()
+        .map(|table| table.all_branches().len())
+        .sum();
+    dfg.num_insts()
+        + dfg.num_values()
+        + dfg.num_blocks()
+        + dfg.value_lists.capacity()
+        + jump_table_entries
+}
 
 /// The functions this module's verifier accepted (see 3 above): the first
-/// one of each exact key, by the key's fast hash, as a copy, within
-/// [`KEPT_INSTRUCTIONS`]. Dropping copies only costs running the verifier
+/// one of each exact key, by the key's fast hash, as a copy (without its
+/// source locations and names, which the verifier does not read), within
+/// [`KEPT_ENTITIES`]. Dropping copies only costs running the verifier
 /// again.
 #[derive(Default)]
 pub(super) struct Verified {
     by_key: HashMap<u64, Function>,
-    /// The instructions of the copies in `by_key`, summed.
-    instructions: usize,
+    /// The sizes of the copies in `by_key` (see [`size_of`]), summed.
+    entities: usize,
 }
 
 impl Verified {
@@ -86,19 +105,22 @@ impl Verified {
     }
 
     /// Keeps a copy of `func`, just accepted, for key hash `key` unless a
-    /// function is kept for it or it is too large (see
-    /// [`KEPT_INSTRUCTIONS`]).
+    /// function is kept for it or it is too large (see [`KEPT_ENTITIES`]).
     fn keep(&mut self, key: u64, func: &Function) {
-        let instructions = func.dfg.num_insts();
-        if instructions > KEPT_INSTRUCTIONS / 4 || self.by_key.contains_key(&key) {
+        let size = size_of(func);
+        if size > KEPT_ENTITIES / 4 || self.by_key.contains_key(&key) {
             return;
         }
-        if self.instructions + instructions > KEPT_INSTRUCTIONS {
+        if self.entities + size > KEPT_ENTITIES {
             self.by_key.clear();
-            self.instructions = 0;
+            self.entities = 0;
         }
-        self.by_key.insert(key, func.clone());
-        self.instructions += instructions;
+        let mut copy =
+            Function::with_name_signature(UserFuncName::default(), Signature::new(CallConv::Fast));
+        copy.stencil = func.stencil.clone();
+        copy.stencil.srclocs.clear();
+        self.by_key.insert(key, copy);
+        self.entities += size;
     }
 }
 
@@ -217,7 +239,7 @@ fn verify(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KEPT_INSTRUCTIONS, Verified};
+    use super::{KEPT_ENTITIES, Verified, size_of};
     use cranelift_codegen::cursor::{Cursor, FuncCursor};
     use cranelift_codegen::ir::{Function, InstBuilder, types::I64};
 
@@ -250,19 +272,37 @@ mod tests {
     #[test]
     fn the_copies_stay_within_their_bound() {
         let mut verified = Verified::default();
-        let huge = of(KEPT_INSTRUCTIONS / 4 + 1, 0);
+        let huge = of(KEPT_ENTITIES / 4, 0);
+        assert!(size_of(&huge) > KEPT_ENTITIES / 4);
         verified.keep(0, &huge);
         assert!(!verified.holds(0, &huge));
-        let eighth = KEPT_INSTRUCTIONS / 8;
-        for key in 1..=8 {
-            verified.keep(key, &of(eighth, key as i64));
+        let size = size_of(&of(1000, 0));
+        let fit = KEPT_ENTITIES / size;
+        for key in 1..=fit as u64 {
+            verified.keep(key, &of(1000, key as i64));
         }
-        assert!((1..=8).all(|key| verified.holds(key, &of(eighth, key as i64))));
-        assert_eq!(verified.instructions, KEPT_INSTRUCTIONS);
+        assert!((1..=fit as u64).all(|key| verified.holds(key, &of(1000, key as i64))));
+        assert_eq!(verified.entities, fit * size);
         // One more goes beyond: the others are dropped.
-        verified.keep(9, &of(eighth, 9));
-        assert!(verified.holds(9, &of(eighth, 9)));
-        assert!(!verified.holds(1, &of(eighth, 1)));
-        assert_eq!(verified.instructions, eighth);
+        let last = fit as u64 + 1;
+        verified.keep(last, &of(1000, last as i64));
+        assert!(verified.holds(last, &of(1000, last as i64)));
+        assert!(!verified.holds(1, &of(1000, 1)));
+        assert_eq!(verified.entities, size);
+    }
+
+    #[test]
+    fn a_copy_leaves_out_source_locations_and_is_still_alike() {
+        let mut verified = Verified::default();
+        let mut located = of(10, 0);
+        let first = located
+            .layout
+            .first_inst(located.layout.entry_block().unwrap())
+            .unwrap();
+        located.srclocs[first] = cranelift_codegen::ir::RelSourceLoc::new(3);
+        verified.keep(1, &located);
+        assert!(verified.by_key[&1].srclocs.is_empty());
+        assert!(verified.holds(1, &of(10, 0)));
+        assert!(verified.holds(1, &located));
     }
 }
