@@ -52,9 +52,8 @@ use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
 use cranelift_codegen::CodegenError;
+use cranelift_codegen::ir::Function;
 use cranelift_codegen::ir::function::FunctionStencil;
-use cranelift_codegen::ir::{Function, Signature, UserFuncName};
-use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_module::{Module, ModuleError, ModuleResult};
 use hashbrown::HashMap;
@@ -115,8 +114,7 @@ impl Verified {
             self.by_key.clear();
             self.entities = 0;
         }
-        let mut copy =
-            Function::with_name_signature(UserFuncName::default(), Signature::new(CallConv::Fast));
+        let mut copy = Function::new();
         copy.stencil = func.stencil.clone();
         copy.stencil.srclocs.clear();
         self.by_key.insert(key, copy);
