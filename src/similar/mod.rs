@@ -345,24 +345,32 @@ mod tests {
         assert_eq!(a.shape, b.shape);
         let d = derive(&[&a.values, &b.values]).unwrap();
         assert_eq!(d.site_param, vec![None, Some(0)]);
-        let body = merged_body(&f, &a.sites, &d).unwrap();
+        let (body, t) = body_and_second_thunk(&f, &a.sites, &d);
         assert_eq!(body.signature.params.len(), 2);
         assert_eq!(body.signature.params[1].value_type, ir::types::I32);
-        let flags = settings::Flags::new(settings::builder());
-        cranelift_codegen::verify_function(&body, &flags).unwrap();
         let printed = body.display().to_string();
         assert!(printed.contains("iconst.i64 3"), "{printed}");
         assert!(!printed.contains("iconst.i32"), "{printed}");
+        assert!(t.display().to_string().contains("iconst.i32 9"));
+    }
+
+    /// The merged body of `f` (its sites `sites`, parameters `d`) and the
+    /// thunk of the group's second member (`u0:1`, the body named
+    /// `u0:2`), both verified.
+    fn body_and_second_thunk(f: &Function, sites: &[Site], d: &Derived) -> (Function, Function) {
+        let body = merged_body(f, sites, d).unwrap();
+        let flags = settings::Flags::new(settings::builder());
+        cranelift_codegen::verify_function(&body, &flags).unwrap();
         let t = thunk(
             FRONTEND,
             UserFuncName::user(0, 1),
             &f.signature,
             UserExternalName::new(0, 2),
             &body.signature,
-            &thunk_values(&d, 1),
+            &thunk_values(d, 1),
         );
         cranelift_codegen::verify_function(&t, &flags).unwrap();
-        assert!(t.display().to_string().contains("iconst.i32 9"));
+        (body, t)
     }
 
     /// A function that calls `%{callee}` with `v0` and `how` is the call
@@ -417,9 +425,7 @@ mod tests {
         let (_, b, _) = shape(&calling("h", "call"));
         let d = derive(&[&a.values, &b.values]).unwrap();
         assert_eq!(d.site_param, vec![Some(0)]);
-        let body = merged_body(&f, &a.sites, &d).unwrap();
-        let flags = settings::Flags::new(settings::builder());
-        cranelift_codegen::verify_function(&body, &flags).unwrap();
+        let (body, t) = body_and_second_thunk(&f, &a.sites, &d);
         let printed = body.display().to_string();
         assert_eq!(
             printed.matches("call_indirect sig0, v3(").count(),
@@ -427,15 +433,6 @@ mod tests {
             "{printed}"
         );
         assert!(!printed.contains("call fn0"), "{printed}");
-        let t = thunk(
-            FRONTEND,
-            UserFuncName::user(0, 1),
-            &f.signature,
-            UserExternalName::new(0, 2),
-            &body.signature,
-            &thunk_values(&d, 1),
-        );
-        cranelift_codegen::verify_function(&t, &flags).unwrap();
         let printed = t.display().to_string();
         assert!(printed.contains("fn0 = %h sig0"), "{printed}");
         assert!(printed.contains("func_addr.i64 fn0"), "{printed}");
