@@ -10,7 +10,13 @@
 //! - Cranelift's key: `compute_cache_key`, then a lookup in a
 //!   `HashMap<CacheKeyHash, u32>`;
 //! - the floor: reading each instruction's opcode, result types and
-//!   arguments (`common::read_only`), with no encoding and no lookup.
+//!   arguments (`common::read_only`), with no encoding and no lookup;
+//! - a minimal encoding ([`MinimalEncoding`]): the floor's reads, each
+//!   written as a word with arguments numbered by first sight, and the
+//!   words hashed as jitfold hashes its keys; no lookup. It leaves out
+//!   most of what an exact key must hold (immediates, memory flags, branch
+//!   targets, the signature, the frame, callees, constants), so any exact
+//!   key costs at least this much.
 //!
 //! Every cache holds every function of the corpus. Hot: functions in
 //! groups of [`GROUP`], each group run once untimed and then timed, so the
@@ -21,11 +27,13 @@
 use crate::common::read_only;
 use crate::e2e::Corpus;
 use crate::{Config, alternate, table};
+use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::incremental_cache::{CacheKeyHash, compute_cache_key};
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
 use jitfold::{DedupCache, Fingerprinter};
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -33,12 +41,53 @@ use std::time::{Duration, Instant};
 const GROUP: usize = 8;
 
 /// The sides, in table order.
-const SIDES: [&str; 4] = [
+const SIDES: [&str; 5] = [
     "jitfold fingerprint + lookup",
     "text (`display()`) + HashMap lookup",
     "Cranelift `compute_cache_key` + HashMap lookup",
     "read-only floor (no encoding, no lookup)",
+    "minimal encoding: the floor's reads as words, numbered, hashed (no lookup)",
 ];
+
+/// The least an exact key of a function costs: what the floor reads,
+/// written out (opcode and result count, result types, arguments by
+/// first-sight number) and hashed with jitfold's key hasher.
+#[derive(Default)]
+struct MinimalEncoding {
+    words: Vec<u32>,
+    /// Per value: 0, or its number + 1.
+    numbers: Vec<u32>,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl MinimalEncoding {
+    fn hash(&mut self, func: &Function) -> u64 {
+        let dfg = &func.dfg;
+        self.words.clear();
+        self.words.reserve(dfg.num_insts() * 4);
+        self.numbers.clear();
+        self.numbers.resize(dfg.num_values(), 0);
+        let mut next = 0;
+        for block in func.layout.blocks() {
+            let mut inst = func.layout.first_inst(block);
+            while let Some(i) = inst {
+                let results = dfg.inst_results(i);
+                self.words
+                    .push(dfg.insts[i].opcode() as u32 | (results.len() as u32) << 16);
+                for &result in results {
+                    self.words.push(dfg.value_type(result).index() as u32);
+                    next += 1;
+                    self.numbers[result.index()] = next;
+                }
+                for &arg in dfg.inst_args(i) {
+                    self.words.push(self.numbers[arg.index()]);
+                }
+                inst = func.layout.next_inst(i);
+            }
+        }
+        self.hasher.hash_one(&self.words[..])
+    }
+}
 
 /// The text a text-keyed map hashes: the function printed without its
 /// own name.
@@ -56,6 +105,7 @@ struct Sides<'a> {
     exact: DedupCache,
     text: HashMap<String, u32>,
     keys: HashMap<CacheKeyHash, u32>,
+    minimal: MinimalEncoding,
 }
 
 impl<'a> Sides<'a> {
@@ -66,6 +116,7 @@ impl<'a> Sides<'a> {
             exact: DedupCache::new(),
             text: HashMap::new(),
             keys: HashMap::new(),
+            minimal: MinimalEncoding::default(),
         };
         for (i, f) in funcs.iter_mut().enumerate() {
             sides.exact.insert(sides.fp.fingerprint(f));
@@ -93,7 +144,8 @@ impl<'a> Sides<'a> {
                 .get(&compute_cache_key(self.isa, f))
                 .copied()
                 .unwrap_or(0) as u64,
-            _ => read_only(f),
+            3 => read_only(f),
+            _ => self.minimal.hash(f),
         }
     }
 
@@ -132,8 +184,8 @@ pub fn print(corpora: &[Corpus], isa: &dyn TargetIsa, config: &Config) {
     eprintln!("per function: {} functions", funcs.len());
     let mut sides = Sides::new(&mut funcs, isa);
     let rounds = config.per_function_rounds;
-    let hot = alternate(4, rounds, 0, |side| sides.hot(side, &mut funcs));
-    let cold = alternate(4, rounds, 0, |side| sides.cold(side, &mut funcs));
+    let hot = alternate(SIDES.len(), rounds, 0, |side| sides.hot(side, &mut funcs));
+    let cold = alternate(SIDES.len(), rounds, 0, |side| sides.cold(side, &mut funcs));
     let per_inst = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e9 / instructions as f64);
     println!(
         "### 1. Per function: from `ir::Function` to its entry in a cache that holds it\n\n\

@@ -17,7 +17,7 @@
 //! | 2 | format version |
 //! | 2 | flags: bit 0 set when a MAC ends the entry; no other bit is used |
 //! | 32 | [`CodeContext::digest`] |
-//! | 4 + 4·n | number of template key words, the words |
+//! | 4 + 1..5·n | number of template key words, the words as LEB128 varints (7 bits a byte, low bits first, a set high bit where more follow; the shortest form only) |
 //! | 4 | number of names (slots) of the function |
 //! | 4 | code alignment (a power of two) |
 //! | 8 | compile time, nanoseconds |
@@ -77,7 +77,7 @@ use std::time::Duration;
 /// The version of the entry format this build reads and writes; entries
 /// of another version are rejected, and it is hashed into every
 /// [`StoreKey`](super::StoreKey) so that they are not even found.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 
 const MAGIC: &[u8; 8] = b"JFCODE\r\n";
 /// Flag bit: a MAC ends the entry.
@@ -108,6 +108,13 @@ impl Secret {
 
     fn mac(&self, bytes: &[u8]) -> blake3::Hash {
         blake3::keyed_hash(&self.0, bytes)
+    }
+}
+
+impl Drop for Secret {
+    /// Overwrites the key, so that it does not stay in freed memory.
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
     }
 }
 
@@ -222,6 +229,9 @@ pub enum EntryRejected {
     },
     /// The unwind information does not decode.
     BadUnwind,
+    /// A template key word that is not the shortest LEB128 form of a
+    /// 32-bit number.
+    BadWord,
 }
 
 impl fmt::Display for EntryRejected {
@@ -252,6 +262,7 @@ impl fmt::Display for EntryRejected {
                 write!(f, "relocation at {offset} reaches outside the code")
             }
             Self::BadUnwind => write!(f, "unwind information does not decode"),
+            Self::BadWord => write!(f, "a template key word is not a well-formed varint"),
         }
     }
 }
@@ -388,8 +399,8 @@ impl Entry {
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(context.digest());
         put_len(&mut out, self.template.len());
-        for word in self.template.iter() {
-            out.extend_from_slice(&word.to_le_bytes());
+        for &word in self.template.iter() {
+            put_varint(&mut out, word);
         }
         out.extend_from_slice(&self.slots.to_le_bytes());
         out.extend_from_slice(&self.alignment.to_le_bytes());
@@ -503,15 +514,14 @@ impl Entry {
         if reader.take(32)? != context.digest() {
             return Err(EntryRejected::OtherContext);
         }
-        let words = reader.len(4)?;
-        let template = reader.take(words * 4)?;
-        if words != expected.len()
-            || template
-                .chunks_exact(4)
-                .zip(expected)
-                .any(|(bytes, word)| bytes != word.to_le_bytes())
-        {
+        // Every word takes at least one byte.
+        if reader.len(1)? != expected.len() {
             return Err(EntryRejected::OtherTemplate);
+        }
+        for &word in expected {
+            if reader.varint()? != word {
+                return Err(EntryRejected::OtherTemplate);
+            }
         }
         let slots = reader.u32()?;
         let alignment = reader.u32()?;
@@ -612,6 +622,18 @@ fn put_len(out: &mut Vec<u8>, len: usize) {
     out.extend_from_slice(&len.to_le_bytes());
 }
 
+/// Appends `word` as an LEB128 varint: seven bits a byte, low bits first,
+/// the high bit set on every byte but the last. Key words are mostly
+/// small numbers (value and block numbers, types, counts), so this takes
+/// about 2.5 times fewer bytes than whole words on the shared corpora.
+fn put_varint(out: &mut Vec<u8>, mut word: u32) {
+    while word >= 0x80 {
+        out.push(word as u8 | 0x80);
+        word >>= 7;
+    }
+    out.push(word as u8);
+}
+
 /// Reads the body of an entry, failing with `Truncated` past its end.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -637,6 +659,30 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Result<u64, EntryRejected> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+
+    /// A varint written by [`put_varint`]: `BadWord` if it is longer than
+    /// the shortest form of its number, or its number does not fit in 32
+    /// bits, so that each number has exactly one encoding.
+    fn varint(&mut self) -> Result<u32, EntryRejected> {
+        let mut word = 0u32;
+        for shift in (0..35).step_by(7) {
+            let byte = self.u8()?;
+            let bits = u32::from(byte & 0x7f);
+            // The fifth byte holds the top four bits only.
+            if shift == 28 && bits > 0xf {
+                return Err(EntryRejected::BadWord);
+            }
+            word |= bits << shift;
+            if byte & 0x80 == 0 {
+                // A last byte of zero after the first is a longer form.
+                if byte == 0 && shift > 0 {
+                    return Err(EntryRejected::BadWord);
+                }
+                return Ok(word);
+            }
+        }
+        Err(EntryRejected::BadWord)
     }
 
     /// A count of items of `item_bytes` each, checked against the bytes
@@ -890,7 +936,7 @@ mod tests {
     }
 
     /// Where the relocation records start in an encoding of [`small`].
-    const RELOCS_AT: usize = 12 + 32 + 4 + 5 * 4 + 4 + 4 + 8 + 4 + 32 + 4;
+    const RELOCS_AT: usize = 12 + 32 + 4 + 5 + 4 + 4 + 8 + 4 + 32 + 4;
 
     #[test]
     fn the_format_is_pinned() {
@@ -905,7 +951,7 @@ mod tests {
         // it must come with a new FORMAT_VERSION.
         assert_eq!(
             blake3::hash(&bytes).to_hex()[..16],
-            *"c3b235196be94fa2",
+            *"94b569f23540cedb",
             "{bytes:02x?}"
         );
         let signed = entry.encode(&context(), Some(&Secret::new([1; 32])));
@@ -969,7 +1015,7 @@ mod tests {
             Err(EntryRejected::OutsideCode { offset: 28 })
         );
         // Alignment (after the words and the slot count).
-        let align_at = 12 + 32 + 4 + 5 * 4 + 4;
+        let align_at = 12 + 32 + 4 + 5 + 4;
         assert_eq!(
             patched(align_at, &12u32.to_le_bytes()),
             Err(EntryRejected::BadAlignment(12))
@@ -990,6 +1036,79 @@ mod tests {
         let mut longer = good.clone();
         longer.insert(good.len() - CHECKSUM_BYTES, 0);
         assert_eq!(decode(&reseal(longer)), Err(EntryRejected::TrailingBytes));
+    }
+
+    #[test]
+    fn varints_round_trip_in_their_shortest_form_only() {
+        let words = [
+            0,
+            1,
+            0x7f,
+            0x80,
+            0x3fff,
+            0x4000,
+            0x1f_ffff,
+            0x20_0000,
+            1 << 28,
+            u32::MAX,
+        ];
+        let lengths = [1, 1, 1, 2, 2, 3, 3, 4, 5, 5];
+        let mut bytes = Vec::new();
+        for (&word, &length) in words.iter().zip(&lengths) {
+            let before = bytes.len();
+            put_varint(&mut bytes, word);
+            assert_eq!(bytes.len() - before, length, "{word:#x}");
+        }
+        let mut reader = Reader { bytes: &bytes };
+        for &word in &words {
+            assert_eq!(reader.varint(), Ok(word));
+        }
+        assert!(reader.bytes.is_empty());
+        let read = |bytes: &[u8]| Reader { bytes }.varint();
+        // Longer forms of 0 and 1, a 33rd bit, a sixth byte, a cut.
+        assert_eq!(read(&[0x80, 0x00]), Err(EntryRejected::BadWord));
+        assert_eq!(read(&[0x81, 0x80, 0x00]), Err(EntryRejected::BadWord));
+        assert_eq!(
+            read(&[0xff, 0xff, 0xff, 0xff, 0x1f]),
+            Err(EntryRejected::BadWord)
+        );
+        assert_eq!(
+            read(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x01]),
+            Err(EntryRejected::BadWord)
+        );
+        assert_eq!(read(&[0x80]), Err(EntryRejected::Truncated));
+        assert_eq!(read(&[0xff, 0xff, 0xff, 0xff, 0x0f]), Ok(u32::MAX));
+    }
+
+    /// The template words are compared one by one, as varints.
+    #[test]
+    fn template_words_are_checked_as_varints() {
+        let good = small().encode(&context(), None);
+        let words_at = 12 + 32 + 4;
+        let patched = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b.splice(at..at + 1, bytes.iter().copied());
+            decode(&reseal(b))
+        };
+        assert_eq!(patched(words_at + 2, &[4]), Ok(small()));
+        assert_eq!(
+            patched(words_at + 2, &[6]),
+            Err(EntryRejected::OtherTemplate)
+        );
+        assert_eq!(
+            patched(words_at + 4, &[0x85, 0x00]),
+            Err(EntryRejected::BadWord)
+        );
+        // A word count other than the expected one.
+        assert_eq!(
+            patched(words_at - 4, &[4]),
+            Err(EntryRejected::OtherTemplate)
+        );
+        // A wider word where the entry is for other words.
+        assert_eq!(
+            Entry::decode_words(&good, &context(), &[3, 1, 4, 1, 0x85], None),
+            Err(EntryRejected::OtherTemplate)
+        );
     }
 
     #[test]
