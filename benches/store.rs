@@ -101,6 +101,44 @@ fn jitfold(
     (start.elapsed(), hits)
 }
 
+/// A warm pass of jitfold's store as a batch flush makes it: every
+/// function walked, all their templates looked up in one
+/// [`CodeStore::get_many`], then each entry decoded and retargeted. Its
+/// time and hits.
+#[cfg(feature = "redis")]
+fn jitfold_batched(
+    funcs: &[Function],
+    store: &dyn CodeStore,
+    context: &CodeContext,
+) -> (Duration, usize) {
+    let mut walker = Fingerprinter::new();
+    let start = Instant::now();
+    let walked: Vec<_> = funcs
+        .iter()
+        .map(|f| {
+            let walk = Walk::of(&mut walker, f);
+            (walk.fingerprint.to_template(), walk.names.clone())
+        })
+        .collect();
+    let keys: Vec<StoreKey> = walked
+        .iter()
+        .map(|(template, _)| StoreKey::of(context, template))
+        .collect();
+    let values = store.get_many(&keys).unwrap_or_default();
+    let mut hits = 0;
+    for ((template, names), bytes) in walked.iter().zip(values) {
+        let loaded = bytes.and_then(|bytes| {
+            let entry = Entry::decode(&bytes, context, template, None).ok()?;
+            entry.code(names)
+        });
+        if let Some(code) = loaded {
+            black_box(code);
+            hits += 1;
+        }
+    }
+    (start.elapsed(), hits)
+}
+
 /// A fresh, empty directory.
 fn scratch(name: &str) -> PathBuf {
     let dir =
@@ -134,22 +172,27 @@ fn redis(funcs: &[Function], isa: &dyn TargetIsa, context: &CodeContext) -> Opti
         .ok()?
         .with_timeouts(Duration::from_secs(1), Duration::from_secs(1));
     let (cold, _) = jitfold(funcs, isa, &store, context);
-    let mut warm = (Duration::MAX, 0);
+    let (mut warm, mut batched) = ((Duration::MAX, 0), (Duration::MAX, 0));
     for _ in 0..ROUNDS {
-        let pass = jitfold(funcs, isa, &store, context);
-        warm = warm.min(pass);
+        warm = warm.min(jitfold(funcs, isa, &store, context));
+        batched = batched.min(jitfold_batched(funcs, &store, context));
     }
     let _ = server.kill();
     let _ = server.wait();
     let n = funcs.len() as f64;
     Some(format!(
         "through Redis on loopback: cold {:.3} s, warm {:.3} s ({} of {} functions loaded, {:.0} \
-         lookups per second, each key, get, decode and retarget)",
+         lookups per second, each key, get, decode and retarget); warm with one `get_many` as a \
+         batch flush asks: {:.3} s ({} loaded, {:.0} lookups per second, {:.1}x faster)",
         cold.as_secs_f64(),
         warm.0.as_secs_f64(),
         warm.1,
         funcs.len(),
-        n / warm.0.as_secs_f64()
+        n / warm.0.as_secs_f64(),
+        batched.0.as_secs_f64(),
+        batched.1,
+        n / batched.0.as_secs_f64(),
+        warm.0.as_secs_f64() / batched.0.as_secs_f64(),
     ))
 }
 

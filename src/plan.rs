@@ -207,6 +207,12 @@ impl Plan {
         .into_iter()
         .flatten()
     }
+
+    /// Whether no code of this module serves it (no duplicate, reuse or
+    /// adapter step): it is loaded from the code store or compiled.
+    pub fn needs_code(&self) -> bool {
+        self.duplicate_of.is_none() && self.reuse.is_none() && self.adapter_for.is_none()
+    }
 }
 
 /// What carrying out a plan did, with what the statistics count.

@@ -167,6 +167,8 @@ impl<M: Module> DedupModule<M> {
                 }
             }
         }
+        // One round trip to the code store for the whole flush.
+        self.prefetch_stored(pending, &walks);
         self.merge_similar(pending, &mut walks);
         // Compile the first of each group, then define the duplicates that
         // were planned (`define_now` may define more duplicates itself).
@@ -214,6 +216,7 @@ impl<M: Module> DedupModule<M> {
                 self.define_own(*id, func, None, walks[i].take(), failures);
             }
         }
+        self.end_prefetch();
     }
 
     /// Defines `id` as `define_now` does in eager mode (`func` is taken),

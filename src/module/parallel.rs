@@ -251,8 +251,7 @@ impl<M: Module> DedupModule<M> {
             }
             let walk = known.as_ref().expect("walked").as_ref();
             let plan = self.compiled.plan(&walk.planned(func), policy);
-            let compiles =
-                plan.duplicate_of.is_none() && plan.reuse.is_none() && plan.adapter_for.is_none();
+            let compiles = plan.needs_code();
             let new_key = exact.insert(walk.fingerprint.to_fingerprint());
             let new_template = plan.keep_template.is_none_or(|t| templates.insert(t));
             let new_body = plan.keep_body.is_none_or(|b| bodies.insert(b));

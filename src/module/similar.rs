@@ -236,8 +236,7 @@ impl<M: Module> DedupModule<M> {
                 continue;
             };
             let plan = self.compiled.plan(&walk.planned(func), policy);
-            let compiles =
-                plan.duplicate_of.is_none() && plan.reuse.is_none() && plan.adapter_for.is_none();
+            let compiles = plan.needs_code();
             if !compiles || self.store_holds(&walk) {
                 continue;
             }

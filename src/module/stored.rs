@@ -23,6 +23,14 @@
 //! 4. Code loaded from an entry is kept as a code template of this module,
 //!    so later functions with the same template reuse it without asking the
 //!    store again.
+//! 5. A batch flush asks the store for the entries of all its functions
+//!    that need code at once ([`CodeStore::get_many`]: one round trip to
+//!    Redis per 256 keys, instead of one or two per function). An entry
+//!    found that way is used as one `get` returns it would be, with the
+//!    same checks; a function whose entry it did not find asks again
+//!    (`get_or_reserve`, so that a shared store's reservations work as in
+//!    eager mode). If the batched call fails, each function asks on its
+//!    own. What was fetched is dropped when the flush ends.
 
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
@@ -30,12 +38,13 @@ use super::verify::Unverified;
 use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
-use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
+use crate::plan::{ClassFacts, Outcome, Plan, Walk, WalkRef};
 use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, Secret, StoreKey};
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, Module, ModuleResult};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +63,9 @@ pub(super) struct Stored {
     /// The key this module reserved (see [`CodeStore::get_or_reserve`])
     /// and must end with a `put` or a release.
     reserved: Option<StoreKey>,
+    /// What the current batch flush fetched (see 5 above): for each key
+    /// asked, its value if the store had one.
+    prefetched: HashMap<StoreKey, Option<Vec<u8>>>,
 }
 
 impl<M: Module> DedupModule<M> {
@@ -75,8 +87,62 @@ impl<M: Module> DedupModule<M> {
             needs_frames: self.writes_frames,
             warned_frames: false,
             reserved: None,
+            prefetched: HashMap::new(),
         });
         self
+    }
+
+    /// Fetches the store's entries for every function of `pending`
+    /// (walked as `walks`, where known) that needs code, in one
+    /// [`CodeStore::get_many`] (see 5 above).
+    pub(super) fn prefetch_stored(
+        &mut self,
+        pending: &[(FuncId, Function)],
+        walks: &[Option<Walk>],
+    ) {
+        self.end_prefetch();
+        let Some(stored) = &self.stored else {
+            return;
+        };
+        let policy = self.policy();
+        let mut asked = HashSet::new();
+        let mut keys = Vec::new();
+        for ((id, func), walk) in pending.iter().zip(walks) {
+            let Some(walk) = walk else {
+                continue;
+            };
+            let walk = walk.as_ref();
+            if self.ids.state(*id) != State::Pending {
+                continue;
+            }
+            let plan = self.compiled.plan(&walk.planned(func), policy);
+            if !(plan.load && plan.needs_code()) {
+                continue;
+            }
+            let key = store_key(&stored.context, &walk);
+            if asked.insert(key) {
+                keys.push(key);
+            }
+        }
+        if keys.is_empty() {
+            return;
+        }
+        let fetched = stored.store.get_many(&keys);
+        let stored = self.stored.as_mut().expect("checked above");
+        match fetched {
+            Ok(values) => stored.prefetched = keys.into_iter().zip(values).collect(),
+            Err(e) => {
+                log::warn!("code store: {e}; asking for each function on its own");
+                self.stats.store_errors += 1;
+            }
+        }
+    }
+
+    /// Drops what the flush fetched (see 5 above).
+    pub(super) fn end_prefetch(&mut self) {
+        if let Some(stored) = &mut self.stored {
+            stored.prefetched = HashMap::new();
+        }
     }
 
     /// Defines `id` (walked as `walk`, planned as `plan`) from the store's
@@ -98,7 +164,11 @@ impl<M: Module> DedupModule<M> {
         };
         let template = walk.fingerprint.to_template();
         let key = StoreKey::of(&stored.context, &template);
-        let bytes = match stored.store.get_or_reserve(&key) {
+        let fetched = match stored.prefetched.remove(&key) {
+            Some(Some(bytes)) => Ok(Some(bytes)),
+            Some(None) | None => stored.store.get_or_reserve(&key),
+        };
+        let bytes = match fetched {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {
                 // Reserved (in a shared store): this module compiles it.
@@ -249,8 +319,11 @@ impl<M: Module> DedupModule<M> {
         let Some(stored) = &self.stored else {
             return false;
         };
-        let key = StoreKey::of(&stored.context, &walk.fingerprint.to_template());
-        matches!(stored.store.get(&key), Ok(Some(_)))
+        let key = store_key(&stored.context, walk);
+        match stored.prefetched.get(&key) {
+            Some(value) => value.is_some(),
+            None => matches!(stored.store.get(&key), Ok(Some(_))),
+        }
     }
 
     /// Releases the key this module reserved, if the definition that
@@ -264,6 +337,14 @@ impl<M: Module> DedupModule<M> {
             stored.store.release(&key);
         }
     }
+}
+
+/// The store key of the template of a function walked as `walk`.
+fn store_key(context: &CodeContext, walk: &WalkRef<'_>) -> StoreKey {
+    StoreKey::of_words(
+        context,
+        &walk.fingerprint.key()[..walk.fingerprint.template_len()],
+    )
 }
 
 impl Drop for Stored {

@@ -107,6 +107,14 @@ pub trait CodeStore: Send + Sync {
     /// drop values later (eviction, expiry); a `get` then misses.
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError>;
 
+    /// [`CodeStore::get`] of each of `keys`, in order, in as few round
+    /// trips as the backend allows (`RedisStore`: `MGET`s of up to
+    /// [`GET_MANY_CHUNK`] keys). One error fails the whole call; the caller
+    /// may then `get` the keys one by one. By default, `get` of each key.
+    fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        keys.iter().map(|key| self.get(key)).collect()
+    }
+
     /// [`CodeStore::get`] for a caller that will compile the value and
     /// `put` it if there is none. A store shared by threads
     /// ([`SharedStore`]) reserves the key for the caller then, and makes
@@ -124,6 +132,11 @@ pub trait CodeStore: Send + Sync {
         let _ = key;
     }
 }
+
+/// The most keys a backend asks for in one command of
+/// [`CodeStore::get_many`], so that no answer is larger than a few
+/// megabytes of entries.
+pub const GET_MANY_CHUNK: usize = 256;
 
 /// Why a store could not answer. Never a reason to fail compilation: the
 /// caller compiles as if the store were not there.

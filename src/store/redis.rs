@@ -37,7 +37,7 @@
 //!    makes one), so threads do not wait for each other's round trips, and
 //!    gives it back after a success.
 
-use super::{CodeStore, StoreError, StoreKey};
+use super::{CodeStore, GET_MANY_CHUNK, StoreError, StoreKey};
 use redis::{Client, Connection};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -193,6 +193,27 @@ impl CodeStore for RedisStore {
         self.with_connection("GET", |connection| {
             redis::cmd("GET").arg(&key).query(connection)
         })
+    }
+
+    fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let mut values = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(GET_MANY_CHUNK) {
+            let names: Vec<String> = chunk.iter().map(|key| self.redis_key(key)).collect();
+            let got = self.with_connection("MGET", |connection| {
+                let got: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query(connection)?;
+                // One value per key, or the answer is garbage (and the
+                // connection is dropped).
+                if got.len() != names.len() {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::UnexpectedReturnType,
+                        "MGET answered another number of values than keys asked",
+                    )));
+                }
+                Ok(got)
+            })?;
+            values.extend(got);
+        }
+        Ok(values)
     }
 
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {

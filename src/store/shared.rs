@@ -162,6 +162,37 @@ impl CodeStore for SharedStore {
         }
     }
 
+    /// The values held, and for the keys without one, the backing store's
+    /// values in one [`CodeStore::get_many`], which are then held (a
+    /// reservation of such a key ends, as when its value is put). Reserves
+    /// nothing; a backing store that fails is a miss.
+    fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let mut values: Vec<Option<Vec<u8>>> = keys
+            .iter()
+            .map(|key| match self.shard(key).lock().get(key) {
+                Some(Slot::Ready(value)) => Some(value.to_vec()),
+                Some(Slot::Reserved) | None => None,
+            })
+            .collect();
+        let Some(backing) = &self.backing else {
+            return Ok(values);
+        };
+        let missing: Vec<usize> = (0..keys.len()).filter(|&i| values[i].is_none()).collect();
+        if missing.is_empty() {
+            return Ok(values);
+        }
+        let asked: Vec<StoreKey> = missing.iter().map(|&i| keys[i]).collect();
+        if let Ok(found) = backing.get_many(&asked) {
+            for (i, value) in missing.into_iter().zip(found) {
+                if let Some(value) = value {
+                    self.fill(&keys[i], value.as_slice().into());
+                    values[i] = Some(value);
+                }
+            }
+        }
+        Ok(values)
+    }
+
     fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let shard = self.shard(key);
         let mut slots = shard.lock();
@@ -306,5 +337,55 @@ mod tests {
         assert_eq!(store.get_or_reserve(&key(4)).unwrap(), None);
         store.put(&key(4), b"new").unwrap();
         assert_eq!(backing.get(&key(4)).unwrap().as_deref(), Some(&b"new"[..]));
+    }
+
+    /// A backing store that records the keys of each `get_many`.
+    #[derive(Default)]
+    struct Recording {
+        inner: super::super::MemoryStore,
+        asked: Mutex<Vec<Vec<StoreKey>>>,
+    }
+
+    impl CodeStore for Recording {
+        fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+            self.inner.get(key)
+        }
+
+        fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+            self.inner.put(key, value)
+        }
+
+        fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+            self.asked.lock().unwrap().push(keys.to_vec());
+            self.inner.get_many(keys)
+        }
+    }
+
+    #[test]
+    fn get_many_asks_the_backing_store_once_for_what_it_does_not_hold() {
+        let backing = Arc::new(Recording::default());
+        backing.put(&key(5), b"stored").unwrap();
+        let store = SharedStore::backed_by(backing.clone());
+        store.put(&key(6), b"held").unwrap();
+        // Key 7 is reserved by a thread compiling it.
+        assert_eq!(store.get_or_reserve(&key(7)).unwrap(), None);
+        let values = store.get_many(&[key(5), key(6), key(7), key(8)]).unwrap();
+        assert_eq!(
+            values,
+            [Some(b"stored".to_vec()), Some(b"held".to_vec()), None, None]
+        );
+        assert_eq!(
+            *backing.asked.lock().unwrap(),
+            [vec![key(5), key(7), key(8)]]
+        );
+        // What the backing store had is held now; nothing was reserved.
+        assert_eq!(store.get(&key(5)).unwrap().as_deref(), Some(&b"stored"[..]));
+        assert_eq!(store.stats().reservations, 1);
+        // The reservation of key 7 still ends with its put.
+        store.put(&key(7), b"compiled").unwrap();
+        assert_eq!(
+            store.get(&key(7)).unwrap().as_deref(),
+            Some(&b"compiled"[..])
+        );
     }
 }

@@ -14,7 +14,8 @@ use jitfold::store::{
 };
 use jitfold::{DedupModule, DedupOptions, Fingerprint, Stats};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Leaves with distinct constants (distinct templates), and one caller of
 /// each (one template: code reuse within a run).
@@ -155,6 +156,72 @@ fn corrupt_entries_are_rejected_compiled_and_written_again() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A store in memory that counts how it is asked.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryStore,
+    /// `get`s (and so `get_or_reserve`s).
+    gets: AtomicUsize,
+    /// The number of keys of each `get_many`.
+    many: Mutex<Vec<usize>>,
+}
+
+impl CodeStore for Counting {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(key)
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        self.inner.put(key, value)
+    }
+
+    fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        self.many.lock().unwrap().push(keys.len());
+        self.inner.get_many(keys)
+    }
+}
+
+impl Counting {
+    /// What it counted since the last call, and starts again.
+    fn take(&self) -> (usize, Vec<usize>) {
+        (
+            self.gets.swap(0, Ordering::Relaxed),
+            std::mem::take(&mut *self.many.lock().unwrap()),
+        )
+    }
+}
+
+#[test]
+fn a_batch_flush_asks_the_store_once_for_all_its_functions() {
+    let expected = plain();
+    let store = Arc::new(Counting::default());
+    // The templates that need code: the leaves and one caller's.
+    let templates = LEAVES as usize + 1;
+    let (cold, out) = run(store.clone(), None, DedupOptions::batch(), false);
+    assert_eq!(out, expected);
+    assert_eq!(cold.compiled as usize, templates, "{cold}");
+    // One batched lookup finds nothing; each template then asks again
+    // (a shared store would reserve it) and is compiled.
+    assert_eq!(store.take(), (templates, vec![templates]));
+    for options in [DedupOptions::batch(), DedupOptions::batch().with_threads(2)] {
+        let (warm, out) = run(store.clone(), None, options, true);
+        assert_eq!(out, expected);
+        assert_eq!(
+            (warm.compiled, warm.loaded as usize),
+            (0, templates),
+            "{options}: {warm}"
+        );
+        // No lookup of its own: one batched lookup served them all (and,
+        // on threads, told which not to compile).
+        assert_eq!(store.take(), (0, vec![templates]), "{options}");
+    }
+    // Eager mode asks for each function as it comes.
+    let (warm, _) = run(store.clone(), None, DedupOptions::eager(), false);
+    assert_eq!(warm.loaded as usize, templates);
+    assert_eq!(store.take(), (templates, vec![]));
+}
+
 /// A store that is down.
 struct Down;
 
@@ -185,6 +252,12 @@ fn a_store_that_fails_is_a_miss_not_an_error() {
     // Each compiled function: a failed lookup and a failed write.
     assert_eq!(stats.store_errors, 2 * stats.compiled, "{stats}");
     assert_eq!(stats.loaded + stats.store_writes, 0);
+    // In batch mode, the flush's batched lookup fails first; each function
+    // then asks on its own.
+    let (stats, out) = run(Arc::new(Down), None, DedupOptions::batch(), false);
+    assert_eq!(out, expected);
+    assert_eq!(stats.compiled, LEAVES as u64 + 1);
+    assert_eq!(stats.store_errors, 1 + 2 * stats.compiled, "{stats}");
 }
 
 #[test]

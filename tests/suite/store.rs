@@ -1019,6 +1019,52 @@ mod redis_store {
         }
     }
 
+    #[test]
+    fn get_many_answers_every_key_in_order_in_few_commands() {
+        let Some(server) = Server::start("get-many", &[]) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url()).unwrap();
+        // More keys than one command asks for; every third one is held.
+        let keys: Vec<StoreKey> = (0..300).map(key).collect();
+        for id in (0..300).step_by(3) {
+            store.put(&key(id), &value(id, 0, 700)).unwrap();
+        }
+        let values = store.get_many(&keys).unwrap();
+        assert_eq!(values.len(), keys.len());
+        for (id, value) in (0..300).zip(&values) {
+            match value {
+                Some(bytes) => {
+                    assert_eq!(id % 3, 0);
+                    check_value(id, bytes).unwrap();
+                }
+                None => assert_ne!(id % 3, 0, "{id}"),
+            }
+        }
+        assert!(store.get_many(&[]).unwrap().is_empty());
+        // Two `MGET`s (256 keys, then 44), no `GET`.
+        let mut raw = server.raw();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut raw)
+            .unwrap();
+        let calls = |command: &str| {
+            stats
+                .lines()
+                .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+                .and_then(|l| l.split("calls=").nth(1))
+                .and_then(|l| l.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        assert_eq!((calls("mget"), calls("get")), (2, 0), "{stats}");
+        // A server that is gone is an error, not a hang.
+        let mut server = server;
+        server.kill();
+        let start = Instant::now();
+        assert!(store.get_many(&keys).is_err());
+        assert!(start.elapsed() < HANG);
+    }
+
     /// The child side of the two-process test: compiles `F` and stores
     /// its signed entry in the Redis server at `JITFOLD_STORE_CHILD_REDIS`
     /// (does nothing when it is not set).
