@@ -24,8 +24,10 @@
 //!    so later functions with the same template reuse it without asking the
 //!    store again.
 //! 5. A batch flush asks the store for the entries of all its functions
-//!    that need code at once ([`CodeStore::get_many`]: one round trip to
-//!    Redis per 256 keys, instead of one or two per function). An entry
+//!    that need code and that its planning walked (all of them on ISAs
+//!    with trampolines, x86-64 and aarch64) at once
+//!    ([`CodeStore::get_many`]: one round trip to Redis per 256 keys,
+//!    instead of one or two per function). An entry
 //!    found that way is used as one `get` returns it would be, with the
 //!    same checks; a function whose entry it did not find asks again
 //!    (`get_or_reserve`, so that a shared store's reservations work as in

@@ -112,7 +112,9 @@ impl Secret {
 }
 
 impl Drop for Secret {
-    /// Overwrites the key, so that it does not stay in freed memory.
+    /// Overwrites this copy of the key, so that it does not stay in the
+    /// memory it is freed from. (Copies made before, such as the array
+    /// given to [`Secret::new`] or a value moved from, are not reached.)
     fn drop(&mut self) {
         zeroize::Zeroize::zeroize(&mut self.0);
     }

@@ -109,8 +109,10 @@ pub trait CodeStore: Send + Sync {
 
     /// [`CodeStore::get`] of each of `keys`, in order, in as few round
     /// trips as the backend allows (`RedisStore`: `MGET`s of up to
-    /// [`GET_MANY_CHUNK`] keys). One error fails the whole call; the caller
-    /// may then `get` the keys one by one. By default, `get` of each key.
+    /// [`GET_MANY_CHUNK`] keys). One error fails the whole call (a store
+    /// that answers a failed backend as a miss, as [`SharedStore`] does,
+    /// answers so here too); the caller may then `get` the keys one by
+    /// one. By default, `get` of each key.
     fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         keys.iter().map(|key| self.get(key)).collect()
     }

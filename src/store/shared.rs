@@ -10,8 +10,9 @@
 //! template waits; the entry it [puts](CodeStore::put) wakes them, and they
 //! define their functions from it. Optionally, a persistent store sits
 //! behind it: a reserved template is looked up there (once, by the
-//! reserving thread) before anyone compiles it, and what is compiled is
-//! written there too.
+//! reserving thread) before anyone compiles it, keys without a value are
+//! looked up there together by [`CodeStore::get_many`] (a batch flush's
+//! lookup), and what is compiled is written there too.
 //!
 //! # What this module guarantees
 //!
@@ -163,9 +164,10 @@ impl CodeStore for SharedStore {
     }
 
     /// The values held, and for the keys without one, the backing store's
-    /// values in one [`CodeStore::get_many`], which are then held (a
-    /// reservation of such a key ends, as when its value is put). Reserves
-    /// nothing; a backing store that fails is a miss.
+    /// values in one [`CodeStore::get_many`], which are then held unless a
+    /// value was put meanwhile (a reservation of such a key ends, as when
+    /// its value is put). Reserves nothing; a backing store that fails is a
+    /// miss, as in `get_or_reserve`.
     fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         let mut values: Vec<Option<Vec<u8>>> = keys
             .iter()
@@ -185,7 +187,14 @@ impl CodeStore for SharedStore {
         if let Ok(found) = backing.get_many(&asked) {
             for (i, value) in missing.into_iter().zip(found) {
                 if let Some(value) = value {
-                    self.fill(&keys[i], value.as_slice().into());
+                    // A value put meanwhile (compiled here) is kept.
+                    let shard = self.shard(&keys[i]);
+                    let mut slots = shard.lock();
+                    if !matches!(slots.get(&keys[i]), Some(Slot::Ready(_))) {
+                        slots.insert(keys[i], Slot::Ready(value.as_slice().into()));
+                        drop(slots);
+                        shard.changed.notify_all();
+                    }
                     values[i] = Some(value);
                 }
             }
@@ -387,5 +396,38 @@ mod tests {
             store.get(&key(7)).unwrap().as_deref(),
             Some(&b"compiled"[..])
         );
+    }
+
+    /// A backing store holding an old value of key 9, while the store in
+    /// front of it is given a new one during the batched lookup.
+    #[derive(Default)]
+    struct Racing {
+        front: std::sync::OnceLock<std::sync::Weak<SharedStore>>,
+    }
+
+    impl CodeStore for Racing {
+        fn get(&self, _: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+            Ok(Some(b"old".to_vec()))
+        }
+
+        fn put(&self, _: &StoreKey, _: &[u8]) -> Result<(), StoreError> {
+            Ok(())
+        }
+
+        fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+            let front = self.front.get().and_then(std::sync::Weak::upgrade).unwrap();
+            front.put(&key(9), b"new").unwrap();
+            Ok(keys.iter().map(|_| Some(b"old".to_vec())).collect())
+        }
+    }
+
+    #[test]
+    fn get_many_keeps_a_value_put_while_it_asked_the_backing_store() {
+        let backing = Arc::new(Racing::default());
+        let store = Arc::new(SharedStore::backed_by(backing.clone()));
+        backing.front.set(Arc::downgrade(&store)).unwrap();
+        let values = store.get_many(&[key(9)]).unwrap();
+        assert_eq!(values, [Some(b"old".to_vec())]);
+        assert_eq!(store.get(&key(9)).unwrap().as_deref(), Some(&b"new"[..]));
     }
 }
