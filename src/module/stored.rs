@@ -29,9 +29,11 @@
 //!    ([`CodeStore::get_many`]: one round trip to Redis per 256 keys,
 //!    instead of one or two per function). An entry
 //!    found that way is used as one `get` returns it would be, with the
-//!    same checks; a function whose entry it did not find asks again
-//!    (`get_or_reserve`, so that a shared store's reservations work as in
-//!    eager mode). If the batched call fails, each function asks on its
+//!    same checks. A function whose entry it did not find is compiled
+//!    without asking again, unless the store reserves keys
+//!    ([`CodeStore::reserves`]: a [`SharedStore`](crate::store::SharedStore)),
+//!    which it then asks with `get_or_reserve`, so that reservations work as
+//!    in eager mode. If the batched call fails, each function asks on its
 //!    own. What was fetched is dropped when the flush ends.
 
 use super::ids::State;
@@ -168,6 +170,8 @@ impl<M: Module> DedupModule<M> {
         let key = StoreKey::of(&stored.context, &template);
         let fetched = match stored.prefetched.remove(&key) {
             Some(Some(bytes)) => Ok(Some(bytes)),
+            // Missing when the flush asked: asked again only to reserve it.
+            Some(None) if !stored.store.reserves() => Ok(None),
             Some(None) | None => stored.store.get_or_reserve(&key),
         };
         let bytes = match fetched {

@@ -127,6 +127,16 @@ pub trait CodeStore: Send + Sync {
         self.get(key)
     }
 
+    /// Whether [`CodeStore::get_or_reserve`] reserves keys (does more than
+    /// `get`). A batch flush asks again, with `get_or_reserve`, for a key
+    /// that its [`CodeStore::get_many`] did not find only in a store that
+    /// reserves, so that the store learns who compiles it; other stores are
+    /// not asked twice. By default, `false`; a store that overrides
+    /// `get_or_reserve` to reserve should say `true`.
+    fn reserves(&self) -> bool {
+        false
+    }
+
     /// Gives up a reservation made by [`CodeStore::get_or_reserve`] without
     /// a value (the compile failed, or made no entry): another caller may
     /// reserve the key. By default, nothing.

@@ -255,6 +255,10 @@ impl CodeStore for SharedStore {
         }
     }
 
+    fn reserves(&self) -> bool {
+        true
+    }
+
     fn release(&self, key: &StoreKey) {
         let shard = self.shard(key);
         let mut slots = shard.lock();

@@ -10,7 +10,8 @@ use cranelift_codegen::ir::InstBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};
 use jitfold::store::{
-    CodeContext, CodeStore, DirectoryStore, Entry, MemoryStore, Secret, StoreError, StoreKey,
+    CodeContext, CodeStore, DirectoryStore, Entry, MemoryStore, Secret, SharedStore, StoreError,
+    StoreKey,
 };
 use jitfold::{DedupModule, DedupOptions, Fingerprint, Stats};
 use std::path::PathBuf;
@@ -201,9 +202,8 @@ fn a_batch_flush_asks_the_store_once_for_all_its_functions() {
     let (cold, out) = run(store.clone(), None, DedupOptions::batch(), false);
     assert_eq!(out, expected);
     assert_eq!(cold.compiled as usize, templates, "{cold}");
-    // One batched lookup finds nothing; each template then asks again
-    // (a shared store would reserve it) and is compiled.
-    assert_eq!(store.take(), (templates, vec![templates]));
+    // One batched lookup finds nothing, and nothing is asked again.
+    assert_eq!(store.take(), (0, vec![templates]));
     for options in [DedupOptions::batch(), DedupOptions::batch().with_threads(2)] {
         let (warm, out) = run(store.clone(), None, options, true);
         assert_eq!(out, expected);
@@ -220,6 +220,13 @@ fn a_batch_flush_asks_the_store_once_for_all_its_functions() {
     let (warm, _) = run(store.clone(), None, DedupOptions::eager(), false);
     assert_eq!(warm.loaded as usize, templates);
     assert_eq!(store.take(), (templates, vec![]));
+    // A store that reserves is asked again for what the batch did not
+    // find, and so reserves each template compiled.
+    let shared = Arc::new(SharedStore::new());
+    let (cold, out) = run(shared.clone(), None, DedupOptions::batch(), false);
+    assert_eq!(out, expected);
+    assert_eq!(cold.compiled as usize, templates, "{cold}");
+    assert_eq!(shared.stats().reservations as usize, templates);
 }
 
 /// A store that is down.
