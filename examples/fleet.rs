@@ -7,9 +7,10 @@
 //!
 //! The example starts itself twice, one process after the other, as two
 //! instances of a runtime would start: each JITs the built-in demo workload
-//! through `DedupModule` with a `RedisStore`, signed with a secret both
-//! know, calls every function and compares the results with plain
-//! `JITModule`. The first process compiles what the server does not hold
+//! through `DedupModule` in batch mode with a `RedisStore`, signed with a
+//! secret both know, calls every function and compares the results with
+//! plain `JITModule`. Batch mode asks the server for a whole flush's
+//! entries at once (`MGET`), where eager mode asks once per function. The first process compiles what the server does not hold
 //! yet; the second compiles nothing and defines every function from the
 //! server's entries. With the server down, both compile everything: a
 //! store that fails is a miss, never an error.
@@ -58,8 +59,7 @@ fn instance(url: &str) -> ExitCode {
     // Both instances know the secret; entries without its MAC are never
     // used (see `jitfold::store` for the trust model).
     let secret = Secret::derive(b"example fleet secret: keep real ones out of source code");
-    let runs =
-        demo::compare_with_store(2, 50, &[DedupOptions::default()], Some(store), Some(secret));
+    let runs = demo::compare_with_store(2, 50, &[DedupOptions::batch()], Some(store), Some(secret));
     let runs = match runs {
         Ok(runs) => runs,
         Err(e) => {
