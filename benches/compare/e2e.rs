@@ -547,8 +547,12 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// Warm starts on the corpora: each persistent cache filled by one run,
-/// then read by fresh stores in alternating rounds against plain.
+/// then read by fresh stores in alternating rounds against plain: Cranelift's
+/// cache on a directory, jitfold eager and batch on a directory, and jitfold
+/// batch on a Redis server on loopback (with the `redis` feature and
+/// `redis-server` installed).
 fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) {
+    let fleet = fleet::Server::start();
     let mut rows = Vec::new();
     for (w, _) in workloads
         .iter()
@@ -562,7 +566,10 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
                     .with_limit(u64::MAX / 2),
             )
         };
+        // A fresh store each run, as a new process of the fleet.
+        let fleet_store = || fleet.as_ref().map(|server| server.store(&w.name));
         let eager = Jitfold(DedupOptions::eager(), "");
+        let batch = Jitfold(DedupOptions::batch(), "");
         let cl_cold = run(
             CraneliftCache,
             w,
@@ -570,8 +577,12 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
             Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
         );
         let jf_cold = run(eager, w, isa, Persistent::Jitfold(jf_store()));
-        let mut hits = [0u64; 3];
-        let spread = alternate(3, config.corpus_rounds, 0, |side| {
+        if let Some(store) = fleet_store() {
+            run(batch, w, isa, Persistent::Jitfold(store));
+        }
+        let sides = if fleet.is_some() { 5 } else { 4 };
+        let mut hits = [0u64; 5];
+        let spread = alternate(sides, config.corpus_rounds, 0, |side| {
             let r = match side {
                 0 => run(Plain, w, isa, Persistent::None),
                 1 => run(
@@ -580,12 +591,27 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
                     isa,
                     Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
                 ),
-                _ => run(eager, w, isa, Persistent::Jitfold(jf_store())),
+                2 => run(eager, w, isa, Persistent::Jitfold(jf_store())),
+                3 => run(batch, w, isa, Persistent::Jitfold(jf_store())),
+                _ => run(
+                    batch,
+                    w,
+                    isa,
+                    Persistent::Jitfold(fleet_store().expect("a fleet side only with a server")),
+                ),
             };
             hits[side] = r.stats.as_ref().map_or(r.merged, |s| s.loaded);
             r.time
         });
         let per_fn = |dir: &PathBuf| crate::common::size_of_dir(dir) / w.funcs.len() as u64;
+        let jitfold = |side: usize| {
+            format!(
+                "{}; {}; {} loaded",
+                ms(spread.best[side]),
+                spread.ratio(side),
+                hits[side]
+            )
+        };
         rows.push(vec![
             w.name.clone(),
             w.funcs.len().to_string(),
@@ -598,24 +624,25 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
                 hits[1],
                 per_fn(&cl_dir)
             ),
-            format!(
-                "{}; {}; {} loaded; {} B/function",
-                ms(spread.best[2]),
-                spread.ratio(2),
-                hits[2],
-                per_fn(&jf_dir)
-            ),
+            format!("{}; {} B/function", jitfold(2), per_fn(&jf_dir)),
+            jitfold(3),
+            if fleet.is_some() {
+                jitfold(4)
+            } else {
+                fleet::MISSING.to_string()
+            },
         ]);
         let _ = std::fs::remove_dir_all(&cl_dir);
         let _ = std::fs::remove_dir_all(&jf_dir);
     }
     println!(
-        "### 4. Warm start from a persistent cache (directory on disk)\n\n\
-         Same timing as table 2. Cold: one run filling an empty directory. Warm: a fresh \
-         store on the filled directory each run, as a new process: Cranelift's \
-         `compile_with_cache` on a directory-backed `CacheKvStore` (one file per key), \
-         jitfold eager with a `DirectoryStore` (`DedupModule::with_store`). Cells: best ms; \
-         time relative to plain, best (median of rounds), {} rounds.\n",
+        "### 4. Warm start from a persistent cache\n\n\
+         Same timing as table 2. Cold: one run filling an empty store. Warm: a fresh store \
+         on the filled one each run, as a new process: Cranelift's `compile_with_cache` on a \
+         directory-backed `CacheKvStore` (one file per key); jitfold (`DedupModule::with_store`) \
+         eager and batch with a `DirectoryStore`, and batch with a `RedisStore` on a \
+         `redis-server` on loopback (a batch flush asks for all its entries at once). Cells: \
+         best ms; time relative to plain, best (median of rounds), {} rounds.\n",
         config.corpus_rounds
     );
     table(
@@ -624,9 +651,99 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
             "functions",
             "plain ms",
             "cold ms: Cranelift; jitfold",
-            "Cranelift warm",
-            "jitfold warm",
+            "Cranelift warm (directory)",
+            "jitfold eager warm (directory)",
+            "jitfold batch warm (directory)",
+            "jitfold batch warm (Redis)",
         ],
         &rows,
     );
+}
+
+/// The Redis side of the warm starts.
+#[cfg(feature = "redis")]
+mod fleet {
+    use jitfold::store::{CodeStore, RedisStore};
+    use std::net::TcpStream;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// What the Redis column says when it is not measured.
+    pub const MISSING: &str = "no `redis-server` found";
+
+    /// A `redis-server` on a free loopback port, stopped when dropped.
+    pub struct Server {
+        child: Child,
+        url: String,
+    }
+
+    impl Server {
+        /// A running server, or `None` if `redis-server` cannot be run.
+        pub fn start() -> Option<Server> {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .spawn()
+                .ok()?;
+            let server = Server {
+                child,
+                url: format!("redis://127.0.0.1:{port}/"),
+            };
+            for _ in 0..200 {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(server);
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            None
+        }
+
+        /// A fresh store on this server, its keys apart from other
+        /// workloads'.
+        pub fn store(&self, workload: &str) -> Arc<dyn CodeStore> {
+            Arc::new(
+                RedisStore::new(&self.url)
+                    .expect("a loopback URL")
+                    .with_prefix(format!("compare:{workload}:"))
+                    .with_timeouts(Duration::from_secs(1), Duration::from_secs(5)),
+            )
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Without the `redis` feature, no Redis side.
+#[cfg(not(feature = "redis"))]
+mod fleet {
+    use jitfold::store::CodeStore;
+    use std::sync::Arc;
+
+    /// What the Redis column says when it is not measured.
+    pub const MISSING: &str = "not built (`--features tools,redis`)";
+
+    /// Never made.
+    pub enum Server {}
+
+    impl Server {
+        pub fn start() -> Option<Server> {
+            None
+        }
+
+        pub fn store(&self, _: &str) -> Arc<dyn CodeStore> {
+            match *self {}
+        }
+    }
 }
