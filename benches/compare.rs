@@ -13,7 +13,9 @@
 //!    (`e2e.rs`);
 //! 3. functions merged and code bytes per approach, per workload
 //!    (`e2e.rs`);
-//! 4. warm starts from each persistent cache (`e2e.rs`);
+//! 4. warm starts from each persistent cache: Cranelift's on a directory,
+//!    jitfold's on a directory and (with the `redis` feature and
+//!    `redis-server` installed) on a Redis server on loopback (`e2e.rs`);
 //! 5. lookup latency with 10³, 10⁵ and 10⁶ entries, and memory per entry
 //!    counted by this file's global allocator (`lookup.rs`).
 //!
@@ -22,9 +24,10 @@
 //! the median over rounds of its time relative to the baseline measured
 //! in the same round (`common::alternate`). No thresholds: it only prints.
 //!
-//! `cargo bench --features tools --bench compare` is the short version
-//! (prefixes of the corpora, few rounds); with `JITFOLD_COMPARE=full` it
-//! runs whole corpora and more rounds, for the README.
+//! `cargo bench --features tools,redis --bench compare` is the short
+//! version (prefixes of the corpora, few rounds); with
+//! `JITFOLD_COMPARE=full` it runs whole corpora and more rounds, for the
+//! README.
 
 #[allow(dead_code)]
 mod common;
@@ -172,9 +175,9 @@ fn print_machine(config: &Config) {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".into());
     let command = if config.full {
-        "JITFOLD_COMPARE=full cargo bench --features tools --bench compare"
+        "JITFOLD_COMPARE=full cargo bench --features tools,redis --bench compare"
     } else {
-        "cargo bench --features tools --bench compare"
+        "cargo bench --features tools,redis --bench compare"
     };
     println!("## jitfold against the alternatives\n");
     table(
