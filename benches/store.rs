@@ -30,10 +30,11 @@ use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
 use criterion::Criterion;
-use jitfold::Fingerprinter;
+use jitfold::code::MachineCode;
 use jitfold::compile::{compile, with_quiet_panics};
 use jitfold::plan::Walk;
 use jitfold::store::{CodeContext, CodeStore, DirectoryStore, Entry, StoreKey};
+use jitfold::{Fingerprinter, SymbolName, Template};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -77,10 +78,11 @@ fn jitfold(
         let walk = Walk::of(&mut walker, f);
         let template = walk.fingerprint.to_template();
         let key = StoreKey::of(context, &template);
-        let loaded = store.get(&key).ok().flatten().and_then(|bytes| {
-            let entry = Entry::decode(&bytes, context, &template, None).ok()?;
-            entry.code(&walk.names)
-        });
+        let loaded = store
+            .get(&key)
+            .ok()
+            .flatten()
+            .and_then(|bytes| code_of(&bytes, context, &template, &walk.names));
         if let Some(code) = loaded {
             black_box(code);
             hits += 1;
@@ -127,16 +129,26 @@ fn jitfold_batched(
     let values = store.get_many(&keys).unwrap_or_default();
     let mut hits = 0;
     for ((template, names), bytes) in walked.iter().zip(values) {
-        let loaded = bytes.and_then(|bytes| {
-            let entry = Entry::decode(&bytes, context, template, None).ok()?;
-            entry.code(names)
-        });
+        let loaded = bytes.and_then(|bytes| code_of(&bytes, context, template, names));
         if let Some(code) = loaded {
             black_box(code);
             hits += 1;
         }
     }
     (start.elapsed(), hits)
+}
+
+/// The code of the entry in `bytes` for `template`, retargeted to `names`,
+/// if it decodes.
+fn code_of(
+    bytes: &[u8],
+    context: &CodeContext,
+    template: &Template,
+    names: &[SymbolName],
+) -> Option<MachineCode> {
+    Entry::decode(bytes, context, template, None)
+        .ok()?
+        .code(names)
 }
 
 /// A fresh, empty directory.

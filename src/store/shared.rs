@@ -143,6 +143,19 @@ impl SharedStore {
         shard.lock().insert(*key, Slot::Ready(value));
         shard.changed.notify_all();
     }
+
+    /// [`SharedStore::fill`], unless `key` has a value already (put while
+    /// `value` was read from the backing store: the one compiled here is
+    /// kept).
+    fn fill_unless_ready(&self, key: &StoreKey, value: Arc<[u8]>) {
+        let shard = self.shard(key);
+        let mut slots = shard.lock();
+        if !matches!(slots.get(key), Some(Slot::Ready(_))) {
+            slots.insert(*key, Slot::Ready(value));
+            drop(slots);
+            shard.changed.notify_all();
+        }
+    }
 }
 
 impl Shard {
@@ -187,14 +200,7 @@ impl CodeStore for SharedStore {
         if let Ok(found) = backing.get_many(&asked) {
             for (i, value) in missing.into_iter().zip(found) {
                 if let Some(value) = value {
-                    // A value put meanwhile (compiled here) is kept.
-                    let shard = self.shard(&keys[i]);
-                    let mut slots = shard.lock();
-                    if !matches!(slots.get(&keys[i]), Some(Slot::Ready(_))) {
-                        slots.insert(keys[i], Slot::Ready(value.as_slice().into()));
-                        drop(slots);
-                        shard.changed.notify_all();
-                    }
+                    self.fill_unless_ready(&keys[i], value.as_slice().into());
                     values[i] = Some(value);
                 }
             }
