@@ -99,7 +99,10 @@ use crate::similar::{
 };
 use cranelift_codegen::Context;
 use cranelift_codegen::control::ControlPlane;
-use cranelift_codegen::ir::{Function, Signature, Type, UserExternalName, UserFuncName};
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::ir::{
+    Function, InstBuilder, Signature, TrapCode, Type, UserExternalName, UserFuncName,
+};
 use cranelift_module::{FuncId, Module};
 use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -337,9 +340,22 @@ impl<M: Module> DedupModule<M> {
                 "{} ({first_id}): the merged body failed, left alone: {e}",
                 self.function_name(first_id)
             );
+            self.define_unused_body(id, signature);
             return None;
         }
         Some(Body { id, signature })
+    }
+
+    /// Defines `id`, the declared id of a merged body that failed to
+    /// compile, as a function of `signature` that traps: nothing calls it,
+    /// but an id jitfold declared must not stay undefined
+    /// (`ObjectModule::finish` panics on an undefined local function).
+    fn define_unused_body(&mut self, id: FuncId, signature: Signature) {
+        let mut ctx = Context::for_function(trap_of(UserFuncName::user(0, id.as_u32()), signature));
+        let mut ctrl_plane = ControlPlane::default();
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None, None) {
+            log::warn!("similar functions: {id}, an unused body, stays undefined: {e}");
+        }
     }
 
     /// The thunk of `member` that calls `body` with `values` (see 3 in the
@@ -360,6 +376,22 @@ impl<M: Module> DedupModule<M> {
             tail_call,
         )
     }
+}
+
+/// A function named `name` of `signature` whose one block traps.
+fn trap_of(name: UserFuncName, signature: Signature) -> Function {
+    let mut func = Function::with_name_signature(name, signature);
+    let block = func.dfg.make_block();
+    func.layout.append_block(block);
+    for i in 0..func.signature.params.len() {
+        let ty = func.signature.params[i].value_type;
+        func.dfg.append_block_param(block, ty);
+    }
+    FuncCursor::new(&mut func)
+        .at_bottom(block)
+        .ins()
+        .trap(TrapCode::unwrap_user(1));
+    func
 }
 
 /// Eager mode: what was seen of each shape (see 6 in the module docs).

@@ -33,8 +33,10 @@
 //!    without asking again, unless the store reserves keys
 //!    ([`CodeStore::reserves`]: a [`SharedStore`](crate::store::SharedStore)),
 //!    which it then asks with `get_or_reserve`, so that reservations work as
-//!    in eager mode. If the batched call fails, each function asks on its
-//!    own. What was fetched is dropped when the flush ends.
+//!    in eager mode. The keys are asked [`GET_MANY_CHUNK`] at a time; if a
+//!    call fails, each function of its chunk asks on its own, and what the
+//!    other calls fetched is used. What was fetched is dropped when the
+//!    flush ends.
 
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
@@ -43,7 +45,7 @@ use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, Walk, WalkRef};
-use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, Secret, StoreKey};
+use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
@@ -97,8 +99,8 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// Fetches the store's entries for every function of `pending`
-    /// (walked as `walks`, where known) that needs code, in one
-    /// [`CodeStore::get_many`] (see 5 above).
+    /// (walked as `walks`, where known) that needs code, with one
+    /// [`CodeStore::get_many`] per [`GET_MANY_CHUNK`] keys (see 5 above).
     pub(super) fn prefetch_stored(
         &mut self,
         pending: &[(FuncId, Function)],
@@ -131,15 +133,23 @@ impl<M: Module> DedupModule<M> {
         if keys.is_empty() {
             return;
         }
-        let fetched = stored.store.get_many(&keys);
-        let stored = self.stored.as_mut().expect("checked above");
-        match fetched {
-            Ok(values) => stored.prefetched = keys.into_iter().zip(values).collect(),
-            Err(e) => {
-                log::warn!("code store: {e}; asking for each function on its own");
-                self.stats.store_errors += 1;
+        // In chunks, so that a chunk that fails loses only its own keys.
+        let mut prefetched = HashMap::with_capacity(keys.len());
+        let mut errors = 0;
+        for chunk in keys.chunks(GET_MANY_CHUNK) {
+            match stored.store.get_many(chunk) {
+                Ok(values) => prefetched.extend(chunk.iter().copied().zip(values)),
+                Err(e) => {
+                    log::warn!(
+                        "code store: {e}; asking for each of {} functions on its own",
+                        chunk.len()
+                    );
+                    errors += 1;
+                }
             }
         }
+        self.stats.store_errors += errors;
+        self.stored.as_mut().expect("checked above").prefetched = prefetched;
     }
 
     /// Drops what the flush fetched (see 5 above).

@@ -10,8 +10,8 @@ use cranelift_codegen::ir::InstBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};
 use jitfold::store::{
-    CodeContext, CodeStore, DirectoryStore, Entry, MemoryStore, Secret, SharedStore, StoreError,
-    StoreKey,
+    CodeContext, CodeStore, DirectoryStore, Entry, GET_MANY_CHUNK, MemoryStore, Secret,
+    SharedStore, StoreError, StoreKey,
 };
 use jitfold::{DedupModule, DedupOptions, Fingerprint, Stats};
 use std::path::PathBuf;
@@ -165,6 +165,9 @@ struct Counting {
     gets: AtomicUsize,
     /// The number of keys of each `get_many`.
     many: Mutex<Vec<usize>>,
+    /// Which `get_many` since the last [`Counting::take`] fails, counting
+    /// from 1 (0: none).
+    failing_many: AtomicUsize,
 }
 
 impl CodeStore for Counting {
@@ -178,7 +181,11 @@ impl CodeStore for Counting {
     }
 
     fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        self.many.lock().unwrap().push(keys.len());
+        let mut many = self.many.lock().unwrap();
+        many.push(keys.len());
+        if many.len() == self.failing_many.load(Ordering::Relaxed) {
+            return Err(down());
+        }
         self.inner.get_many(keys)
     }
 }
@@ -191,6 +198,35 @@ impl Counting {
             std::mem::take(&mut *self.many.lock().unwrap()),
         )
     }
+}
+
+/// A batch flush asks for [`GET_MANY_CHUNK`] keys at a time: a call that
+/// fails costs only its own keys a lookup each, and what the other calls
+/// fetched is used.
+#[test]
+fn a_failed_chunk_of_a_batch_lookup_loses_only_its_own_keys() {
+    let order: Vec<i64> = (0..GET_MANY_CHUNK as i64 + 20).collect();
+    let templates = order.len() + 1;
+    let store = Arc::new(Counting::default());
+    let run = || {
+        let mut m = DedupModule::with_options(builder(), DedupOptions::batch())
+            .with_store(store.clone(), None);
+        leaves_and_callers(&mut m, &order, 100);
+        m.finalize_definitions().unwrap();
+        m.stats().clone()
+    };
+    let chunks = vec![GET_MANY_CHUNK, templates - GET_MANY_CHUNK];
+    let cold = run();
+    assert_eq!(cold.compiled as usize, templates, "{cold}");
+    assert_eq!(store.take(), (0, chunks.clone()));
+    store.failing_many.store(2, Ordering::Relaxed);
+    let warm = run();
+    assert_eq!(
+        (warm.compiled, warm.loaded as usize, warm.store_errors),
+        (0, templates, 1),
+        "{warm}"
+    );
+    assert_eq!(store.take(), (templates - GET_MANY_CHUNK, chunks));
 }
 
 #[test]

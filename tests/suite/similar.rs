@@ -1307,3 +1307,81 @@ fn eager_thunks_leave_no_reservation_open() {
     }
     assert_eq!(m.stats().similar_merged, 3, "{}", m.stats());
 }
+
+/// A merged body that fails to compile (on x86-64 a `return_call` without
+/// frame pointers panics at emission) leaves no function of jitfold's
+/// declared and undefined: its id is defined as a trap, so the object
+/// module finishes once the members, which fail on their own too, are
+/// defined again. (`ObjectModule::finish` panics on an undefined local
+/// function.)
+#[test]
+fn a_merged_body_that_fails_to_compile_leaves_no_undefined_function() {
+    use cranelift_object::object::{self, Object, ObjectSymbol, SymbolKind};
+    use cranelift_object::{ObjectBuilder, ObjectModule};
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    // Member `i` is `f{i}`; both tail-call `f2`.
+    let tail_calling = |a: i64, c: i8, d: i64| {
+        let text = padded(&arithmetic("tail", a, 5, c, d), 24)
+            .replace(
+                "ss0 = explicit_slot 8",
+                "ss0 = explicit_slot 8\n fn0 = colocated u0:2(i64, i64) -> i64 tail",
+            )
+            .replace("return v1023", "return_call fn0(v1023, v1)");
+        parse(&text)
+    };
+    let callee = parse(
+        "function %g(i64, i64) -> i64 tail {
+         block0(v0: i64, v1: i64):
+             return v0
+         }",
+    );
+    let members = [tail_calling(3, -7, 1000), tail_calling(-3, 100, -1)];
+    // Without frame pointers kept.
+    let flags = jitfold::isa::flags(&[("opt_level", "speed")]).unwrap();
+    let isa = jitfold::isa::host_isa(flags).unwrap();
+    let builder = ObjectBuilder::new(isa, "similar", default_libcall_names()).unwrap();
+    let mut m = DedupModule::wrap(ObjectModule::new(builder), similar_batch());
+    let funcs: Vec<&Function> = members.iter().chain([&callee]).collect();
+    let ids: Vec<FuncId> = (0..3)
+        .map(|i| {
+            m.declare_function(&format!("f{i}"), Linkage::Local, &funcs[i].signature)
+                .unwrap()
+        })
+        .collect();
+    let define = |m: &mut DedupModule<ObjectModule>, id: FuncId, func: &Function| {
+        let mut ctx = m.make_context();
+        ctx.func = func.clone();
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        m.define_function(id, &mut ctx).unwrap();
+    };
+    for (&id, func) in ids.iter().zip(&funcs) {
+        define(&mut m, id, func);
+    }
+    m.flush().unwrap_err();
+    let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+    assert_eq!(failed, ids[..2]);
+    // The members again, returning instead of tail-calling.
+    for (i, (a, c, d)) in [(3, -7, 1000), (-3, 100, -1)].into_iter().enumerate() {
+        define(
+            &mut m,
+            ids[i],
+            &parse(&padded(&arithmetic("tail", a, 5, c, d), 24)),
+        );
+    }
+    m.flush().unwrap();
+    let bytes = m.finish().emit().unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let others: Vec<_> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .filter(|s| !matches!(s.name(), Ok("f0" | "f1" | "f2")))
+        .map(|s| (s.name().map(str::to_owned), s.is_local()))
+        .collect();
+    // The failed body (or bodies) only, local.
+    assert!(
+        !others.is_empty() && others.iter().all(|s| s.1),
+        "{others:?}"
+    );
+}
