@@ -44,7 +44,8 @@ pub(super) enum State {
     /// to be, in batch mode). Whether its address is `canonical`'s is
     /// `DedupModule::shares_address`.
     Duplicate { canonical: FuncId },
-    /// Defined by the user from raw bytes.
+    /// Defined by the user from raw bytes, or outside the cache by jitfold
+    /// (the trap that replaces a merged body that failed, `similar.rs`).
     Bytes,
 }
 

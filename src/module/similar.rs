@@ -54,8 +54,10 @@
 //!    first, which the body's compile verifies) fails to verify when the
 //!    flags enable the verifier, is left alone, and its members are then
 //!    compiled (or fail) on their own. A panic while deciding merges
-//!    nothing. (A body that fails to compile leaves its anonymous id
-//!    declared, undefined and referenced by nothing.)
+//!    nothing. A body that fails to compile is defined in the inner module
+//!    as a function that traps, referenced by nothing and not counted, so
+//!    that its id does not stay undefined (`ObjectModule::finish` asserts
+//!    that every local function is defined; see `define_unused_body`).
 //!
 //! 6. **Eager mode.** A function planned to be compiled (no duplicate,
 //!    reused code, adapter or stored code), mergeable and with parameter
@@ -347,14 +349,29 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// Defines `id`, the declared id of a merged body that failed to
-    /// compile, as a function of `signature` that traps: nothing calls it,
-    /// but an id jitfold declared must not stay undefined
-    /// (`ObjectModule::finish` panics on an undefined local function).
+    /// compile, as a function of `signature` that traps, in the inner
+    /// module only: nothing calls it, so it is neither cached, stored nor
+    /// counted in [`Stats`](super::Stats), but an id jitfold declared must
+    /// not stay undefined (`ObjectModule::finish` asserts that every local
+    /// function is defined). Should even that fail to compile (a signature
+    /// the target cannot lower), the id stays undefined, with a warning.
     fn define_unused_body(&mut self, id: FuncId, signature: Signature) {
         let mut ctx = Context::for_function(trap_of(UserFuncName::user(0, id.as_u32()), signature));
-        let mut ctrl_plane = ControlPlane::default();
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None, None) {
-            log::warn!("similar functions: {id}, an unused body, stays undefined: {e}");
+        let inner = &mut self.inner;
+        match catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx))) {
+            Ok(Ok(())) => {
+                self.frames.note_inner_compiled();
+                let code_bytes = ctx
+                    .compiled_code()
+                    .map_or(0, |c| u64::from(c.code_info().total_size));
+                self.ids.defined(id, State::Bytes, code_bytes);
+            }
+            Ok(Err(e)) => {
+                log::warn!("similar functions: {id}, an unused body, stays undefined: {e}");
+            }
+            Err(_) => log::warn!(
+                "similar functions: {id}, an unused body, stays undefined: compiling it panicked"
+            ),
         }
     }
 

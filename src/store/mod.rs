@@ -112,7 +112,9 @@ pub trait CodeStore: Send + Sync {
     /// [`GET_MANY_CHUNK`] keys). One error fails the whole call (a store
     /// that answers a failed backend as a miss, as [`SharedStore`] does,
     /// answers so here too); the caller may then `get` the keys one by
-    /// one. By default, `get` of each key.
+    /// one. By default, `get` of each key. A batch flush of
+    /// [`DedupModule`](crate::DedupModule) passes at most
+    /// [`GET_MANY_CHUNK`] keys per call.
     fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         keys.iter().map(|key| self.get(key)).collect()
     }
@@ -147,7 +149,8 @@ pub trait CodeStore: Send + Sync {
 
 /// The most keys a backend asks for in one command of
 /// [`CodeStore::get_many`], so that no answer is larger than a few
-/// megabytes of entries.
+/// megabytes of entries; also the most a batch flush passes to one call
+/// (so that a failed call loses only that many entries).
 pub const GET_MANY_CHUNK: usize = 256;
 
 /// Why a store could not answer. Never a reason to fail compilation: the

@@ -1371,6 +1371,14 @@ fn a_merged_body_that_fails_to_compile_leaves_no_undefined_function() {
         );
     }
     m.flush().unwrap();
+    // The trap is not counted (the members merge this time, behind a body
+    // that compiles): every definition is accounted for.
+    let s = m.stats().clone();
+    assert_eq!(
+        s.defined + s.similar_groups,
+        s.compiled + s.reused + s.loaded + s.adapted + s.aliased + s.trampolined + s.bytes_defined,
+        "{s:?}"
+    );
     let bytes = m.finish().emit().unwrap();
     let file = object::File::parse(&*bytes).unwrap();
     let others: Vec<_> = file
