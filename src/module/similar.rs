@@ -337,7 +337,12 @@ impl<M: Module> DedupModule<M> {
         body.name = UserFuncName::user(0, id.as_u32());
         let signature = body.signature.clone();
         let mut ctx = Context::for_function(body);
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None, None) {
+        // In eager mode a member is being defined, and holds the store's
+        // reservation of its template until it is the body's thunk.
+        let member_reservation = self.take_reservation();
+        let defined = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None, None);
+        self.restore_reservation(member_reservation);
+        if let Err(e) = defined {
             log::debug!(
                 "{} ({first_id}): the merged body failed, left alone: {e}",
                 self.function_name(first_id)

@@ -342,6 +342,26 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
+    /// Takes the reservation this module holds (if any) out of its care,
+    /// for a define nested in another (a merged body, defined while one of
+    /// its members is), which begins and ends reservations of its own; the
+    /// outer define gets it back with [`Self::restore_reservation`].
+    pub(super) fn take_reservation(&mut self) -> Option<StoreKey> {
+        self.stored
+            .as_mut()
+            .and_then(|stored| stored.reserved.take())
+    }
+
+    /// Gives back a reservation [`Self::take_reservation`] took, once the
+    /// nested define is done (a reservation of its own still held, which
+    /// every path of a define ends, would be released first).
+    pub(super) fn restore_reservation(&mut self, key: Option<StoreKey>) {
+        self.end_reservation();
+        if let Some(stored) = &mut self.stored {
+            stored.reserved = key;
+        }
+    }
+
     /// Releases the key this module reserved, if the definition that
     /// reserved it did not `put` it (its compile failed, panicked, or made
     /// no entry): waiting modules may then compile it (see 3 in

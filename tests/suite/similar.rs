@@ -600,6 +600,7 @@ fn a_callee_under_two_references_and_a_tail_callee_are_one_parameter_each() {
 // module against plain `JITModule`.
 // ---------------------------------------------------------------------------
 
+use jitfold::store::{CodeStore, MemoryStore, StoreError, StoreKey};
 use jitfold::{DedupModule, DedupOptions, Stats};
 
 /// `text` with `n` more instructions (`iadd` and `bxor` with the
@@ -1391,5 +1392,94 @@ fn a_merged_body_that_fails_to_compile_leaves_no_undefined_function() {
     assert!(
         !others.is_empty() && others.iter().all(|s| s.1),
         "{others:?}"
+    );
+}
+
+/// A store that reserves keys and lists what it was asked, in order.
+#[derive(Default)]
+struct Reserving {
+    inner: MemoryStore,
+    log: std::sync::Mutex<ReservingLog>,
+}
+
+/// What [`Reserving`] was asked.
+#[derive(Default)]
+struct ReservingLog {
+    /// `(operation, key)`, the key numbered by first sight.
+    events: Vec<(&'static str, usize)>,
+    keys: Vec<StoreKey>,
+}
+
+impl Reserving {
+    fn note(&self, operation: &'static str, key: &StoreKey) {
+        let mut log = self.log.lock().unwrap();
+        let n = match log.keys.iter().position(|k| k == key) {
+            Some(n) => n,
+            None => {
+                log.keys.push(*key);
+                log.keys.len() - 1
+            }
+        };
+        log.events.push((operation, n));
+    }
+}
+
+impl CodeStore for Reserving {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(key)
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        self.note("put", key);
+        self.inner.put(key, value)
+    }
+
+    fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        self.note("reserve", key);
+        self.inner.get(key)
+    }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    fn release(&self, key: &StoreKey) {
+        self.note("release", key);
+    }
+}
+
+/// In eager mode the second member, which reserved its template in a store
+/// that reserves, keeps the reservation while its merged body is defined
+/// (so another thread waits for it rather than compiling the member), and
+/// gives it up only when it becomes the body's thunk.
+#[test]
+fn a_member_keeps_its_reservation_while_its_body_is_defined() {
+    let texts = [
+        padded(&arithmetic("system_v", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("system_v", -3, 5, 100, -1), 24),
+    ];
+    let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    let store = std::sync::Arc::new(Reserving::default());
+    let mut m = DedupModule::<JITModule>::with_options(jit_builder(), similar_eager())
+        .with_store(store.clone(), None);
+    define_all(&mut m, &funcs, &[]);
+    m.finalize_definitions().unwrap();
+    assert_eq!(m.stats().similar_merged, 1, "{:?}", m.stats());
+    let events = store.log.lock().unwrap().events.clone();
+    // The first member: reserved, compiled and stored. The second (key 1):
+    // reserved; its body (key 2) reserved and stored; then its own
+    // reservation given up; then its thunk (key 3) reserved and stored.
+    assert_eq!(
+        events,
+        [
+            ("reserve", 0),
+            ("put", 0),
+            ("reserve", 1),
+            ("reserve", 2),
+            ("put", 2),
+            ("release", 1),
+            ("reserve", 3),
+            ("put", 3),
+        ]
     );
 }
