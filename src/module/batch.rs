@@ -168,7 +168,7 @@ impl<M: Module> DedupModule<M> {
             }
         }
         // One round trip to the code store for the whole flush.
-        self.prefetch_stored(pending, &walks);
+        self.prefetch_stored(pending, &mut walks);
         self.merge_similar(pending, &mut walks);
         // Compile the first of each group, then define the duplicates that
         // were planned (`define_now` may define more duplicates itself).

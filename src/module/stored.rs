@@ -24,8 +24,7 @@
 //!    so later functions with the same template reuse it without asking the
 //!    store again.
 //! 5. A batch flush asks the store for the entries of all its functions
-//!    that need code and that its planning walked (all of them on ISAs
-//!    with trampolines, x86-64 and aarch64) at once
+//!    that need code at once
 //!    ([`CodeStore::get_many`]: one round trip to Redis per 256 keys,
 //!    instead of one or two per function). An entry
 //!    found that way is used as one `get` returns it would be, with the
@@ -38,13 +37,14 @@
 //!    other calls fetched is used. What was fetched is dropped when the
 //!    flush ends.
 
+use super::batch::KnownWalks;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
 use super::verify::Unverified;
 use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
-use crate::plan::{ClassFacts, Outcome, Plan, Walk, WalkRef};
+use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
 use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
@@ -98,33 +98,37 @@ impl<M: Module> DedupModule<M> {
         self
     }
 
-    /// Fetches the store's entries for every function of `pending`
-    /// (walked as `walks`, where known) that needs code, with one
-    /// [`CodeStore::get_many`] per [`GET_MANY_CHUNK`] keys (see 5 above).
+    /// Fetches the store's entries for every function of `pending` that
+    /// needs code, with one [`CodeStore::get_many`] per [`GET_MANY_CHUNK`]
+    /// keys (see 5 above). A function not walked yet (`walks`: planning
+    /// walks none on an ISA without trampolines) is walked here, and the
+    /// define uses that walk.
     pub(super) fn prefetch_stored(
         &mut self,
-        pending: &[(FuncId, Function)],
-        walks: &[Option<Walk>],
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
     ) {
         self.end_prefetch();
-        let Some(stored) = &self.stored else {
+        if self.stored.is_none() {
             return;
-        };
+        }
         let policy = self.policy();
         let mut asked = HashSet::new();
         let mut keys = Vec::new();
-        for ((id, func), walk) in pending.iter().zip(walks) {
-            let Some(walk) = walk else {
-                continue;
-            };
-            let walk = walk.as_ref();
+        for ((id, func), known) in pending.iter_mut().zip(walks.iter_mut()) {
             if self.ids.state(*id) != State::Pending {
                 continue;
             }
+            // A function that cannot be walked fails in its define.
+            let Ok(walk) = self.walk_pending(func, known) else {
+                continue;
+            };
+            let walk = walk.as_ref();
             let plan = self.compiled.plan(&walk.planned(func), policy);
             if !(plan.load && plan.needs_code()) {
                 continue;
             }
+            let stored = self.stored.as_ref().expect("checked above");
             let key = store_key(&stored.context, &walk);
             if asked.insert(key) {
                 keys.push(key);
@@ -136,8 +140,9 @@ impl<M: Module> DedupModule<M> {
         // In chunks, so that a chunk that fails loses only its own keys.
         let mut prefetched = HashMap::with_capacity(keys.len());
         let mut errors = 0;
+        let store = &self.stored.as_ref().expect("checked above").store;
         for chunk in keys.chunks(GET_MANY_CHUNK) {
-            match stored.store.get_many(chunk) {
+            match store.get_many(chunk) {
                 Ok(values) => prefetched.extend(chunk.iter().copied().zip(values)),
                 Err(e) => {
                     log::warn!(

@@ -231,6 +231,37 @@ fn a_failed_chunk_of_a_batch_lookup_loses_only_its_own_keys() {
     assert_eq!(store.take(), (GET_MANY_CHUNK, chunks));
 }
 
+/// On an ISA without trampolines (riscv64), where planning walks nothing,
+/// a batch flush still asks the store once, for every function.
+#[cfg(feature = "all-targets")]
+#[test]
+fn a_batch_flush_asks_the_store_once_on_an_isa_without_trampolines() {
+    use cranelift_object::{ObjectBuilder, ObjectModule};
+    let store = Arc::new(Counting::default());
+    let run = || {
+        let isa = jitfold::isa::isa_by_name("riscv64", jitfold::isa::flags(&[]).unwrap()).unwrap();
+        let builder = ObjectBuilder::new(isa, "riscv", default_libcall_names()).unwrap();
+        let mut m = DedupModule::wrap(ObjectModule::new(builder), DedupOptions::batch())
+            .with_store(store.clone(), None);
+        leaves_and_callers(&mut m, &(0..LEAVES).collect::<Vec<_>>(), 100);
+        m.flush().unwrap();
+        let stats = m.stats().clone();
+        m.finish();
+        stats
+    };
+    let templates = LEAVES as usize + 1;
+    let cold = run();
+    assert_eq!(cold.compiled as usize, templates, "{cold}");
+    assert_eq!(store.take(), (0, vec![templates]));
+    let warm = run();
+    assert_eq!(
+        (warm.compiled, warm.loaded as usize),
+        (0, templates),
+        "{warm}"
+    );
+    assert_eq!(store.take(), (0, vec![templates]));
+}
+
 /// A flush of fewer than [`GET_MANY_CHUNK`] functions asks the store in
 /// one call.
 #[test]
