@@ -36,8 +36,8 @@
 //! numbers, the layout order of blocks, source locations, the contents of
 //! value labels, debug tags, value aliases (resolved before numbering), blocks that are
 //! unreachable from the entry block, instructions and values that are not in
-//! the layout, declarations (signatures, external functions, global values,
-//! alias regions, dynamic types) that no reachable instruction uses, stack
+//! the layout, declarations (external functions, global values, alias
+//! regions) that no reachable instruction uses, stack
 //! slots of size 0 and alignment 1 that nothing uses (the CLIF parser
 //! creates them for gaps in `ssN` numbering), the index order of side
 //! tables other than stack slots, and how many times a signature or an
@@ -81,6 +81,13 @@
 //!    (name, signature, `colocated`, `patchable`) are numbered by content
 //!    in first-use order, so a callee declared twice is one callee; a
 //!    `func_addr` also writes which declaration it names, by first use.
+//!    After the blocks, the signatures no reachable instruction uses, and
+//!    the base types of the dynamic types none uses, each as a sorted set
+//!    of contents: Cranelift lowers every declared signature and dynamic
+//!    type, and one it cannot lower fails the compile. (Left out are those
+//!    that lower whenever the function compiles, such as the placeholders
+//!    the CLIF parser makes for gaps in `sigN` and `dtN` numbering; see
+//!    `unused_declarations` in `walk.rs`.)
 //! 10. External names: libcalls and known symbols by variant in place; `User`
 //!     and test-case names in place as a *name slot* (their number in
 //!     first-use order among distinct names), and after everything else the
@@ -138,7 +145,7 @@ pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 3;
+pub const KEY_FORMAT_VERSION: u32 = 4;
 
 /// A user or test-case external name, as it fills a name slot of a
 /// [template](Template).

@@ -30,9 +30,9 @@
 //! |---|---|---|
 //! | sized stack slots | index order: laid out one after another (`machinst/abi.rs`, `Callee::new`); unused slots move later ones; a slot's `key` reaches only frame metadata | every slot in index order but unused size-0 align-1 ones |
 //! | dynamic stack slots | index order, after the sized slots, unused ones too (same place) | every slot in index order |
-//! | dynamic types | content (sizes by concrete type, `Callee::new`) | first use, content |
+//! | dynamic types | content (sizes by concrete type, `Callee::new`, which makes every one concrete and panics on a base type too wide) | first use, content; the unused ones' base types as a set |
 //! | global values | identity for `symbol_value`/`tls_value` (pure; lowering reads the `Symbol`, `machinst/lower.rs` `symbol_value_data`); content for `stack_limit` (`abi.rs` `generate_gv`) | first use, content, so two equal symbols stay two |
-//! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content |
+//! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content; the unused ones as a set of contents |
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
 //! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`) | first use of the handle, bytes on first use |
 //! | jump tables, exception tables | content, in order | in place, by content |
@@ -61,6 +61,7 @@ use cranelift_codegen::ir::{
     Signature, StackSlot, Type, Value, immediates::Offset32,
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
+use cranelift_codegen::isa::CallConv;
 
 /// Serial numbers handed out on first sight, per entity kind.
 struct Numbering<K: EntityRef> {
@@ -391,6 +392,7 @@ impl Fingerprinter {
             self.stack.extend(self.successors.iter().rev());
         }
         self.out.push(u32::MAX); // End of blocks.
+        self.unused_declarations(func);
 
         // 10. The names behind the name slots, in slot order, after the
         // template part of the key.
@@ -398,6 +400,79 @@ impl Fingerprinter {
         encode_names(&mut self.out, &self.names);
 
         (instructions, template_len)
+    }
+
+    /// The declarations no reachable instruction used that Cranelift
+    /// still compiles (item 9 of the key), as sets of contents, sorted and
+    /// without repeats. Cranelift computes an ABI for every declared
+    /// signature (`SigSet::new` in `machinst/abi.rs`) and makes every
+    /// dynamic type concrete (`Callee::new`, which panics on a base type
+    /// too wide); one it cannot handle fails the compile while the
+    /// verifier accepts it, so a function with it is not the twin of the
+    /// same function without it. Nothing else of Cranelift reads a
+    /// declaration no instruction names, so which unused ones there are,
+    /// in what order and how many times, changes nothing but whether the
+    /// compile succeeds. Left out, since they succeed whenever the
+    /// function compiles: an unused signature equal to the function's own
+    /// or to a used one, or empty (no parameters or returns: the CLIF
+    /// parser fills gaps in `sigN` numbering with such), whose lowering
+    /// reads nothing but its calling convention; and an unused dynamic type
+    /// whose base type a used one has (the parser fills gaps in `dtN` with
+    /// copies).
+    fn unused_declarations(&mut self, func: &Function) {
+        let dfg = &func.dfg;
+        let mut signatures: Vec<Vec<u32>> = Vec::new();
+        if dfg.signatures.keys().any(|sig| self.sigs.seen[sig] == 0) {
+            let words_of = |signature: &Signature| {
+                let mut words = Vec::new();
+                encode_signature(&mut words, signature);
+                words
+            };
+            let (used, unused): (Vec<_>, Vec<_>) = dfg
+                .signatures
+                .iter()
+                .partition(|&(sig, _)| self.sigs.seen[sig] != 0);
+            let lowered: Vec<&Signature> = std::iter::once(&func.signature)
+                .chain(used.into_iter().map(|(_, signature)| signature))
+                .collect();
+            for (_, signature) in unused {
+                // An empty signature lowers in any calling convention but
+                // `winch` (which riscv64 and s390x assert against in
+                // `compute_arg_locs`); in that one, if a lowered one has it.
+                let empty = signature.params.is_empty() && signature.returns.is_empty();
+                let known = (empty && signature.call_conv != CallConv::Winch)
+                    || lowered.iter().any(|&l| {
+                        *l == *signature || (empty && l.call_conv == signature.call_conv)
+                    });
+                if !known {
+                    signatures.push(words_of(signature));
+                }
+            }
+            signatures.sort_unstable();
+            signatures.dedup();
+        }
+        self.out.push(signatures.len() as u32);
+        for words in &signatures {
+            self.out.extend_from_slice(words);
+        }
+        let used_types: Vec<Type> = dfg
+            .dynamic_types
+            .iter()
+            .filter(|&(dt, _)| self.dynamic_types.seen[dt] != 0)
+            .map(|(_, data)| data.base_vector_ty)
+            .collect();
+        let mut types: Vec<u32> = dfg
+            .dynamic_types
+            .iter()
+            .filter(|&(dt, data)| {
+                self.dynamic_types.seen[dt] == 0 && !used_types.contains(&data.base_vector_ty)
+            })
+            .map(|(_, data)| type_word(data.base_vector_ty))
+            .collect();
+        types.sort_unstable();
+        types.dedup();
+        self.out.push(types.len() as u32);
+        self.out.extend_from_slice(&types);
     }
 
     fn block_header(&mut self, func: &Function, block: Block) {

@@ -378,3 +378,71 @@ fn the_twin_of_a_function_that_fails_to_compile_reports_its_own_failure() {
         assert_eq!(failed, twins, "{options:?}: {error}");
     }
 }
+
+/// Cranelift computes an ABI for every declared signature and a concrete
+/// type for every dynamic type, used or not (`SigSet::new` and
+/// `Callee::new` in `machinst/abi.rs`), so one it cannot handle fails the
+/// compile even when nothing uses it, while the verifier accepts it. A
+/// function with such an unused declaration is therefore not the twin of
+/// the same function without it: it fails as it does in plain
+/// `JITModule`, also when its would-be twin was compiled first.
+#[test]
+fn an_unused_declaration_cranelift_cannot_compile_is_not_ignored() {
+    let text = |declaration: &str| {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+                 {declaration}
+             block0(v0: i64):
+                 v1 = iconst.i64 7
+                 v2 = iadd v0, v1
+                 return v2
+             }}"
+        )
+    };
+    let declarations = [
+        // More integer returns than any target returns in registers.
+        "sig0 = () -> i64, i64, i64, i64, i64, i64, i64, i64, i64 system_v",
+        // A base type too wide for a dynamic vector.
+        "gv0 = dyn_scale_target_const.i64x8
+         dt0 = i64x8*gv0",
+    ];
+    let parse = |text: &str| crate::common::parse_valid(text).remove(0);
+    let plain_twin = parse(&text(""));
+    for declaration in declarations {
+        let with = parse(&text(declaration));
+        // Plain Cranelift: the twin compiles, the other does not.
+        let mut plain = jit();
+        let ids = ["f", "g"].map(|n| declare(&mut plain, n, CallConv::SystemV));
+        for (id, func, compiles) in [(ids[0], &plain_twin, true), (ids[1], &with, false)] {
+            let mut ctx = plain.make_context();
+            ctx.func = func.clone();
+            ctx.func.name = UserFuncName::user(0, id.as_u32());
+            // (Cranelift panics on the dynamic type; jitfold reports it.)
+            let result = jitfold::compile::with_quiet_panics(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    plain.define_function(id, &mut ctx)
+                }))
+            });
+            let compiled = matches!(result, Ok(Ok(())));
+            assert_eq!(compiled, compiles, "plain, {declaration}");
+        }
+        for options in [DedupOptions::eager(), DedupOptions::batch()] {
+            let mut m = dedup(options);
+            let ids = ["f", "g"].map(|n| declare(&mut m, n, CallConv::SystemV));
+            for (id, func) in [(ids[0], &plain_twin), (ids[1], &with)] {
+                let mut ctx = m.make_context();
+                ctx.func = func.clone();
+                ctx.func.name = UserFuncName::user(0, id.as_u32());
+                let result = m.define_function(id, &mut ctx);
+                if options.mode == Mode::Eager {
+                    assert_eq!(result.is_ok(), id == ids[0], "{options}, {declaration}");
+                }
+            }
+            if options.mode == Mode::Batch {
+                m.flush().unwrap_err();
+                let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+                assert_eq!(failed, [ids[1]], "{options}, {declaration}");
+            }
+        }
+    }
+}

@@ -724,3 +724,45 @@ fn the_cranelift_version_is_the_one_built_against() {
         cranelift_jit::VERSION
     );
 }
+
+/// The signatures and dynamic types no instruction uses are in the key as
+/// sets (Cranelift lowers each, and one it cannot lower fails the
+/// compile; see `an_unused_declaration_cranelift_cannot_compile_is_not_ignored`
+/// in `bad_input.rs`): their order and repeats do not matter, nor do
+/// those that lower whenever the function does (equal to its own
+/// signature, empty, or the CLIF parser's placeholders for gaps).
+#[test]
+fn unused_declarations_are_keyed_as_sets() {
+    let key = |declarations: &str| {
+        let text = format!(
+            "function %f(i64) -> i64 system_v {{
+                 {declarations}
+             block0(v0: i64):
+                 return v0
+             }}"
+        );
+        Fingerprint::of(&common::parse_valid(&text)[0])
+    };
+    let none = key("");
+    let a = key("sig0 = (i32) -> i64 system_v\n sig1 = (f64) fast");
+    let b = key("sig0 = (f64) fast\n sig1 = (i32) -> i64 system_v\n sig2 = (f64) fast");
+    assert_eq!(a, b, "order and repeats");
+    assert_ne!(a, none);
+    assert_ne!(a, key("sig0 = (i32) -> i64 system_v"));
+    // Equal to the function's own; the gaps before it are empty `fast`.
+    assert_eq!(none, key("sig3 = (i64) -> i64 system_v"));
+    assert_eq!(none, key("sig0 = () tail"));
+    // riscv64 and s390x cannot lower even an empty `winch` signature.
+    assert_ne!(none, key("sig0 = () winch"));
+    // Dynamic types by base type; `dt1` makes `dt0` a copy of it.
+    let dynamic = |types: &str| key(&format!("gv0 = dyn_scale_target_const.i32x4\n {types}"));
+    assert_eq!(
+        dynamic(""),
+        none,
+        "an unused global value is not in the key"
+    );
+    let one = dynamic("dt0 = i32x4*gv0");
+    assert_ne!(one, none);
+    assert_eq!(one, dynamic("dt1 = i32x4*gv0"));
+    assert_ne!(one, dynamic("dt0 = i64x2*gv0"));
+}
