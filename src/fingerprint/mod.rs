@@ -87,7 +87,10 @@
 //!    type, and one it cannot lower fails the compile. (Left out are those
 //!    that lower whenever the function compiles, such as the placeholders
 //!    the CLIF parser makes for gaps in `sigN` and `dtN` numbering; see
-//!    `unused_declarations` in `walk.rs`.)
+//!    `unused_declarations` in `walk.rs`.) Then whether the constant
+//!    pool's handles are exactly 0 to its length, and if not, every handle
+//!    with its bytes: the mid-end adds constants at the handle numbered as
+//!    the pool's length, and asserts that it is new.
 //! 10. External names: libcalls and known symbols by variant in place; `User`
 //!     and test-case names in place as a *name slot* (their number in
 //!     first-use order among distinct names), and after everything else the
@@ -145,7 +148,7 @@ pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 4;
+pub const KEY_FORMAT_VERSION: u32 = 5;
 
 /// A user or test-case external name, as it fills a name slot of a
 /// [template](Template).

@@ -34,7 +34,7 @@
 //! | global values | identity for `symbol_value`/`tls_value` (pure; lowering reads the `Symbol`, `machinst/lower.rs` `symbol_value_data`); content for `stack_limit` (`abi.rs` `generate_gv`) | first use, content, so two equal symbols stay two |
 //! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content; the unused ones as a set of contents |
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
-//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`) | first use of the handle, bytes on first use |
+//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) | first use of the handle, bytes on first use; whether the pool's handles are 0 to its length, and if not, all of them with their bytes |
 //! | jump tables, exception tables | content, in order | in place, by content |
 //! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
 //! | memory flags | content (`MemFlagsSet` interns them) | by content |
@@ -62,6 +62,7 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
 use cranelift_codegen::isa::CallConv;
+use hashbrown::HashSet;
 
 /// Serial numbers handed out on first sight, per entity kind.
 struct Numbering<K: EntityRef> {
@@ -402,50 +403,57 @@ impl Fingerprinter {
         (instructions, template_len)
     }
 
-    /// The declarations no reachable instruction used that Cranelift
-    /// still compiles (item 9 of the key), as sets of contents, sorted and
-    /// without repeats. Cranelift computes an ABI for every declared
-    /// signature (`SigSet::new` in `machinst/abi.rs`) and makes every
-    /// dynamic type concrete (`Callee::new`, which panics on a base type
-    /// too wide); one it cannot handle fails the compile while the
-    /// verifier accepts it, so a function with it is not the twin of the
-    /// same function without it. Nothing else of Cranelift reads a
-    /// declaration no instruction names, so which unused ones there are,
-    /// in what order and how many times, changes nothing but whether the
-    /// compile succeeds. Left out, since they succeed whenever the
-    /// function compiles: an unused signature equal to the function's own
-    /// or to a used one, or empty (no parameters or returns: the CLIF
-    /// parser fills gaps in `sigN` numbering with such), whose lowering
-    /// reads nothing but its calling convention; and an unused dynamic type
-    /// whose base type a used one has (the parser fills gaps in `dtN` with
-    /// copies).
+    /// What Cranelift reads of the tables it handles whole, beyond what
+    /// reachable instructions name (item 9 of the key).
+    ///
+    /// The signatures and dynamic types no reachable instruction uses, as
+    /// sets of contents, sorted and without repeats: Cranelift computes an
+    /// ABI for every declared signature (`SigSet::new` in
+    /// `machinst/abi.rs`) and makes every dynamic type concrete
+    /// (`Callee::new`, which panics on a base type too wide), so one it
+    /// cannot handle fails the compile while the verifier accepts the
+    /// function. Nothing else reads them, so which there are, in what order
+    /// and how many times, changes nothing but whether the compile
+    /// succeeds. Left out, since they succeed whenever the function
+    /// compiles: a signature equal to the function's own or to a used one,
+    /// or empty (no parameters or returns: the CLIF parser fills gaps in
+    /// `sigN` numbering with such), whose lowering reads nothing but its
+    /// calling convention; and a dynamic type whose base type a used one
+    /// has (the parser fills gaps in `dtN` with copies).
+    ///
+    /// Whether the constant pool's handles are exactly 0 to its length,
+    /// and if not, every handle with its bytes: the mid-end adds constants
+    /// while compiling (`ConstantPool::insert`, for a `splat` of a constant
+    /// say), under the handle numbered as the pool's length unless the
+    /// pool holds those bytes already, and asserts that the handle is new.
+    /// A pool with gaps (the parser numbers constants as written) can so
+    /// fail where one without does not, depending on every handle and its
+    /// bytes; in one without, the new handle is always new.
     fn unused_declarations(&mut self, func: &Function) {
         let dfg = &func.dfg;
         let mut signatures: Vec<Vec<u32>> = Vec::new();
         if dfg.signatures.keys().any(|sig| self.sigs.seen[sig] == 0) {
-            let words_of = |signature: &Signature| {
-                let mut words = Vec::new();
-                encode_signature(&mut words, signature);
-                words
-            };
             let (used, unused): (Vec<_>, Vec<_>) = dfg
                 .signatures
                 .iter()
                 .partition(|&(sig, _)| self.sigs.seen[sig] != 0);
-            let lowered: Vec<&Signature> = std::iter::once(&func.signature)
+            let lowered: HashSet<&Signature> = std::iter::once(&func.signature)
                 .chain(used.into_iter().map(|(_, signature)| signature))
                 .collect();
+            let conventions: HashSet<CallConv> = lowered.iter().map(|s| s.call_conv).collect();
             for (_, signature) in unused {
                 // An empty signature lowers in any calling convention but
                 // `winch` (which riscv64 and s390x assert against in
                 // `compute_arg_locs`); in that one, if a lowered one has it.
                 let empty = signature.params.is_empty() && signature.returns.is_empty();
-                let known = (empty && signature.call_conv != CallConv::Winch)
-                    || lowered.iter().any(|&l| {
-                        *l == *signature || (empty && l.call_conv == signature.call_conv)
-                    });
+                let known = lowered.contains(signature)
+                    || (empty
+                        && (signature.call_conv != CallConv::Winch
+                            || conventions.contains(&signature.call_conv)));
                 if !known {
-                    signatures.push(words_of(signature));
+                    let mut words = Vec::new();
+                    encode_signature(&mut words, signature);
+                    signatures.push(words);
                 }
             }
             signatures.sort_unstable();
@@ -455,24 +463,45 @@ impl Fingerprinter {
         for words in &signatures {
             self.out.extend_from_slice(words);
         }
-        let used_types: Vec<Type> = dfg
+        let mut types: Vec<u32> = Vec::new();
+        if dfg
             .dynamic_types
-            .iter()
-            .filter(|&(dt, _)| self.dynamic_types.seen[dt] != 0)
-            .map(|(_, data)| data.base_vector_ty)
-            .collect();
-        let mut types: Vec<u32> = dfg
-            .dynamic_types
-            .iter()
-            .filter(|&(dt, data)| {
-                self.dynamic_types.seen[dt] == 0 && !used_types.contains(&data.base_vector_ty)
-            })
-            .map(|(_, data)| type_word(data.base_vector_ty))
-            .collect();
-        types.sort_unstable();
-        types.dedup();
+            .keys()
+            .any(|dt| self.dynamic_types.seen[dt] == 0)
+        {
+            let used: HashSet<Type> = dfg
+                .dynamic_types
+                .iter()
+                .filter(|&(dt, _)| self.dynamic_types.seen[dt] != 0)
+                .map(|(_, data)| data.base_vector_ty)
+                .collect();
+            types = dfg
+                .dynamic_types
+                .iter()
+                .filter(|&(dt, data)| {
+                    self.dynamic_types.seen[dt] == 0 && !used.contains(&data.base_vector_ty)
+                })
+                .map(|(_, data)| type_word(data.base_vector_ty))
+                .collect();
+            types.sort_unstable();
+            types.dedup();
+        }
         self.out.push(types.len() as u32);
         self.out.extend_from_slice(&types);
+        // `constant_handles` holds the pool's handles in order.
+        let dense = self
+            .constant_handles
+            .last()
+            .is_none_or(|last| last.index() + 1 == self.constant_handles.len());
+        if dense {
+            self.out.push(0);
+        } else {
+            self.out.push(1);
+            for (handle, data) in dfg.constants.iter() {
+                self.out.push(handle.index() as u32);
+                encode_bytes(&mut self.out, data.as_slice());
+            }
+        }
     }
 
     fn block_header(&mut self, func: &Function, block: Block) {

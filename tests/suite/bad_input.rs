@@ -388,61 +388,87 @@ fn the_twin_of_a_function_that_fails_to_compile_reports_its_own_failure() {
 /// `JITModule`, also when its would-be twin was compiled first.
 #[test]
 fn an_unused_declaration_cranelift_cannot_compile_is_not_ignored() {
-    let text = |declaration: &str| {
-        format!(
-            "function %f(i64) -> i64 system_v {{
-                 {declaration}
-             block0(v0: i64):
-                 v1 = iconst.i64 7
-                 v2 = iadd v0, v1
-                 return v2
-             }}"
-        )
-    };
-    let declarations = [
+    let body = "v1 = iconst.i64 7
+                v2 = iadd v0, v1
+                return v2";
+    for declaration in [
         // More integer returns than any target returns in registers.
         "sig0 = () -> i64, i64, i64, i64, i64, i64, i64, i64, i64 system_v",
         // A base type too wide for a dynamic vector.
         "gv0 = dyn_scale_target_const.i64x8
          dt0 = i64x8*gv0",
-    ];
+    ] {
+        only_the_twin_compiles(declaration, body, &[]);
+    }
+}
+
+/// The mid-end adds a constant for a `splat` of a constant, at the handle
+/// numbered as the pool's length, and asserts that the handle is new: a
+/// pool with a gap in its handles (`const1` without `const0`, as the CLIF
+/// parser takes it) fails, the same pool without the gap does not.
+#[test]
+fn a_constant_pool_with_a_gap_is_not_the_twin_of_one_without() {
+    let body = "v1 = iconst.i32 7
+                v2 = splat.i32x4 v1
+                v3 = extractlane v2, 1
+                v4 = uextend.i64 v3
+                v5 = iadd v0, v4
+                return v5";
+    only_the_twin_compiles(
+        "const1 = 0x00000000000000000000000000000001",
+        body,
+        &[("opt_level", "speed")],
+    );
+}
+
+/// `%f(i64) -> i64` with `body` compiles with `flags`, and with
+/// `declaration` added it does not, both in plain `JITModule` (where it may
+/// panic) and in `DedupModule`, eager and batch, with the twin first.
+fn only_the_twin_compiles(declaration: &str, body: &str, flags: &[(&str, &str)]) {
+    let text = |declaration: &str| {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+                 {declaration}
+             block0(v0: i64):
+                 {body}
+             }}"
+        )
+    };
     let parse = |text: &str| crate::common::parse_valid(text).remove(0);
-    let plain_twin = parse(&text(""));
-    for declaration in declarations {
-        let with = parse(&text(declaration));
-        // Plain Cranelift: the twin compiles, the other does not.
-        let mut plain = jit();
-        let ids = ["f", "g"].map(|n| declare(&mut plain, n, CallConv::SystemV));
-        for (id, func, compiles) in [(ids[0], &plain_twin, true), (ids[1], &with, false)] {
-            let mut ctx = plain.make_context();
+    let jit = || JITModule::new(JITBuilder::with_flags(flags, default_libcall_names()).unwrap());
+    let twin = parse(&text(""));
+    let with = parse(&text(declaration));
+    let mut plain = jit();
+    let ids = ["f", "g"].map(|n| declare(&mut plain, n, CallConv::SystemV));
+    for (id, func, compiles) in [(ids[0], &twin, true), (ids[1], &with, false)] {
+        let mut ctx = plain.make_context();
+        ctx.func = func.clone();
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        // (Cranelift may panic; jitfold reports it.)
+        let result = jitfold::compile::with_quiet_panics(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                plain.define_function(id, &mut ctx)
+            }))
+        });
+        let compiled = matches!(result, Ok(Ok(())));
+        assert_eq!(compiled, compiles, "plain, {declaration}");
+    }
+    for options in [DedupOptions::eager(), DedupOptions::batch()] {
+        let mut m = DedupModule::wrap(jit(), options);
+        let ids = ["f", "g"].map(|n| declare(&mut m, n, CallConv::SystemV));
+        for (id, func) in [(ids[0], &twin), (ids[1], &with)] {
+            let mut ctx = m.make_context();
             ctx.func = func.clone();
             ctx.func.name = UserFuncName::user(0, id.as_u32());
-            // (Cranelift panics on the dynamic type; jitfold reports it.)
-            let result = jitfold::compile::with_quiet_panics(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    plain.define_function(id, &mut ctx)
-                }))
-            });
-            let compiled = matches!(result, Ok(Ok(())));
-            assert_eq!(compiled, compiles, "plain, {declaration}");
+            let result = m.define_function(id, &mut ctx);
+            if options.mode == Mode::Eager {
+                assert_eq!(result.is_ok(), id == ids[0], "{options}, {declaration}");
+            }
         }
-        for options in [DedupOptions::eager(), DedupOptions::batch()] {
-            let mut m = dedup(options);
-            let ids = ["f", "g"].map(|n| declare(&mut m, n, CallConv::SystemV));
-            for (id, func) in [(ids[0], &plain_twin), (ids[1], &with)] {
-                let mut ctx = m.make_context();
-                ctx.func = func.clone();
-                ctx.func.name = UserFuncName::user(0, id.as_u32());
-                let result = m.define_function(id, &mut ctx);
-                if options.mode == Mode::Eager {
-                    assert_eq!(result.is_ok(), id == ids[0], "{options}, {declaration}");
-                }
-            }
-            if options.mode == Mode::Batch {
-                m.flush().unwrap_err();
-                let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
-                assert_eq!(failed, [ids[1]], "{options}, {declaration}");
-            }
+        if options.mode == Mode::Batch {
+            m.flush().unwrap_err();
+            let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+            assert_eq!(failed, [ids[1]], "{options}, {declaration}");
         }
     }
 }

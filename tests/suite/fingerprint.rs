@@ -730,7 +730,9 @@ fn the_cranelift_version_is_the_one_built_against() {
 /// compile; see `an_unused_declaration_cranelift_cannot_compile_is_not_ignored`
 /// in `bad_input.rs`): their order and repeats do not matter, nor do
 /// those that lower whenever the function does (equal to its own
-/// signature, empty, or the CLIF parser's placeholders for gaps).
+/// signature, empty, or the CLIF parser's placeholders for gaps). A
+/// constant pool counts only if its handles have a gap (see
+/// `a_constant_pool_with_a_gap_is_not_the_twin_of_one_without`).
 #[test]
 fn unused_declarations_are_keyed_as_sets() {
     let key = |declarations: &str| {
@@ -765,4 +767,12 @@ fn unused_declarations_are_keyed_as_sets() {
     assert_ne!(one, none);
     assert_eq!(one, dynamic("dt1 = i32x4*gv0"));
     assert_ne!(one, dynamic("dt0 = i64x2*gv0"));
+    // A constant pool with handles 0 to its length is one word whatever
+    // it holds; one with a gap is written out.
+    let constant = "0x00000000000000000000000000000001";
+    assert_eq!(none, key(&format!("const0 = {constant}")));
+    let gap = key(&format!("const1 = {constant}"));
+    assert_ne!(gap, none);
+    assert_ne!(gap, key("const1 = 0x00000000000000000000000000000002"));
+    assert_ne!(gap, key(&format!("const2 = {constant}")));
 }
