@@ -45,16 +45,26 @@
 //!    numbers, an unreachable block) is verified. Such skips are counted
 //!    in [`Stats::verified_by_equality`](super::Stats).
 //!
+//! 4. When the ISA's flags enable NaN canonicalization, a function defined
+//!    without being compiled also goes through Cranelift's NaN
+//!    canonicalization, on a copy: that pass runs on every block in the
+//!    layout before unreachable code is removed, and panics on some
+//!    functions the verifier accepts (float arithmetic of a type it does
+//!    not know, a full memory-flags table), whatever reachable code they
+//!    share with a compiled one. Such a function gets the error compiling
+//!    it gives ([`DedupError::CraneliftPanic`]). The equality of 3 skips
+//!    this too (the pass reads only the stencil).
+//!
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
-use cranelift_codegen::CodegenError;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::ir::function::FunctionStencil;
 use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{Module, ModuleError, ModuleResult};
 use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -163,7 +173,9 @@ impl<M: Module> DedupModule<M> {
         key: Option<u64>,
     ) -> ModuleResult<()> {
         let isa = self.inner.isa();
-        if !isa.flags().enable_verifier() {
+        let verifier = isa.flags().enable_verifier();
+        let nans = isa.flags().enable_nan_canonicalization();
+        if !verifier && !nans {
             return Ok(());
         }
         if let Some(key) = key
@@ -172,7 +184,12 @@ impl<M: Module> DedupModule<M> {
             self.stats.verified_by_equality += 1;
             return Ok(());
         }
-        verify(func, isa)?;
+        if verifier {
+            verify(func, isa)?;
+        }
+        if nans {
+            canonicalize_nans(func, isa)?;
+        }
         if let Some(key) = key {
             self.verified.keep(key, func);
         }
@@ -226,6 +243,29 @@ pub(super) fn walk_checked<'w>(
         verify(func, isa)?;
         Err(DedupError::FingerprintPanic { message }.into())
     })
+}
+
+/// Runs Cranelift's NaN canonicalization on a copy of `func` (the flags
+/// enable it), with the error compiling `func` would give. The pass
+/// rewrites every block in the layout, reachable or not, before
+/// unreachable code is removed (`Context::optimize`), and panics on float
+/// arithmetic of a type it does not know, or when the memory-flags table
+/// it adds to is full (`nan_canonicalization.rs`): the key leaves
+/// unreachable blocks and unused memory flags out, so a function defined
+/// without compiling it runs the pass here (see 4 above).
+fn canonicalize_nans(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
+    let mut ctx = Context::for_function(func.clone());
+    let outcome = crate::compile::with_quiet_panics(|| {
+        catch_unwind(AssertUnwindSafe(|| ctx.canonicalize_nans(isa)))
+    });
+    match outcome {
+        Ok(result) => result.map_err(ModuleError::Compilation),
+        Err(panic) => Err(DedupError::CraneliftPanic {
+            function: func.name.to_string(),
+            message: crate::compile::panic_message(&panic),
+        }
+        .into()),
+    }
 }
 
 /// Runs Cranelift's verifier on `func` for `isa`, with the inner module's

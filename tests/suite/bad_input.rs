@@ -422,8 +422,7 @@ fn a_constant_pool_with_a_gap_is_not_the_twin_of_one_without() {
 }
 
 /// `%f(i64) -> i64` with `body` compiles with `flags`, and with
-/// `declaration` added it does not, both in plain `JITModule` (where it may
-/// panic) and in `DedupModule`, eager and batch, with the twin first.
+/// `declaration` added it does not (see [`only_the_first_compiles`]).
 fn only_the_twin_compiles(declaration: &str, body: &str, flags: &[(&str, &str)]) {
     let text = |declaration: &str| {
         format!(
@@ -434,10 +433,18 @@ fn only_the_twin_compiles(declaration: &str, body: &str, flags: &[(&str, &str)])
              }}"
         )
     };
+    only_the_first_compiles(&text(""), &text(declaration), flags);
+}
+
+/// The `(i64) -> i64` function `twin` compiles with `flags` and `with`
+/// does not, both in plain `JITModule` (where it may panic) and in
+/// `DedupModule`, eager and batch, with the twin first.
+fn only_the_first_compiles(twin: &str, with: &str, flags: &[(&str, &str)]) {
     let parse = |text: &str| crate::common::parse_valid(text).remove(0);
     let jit = || JITModule::new(JITBuilder::with_flags(flags, default_libcall_names()).unwrap());
-    let twin = parse(&text(""));
-    let with = parse(&text(declaration));
+    let declaration = with;
+    let twin = parse(twin);
+    let with = parse(with);
     let mut plain = jit();
     let ids = ["f", "g"].map(|n| declare(&mut plain, n, CallConv::SystemV));
     for (id, func, compiles) in [(ids[0], &twin, true), (ids[1], &with, false)] {
@@ -471,4 +478,32 @@ fn only_the_twin_compiles(declaration: &str, body: &str, flags: &[(&str, &str)])
             assert_eq!(failed, [ids[1]], "{options}, {declaration}");
         }
     }
+}
+
+/// With NaN canonicalization on, Cranelift rewrites every block in the
+/// layout before it removes unreachable code, and panics on float
+/// arithmetic of a type it cannot canonicalize: an unreachable `fadd` of
+/// `f32x8`, which the key never sees, fails the compile.
+#[test]
+fn nan_canonicalization_fails_on_an_unreachable_block_as_it_does_in_cranelift() {
+    let text = |unreachable: &str| {
+        format!(
+            "function %f(i64) -> i64 system_v {{
+             block0(v0: i64):
+                 v1 = iconst.i64 7
+                 v2 = iadd v0, v1
+                 return v2
+             {unreachable}
+             }}"
+        )
+    };
+    only_the_first_compiles(
+        &text(""),
+        &text(
+            "block1(v3: f32x8, v4: f32x8):
+                 v5 = fadd v3, v4
+                 trap user1",
+        ),
+        &[("enable_nan_canonicalization", "true")],
+    );
 }
