@@ -484,7 +484,7 @@ impl<M: Module> DedupModule<M> {
 }
 
 /// The error for a panic of Cranelift while compiling `function`.
-fn compile_panic(function: String, panic: Box<dyn std::any::Any + Send>) -> ModuleError {
+pub(super) fn compile_panic(function: String, panic: Box<dyn std::any::Any + Send>) -> ModuleError {
     let message = crate::compile::panic_message(&panic);
     DedupError::CraneliftPanic { function, message }.into()
 }

@@ -93,6 +93,7 @@
 //! compiled functions stay as they are.
 
 use super::batch::KnownWalks;
+use super::define::compile_panic;
 use super::ids::State;
 use super::{DedupModule, Mode, verify};
 use crate::fingerprint::{Fingerprinter, Shape};
@@ -363,20 +364,17 @@ impl<M: Module> DedupModule<M> {
     fn define_unused_body(&mut self, id: FuncId, signature: Signature) {
         let mut ctx = Context::for_function(trap_of(UserFuncName::user(0, id.as_u32()), signature));
         let inner = &mut self.inner;
-        match catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx))) {
-            Ok(Ok(())) => {
+        let defined = catch_unwind(AssertUnwindSafe(|| inner.define_function(id, &mut ctx)))
+            .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
+        match defined {
+            Ok(()) => {
                 self.frames.note_inner_compiled();
                 let code_bytes = ctx
                     .compiled_code()
                     .map_or(0, |c| u64::from(c.code_info().total_size));
                 self.ids.defined(id, State::Bytes, code_bytes);
             }
-            Ok(Err(e)) => {
-                log::warn!("similar functions: {id}, an unused body, stays undefined: {e}");
-            }
-            Err(_) => log::warn!(
-                "similar functions: {id}, an unused body, stays undefined: compiling it panicked"
-            ),
+            Err(e) => log::warn!("similar functions: {id}, an unused body, stays undefined: {e}"),
         }
     }
 

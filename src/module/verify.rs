@@ -58,6 +58,7 @@
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
+use super::define::compile_panic;
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
@@ -260,11 +261,7 @@ fn canonicalize_nans(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
     });
     match outcome {
         Ok(result) => result.map_err(ModuleError::Compilation),
-        Err(panic) => Err(DedupError::CraneliftPanic {
-            function: func.name.to_string(),
-            message: crate::compile::panic_message(&panic),
-        }
-        .into()),
+        Err(panic) => Err(compile_panic(func.name.to_string(), panic)),
     }
 }
 
