@@ -441,13 +441,21 @@ fn only_the_twin_compiles(declaration: &str, body: &str, flags: &[(&str, &str)])
 /// `DedupModule`, eager and batch, with the twin first.
 fn only_the_first_compiles(twin: &str, with: &str, flags: &[(&str, &str)]) {
     let parse = |text: &str| crate::common::parse_valid(text).remove(0);
+    only_the_first_function_compiles(&parse(twin), &parse(with), flags, with);
+}
+
+/// [`only_the_first_compiles`] of functions (`what` names `with` in
+/// failure messages).
+fn only_the_first_function_compiles(
+    twin: &Function,
+    with: &Function,
+    flags: &[(&str, &str)],
+    what: &str,
+) {
     let jit = || JITModule::new(JITBuilder::with_flags(flags, default_libcall_names()).unwrap());
-    let declaration = with;
-    let twin = parse(twin);
-    let with = parse(with);
     let mut plain = jit();
     let ids = ["f", "g"].map(|n| declare(&mut plain, n, CallConv::SystemV));
-    for (id, func, compiles) in [(ids[0], &twin, true), (ids[1], &with, false)] {
+    for (id, func, compiles) in [(ids[0], twin, true), (ids[1], with, false)] {
         let mut ctx = plain.make_context();
         ctx.func = func.clone();
         ctx.func.name = UserFuncName::user(0, id.as_u32());
@@ -458,24 +466,24 @@ fn only_the_first_compiles(twin: &str, with: &str, flags: &[(&str, &str)]) {
             }))
         });
         let compiled = matches!(result, Ok(Ok(())));
-        assert_eq!(compiled, compiles, "plain, {declaration}");
+        assert_eq!(compiled, compiles, "plain, {what}");
     }
     for options in [DedupOptions::eager(), DedupOptions::batch()] {
         let mut m = DedupModule::wrap(jit(), options);
         let ids = ["f", "g"].map(|n| declare(&mut m, n, CallConv::SystemV));
-        for (id, func) in [(ids[0], &twin), (ids[1], &with)] {
+        for (id, func) in [(ids[0], twin), (ids[1], with)] {
             let mut ctx = m.make_context();
             ctx.func = func.clone();
             ctx.func.name = UserFuncName::user(0, id.as_u32());
             let result = m.define_function(id, &mut ctx);
             if options.mode == Mode::Eager {
-                assert_eq!(result.is_ok(), id == ids[0], "{options}, {declaration}");
+                assert_eq!(result.is_ok(), id == ids[0], "{options}, {what}");
             }
         }
         if options.mode == Mode::Batch {
             m.flush().unwrap_err();
             let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
-            assert_eq!(failed, [ids[1]], "{options}, {declaration}");
+            assert_eq!(failed, [ids[1]], "{options}, {what}");
         }
     }
 }
@@ -506,4 +514,53 @@ fn nan_canonicalization_fails_on_an_unreachable_block_as_it_does_in_cranelift() 
         ),
         &[("enable_nan_canonicalization", "true")],
     );
+}
+
+/// Cranelift resolves the value aliases of every value and of every
+/// instruction the function holds, in its layout or not, before it
+/// optimizes (`DataFlowGraph::resolve_all_aliases`), and panics on an
+/// alias loop or on an argument that is not a value. The verifier looks
+/// only at the layout, and the key only at reachable code, so such a
+/// defect outside them fails the compile of a function whose twin
+/// compiles.
+#[test]
+fn an_alias_defect_outside_the_layout_fails_as_it_does_in_cranelift() {
+    let twin = crate::common::parse_valid(
+        "function %f(i64) -> i64 system_v {
+         block0(v0: i64):
+             v1 = iconst.i64 7
+             v2 = iadd v0, v1
+             return v2
+         }",
+    )
+    .remove(0);
+    // Two results of instructions that are not in the layout.
+    let dead_value = |func: &mut Function| {
+        let inst = func.dfg.make_inst(ir::InstructionData::UnaryImm {
+            opcode: ir::Opcode::Iconst,
+            imm: 0.into(),
+        });
+        func.dfg.make_inst_results(inst, I64);
+        func.dfg.first_result(inst)
+    };
+    let mut alias_loop = twin.clone();
+    let (a, b) = (dead_value(&mut alias_loop), dead_value(&mut alias_loop));
+    alias_loop.dfg.make_value_alias_for_serialization(a, b);
+    alias_loop.dfg.make_value_alias_for_serialization(b, a);
+    only_the_first_function_compiles(&twin, &alias_loop, &[], "an alias loop");
+
+    let mut missing_argument = twin.clone();
+    missing_argument.dfg.make_inst(ir::InstructionData::Unary {
+        opcode: ir::Opcode::Ineg,
+        arg: ir::Value::from_u32(1000),
+    });
+    only_the_first_function_compiles(&twin, &missing_argument, &[], "a missing argument");
+
+    let mut labelled = twin.clone();
+    labelled.dfg.collect_debug_info();
+    let mut missing_label = labelled.clone();
+    let label = ir::ValueLabelAssignments::Starts(Vec::new());
+    let labels = missing_label.dfg.values_labels.as_mut().unwrap();
+    labels.insert(ir::Value::from_u32(1000), label);
+    only_the_first_function_compiles(&labelled, &missing_label, &[], "a missing label");
 }
