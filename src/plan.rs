@@ -32,6 +32,8 @@
 //! 5. With [`Policy::store`], loading the function's code from the code
 //!    store ([`Step::Load`]) is planned right before compiling it, whenever
 //!    compiling is; never for a function a duplicate step stands for alone.
+//!    Neither loading nor reuse is planned for a function with exception
+//!    tables (see [`Planned::has_exception_tables`]).
 //! 6. The cache holds only what holds in any module: keys, code templates,
 //!    code sizes and compile times (function ids belong to the module).
 //!    Class ids are the exact cache's; every class has its facts.
@@ -130,6 +132,7 @@ impl<'a> WalkRef<'a> {
                 self.fingerprint.instructions(),
                 self.observes_own_frame,
             ),
+            has_exception_tables: !func.dfg.exception_tables.is_empty(),
         }
     }
 }
@@ -145,6 +148,13 @@ pub struct Planned<'a> {
     pub call_conv: CallConv,
     /// Whether an adapter may stand for it.
     pub adaptable: bool,
+    /// Whether it has exception tables. Such a function's code comes only
+    /// from compiling it in the inner module (or a trampoline to such
+    /// code): never reused from another function or loaded from a store,
+    /// since those are defined from bytes, and cranelift-jit (with its
+    /// `wasmtime-unwinder` feature) records the exception tables, by which
+    /// a throw finds its handler, only of the functions it compiles.
+    pub has_exception_tables: bool,
 }
 
 /// What the options and the target allow.
@@ -319,7 +329,9 @@ impl<T> CompiledCache<T> {
         }
         // Not a cache hit: the keys derived from this one are copied out
         // of the walk, and only those the policy needs.
-        let reusable = policy.reuse && (!f.names.is_empty() || !policy.machine_trampolines);
+        let reusable = policy.reuse
+            && !f.has_exception_tables
+            && (!f.names.is_empty() || !policy.machine_trampolines);
         let template = reusable.then(|| f.fingerprint.to_template());
         let reuse = template.as_ref().and_then(|t| self.templates.get(t));
         let body = f
@@ -336,7 +348,7 @@ impl<T> CompiledCache<T> {
             adapter_for,
             keep_template: template.filter(|_| reuse.is_none()),
             keep_body: body,
-            load: policy.store,
+            load: policy.store && !f.has_exception_tables,
         }
     }
 

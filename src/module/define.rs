@@ -488,3 +488,14 @@ pub(super) fn compile_panic(function: String, panic: Box<dyn std::any::Any + Sen
     let message = crate::compile::panic_message(&panic);
     DedupError::CraneliftPanic { function, message }.into()
 }
+
+/// Runs `pass`, part of what compiling `func` does, with a panic (kept
+/// quiet) as the error compiling `func` gives for it.
+pub(super) fn panic_as_error<T>(
+    func: &Function,
+    pass: impl FnOnce() -> ModuleResult<T>,
+) -> ModuleResult<T> {
+    let outcome =
+        crate::compile::with_quiet_panics(|| std::panic::catch_unwind(AssertUnwindSafe(pass)));
+    outcome.unwrap_or_else(|panic| Err(compile_panic(func.name.to_string(), panic)))
+}

@@ -93,9 +93,10 @@
 //! # Where the wrapper sits
 //!
 //! On a cache hit, and when code is reused, nothing is compiled, so
-//! `ctx.compiled_code()` is `None` after `define_function` (Cranelift keeps
-//! that field private to its crate, so it cannot be filled in from the
-//! canonical function). Wrappers that read
+//! `define_function` leaves `ctx.compiled_code()` as it found it: `None`
+//! for a new or cleared context, what an earlier compile left otherwise
+//! (Cranelift keeps that field private to its crate, so it can be neither
+//! filled in from the canonical function nor reset alone). Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
 //! see every function that is actually compiled, and only those (except,
@@ -152,6 +153,7 @@
 
 pub mod adapter;
 mod address;
+mod aliases;
 mod batch;
 mod check;
 #[cfg(feature = "jit")]

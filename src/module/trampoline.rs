@@ -31,10 +31,17 @@ pub struct Trampoline {
 }
 
 /// A trampoline that jumps to the function `target`, or `None` when this ISA
-/// has no trampoline form here.
+/// has no trampoline form here (or the flags ask for an alignment Cranelift
+/// cannot give either).
+///
+/// Aligned as Cranelift aligns a function it compiles: at least the ISA's
+/// minimum and `1 << log2_min_function_alignment` (which `MachBuffer`
+/// raises every function's alignment to), so that a duplicate's address is
+/// as aligned as its own compile would have put it.
 pub fn trampoline_to(isa: &dyn TargetIsa, target: FuncId) -> Option<Trampoline> {
     let name = ModuleRelocTarget::user(0, target.as_u32());
-    let alignment = u64::from(isa.function_alignment().minimum).max(1);
+    let flag = 1u32.checked_shl(u32::from(isa.flags().log2_min_function_alignment()))?;
+    let alignment = u64::from(isa.function_alignment().minimum.max(flag));
     match isa.triple().architecture {
         Architecture::X86_64 => Some(Trampoline {
             // jmp rel32; the displacement is relative to the end of the

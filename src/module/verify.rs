@@ -65,20 +65,18 @@
 //!    code, so a function built through the API with an alias loop or a
 //!    dangling argument elsewhere would otherwise take its twin's code,
 //!    where compiling it panics. It gets the error compiling it gives
-//!    ([`DedupError::CraneliftPanic`], with Cranelift's own message). The
-//!    check takes time linear in the function's size; the equality of 3
-//!    skips it too.
+//!    ([`DedupError::CraneliftPanic`], with Cranelift's own message); see
+//!    [`aliases`](super::aliases). The equality of 3 skips it too.
 //!
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
-use super::define::compile_panic;
+use super::define::panic_as_error;
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
-use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::ir::Function;
 use cranelift_codegen::ir::function::FunctionStencil;
-use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{Module, ModuleError, ModuleResult};
@@ -193,7 +191,7 @@ impl<M: Module> DedupModule<M> {
         let nans = isa.flags().enable_nan_canonicalization();
         if !verifier && !nans {
             // Cheaper than keeping a copy to skip it next time.
-            return resolve_aliases(func);
+            return super::aliases::check(func);
         }
         if let Some(key) = key
             && self.verified.holds(key, func)
@@ -207,7 +205,7 @@ impl<M: Module> DedupModule<M> {
         if nans {
             canonicalize_nans(func, isa)?;
         }
-        resolve_aliases(func)?;
+        super::aliases::check(func)?;
         if let Some(key) = key {
             self.verified.keep(key, func);
         }
@@ -273,71 +271,20 @@ pub(super) fn walk_checked<'w>(
 /// without compiling it runs the pass here (see 4 above).
 fn canonicalize_nans(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
     let mut ctx = Context::for_function(func.clone());
-    let outcome = crate::compile::with_quiet_panics(|| {
-        catch_unwind(AssertUnwindSafe(|| ctx.canonicalize_nans(isa)))
-    });
-    match outcome {
-        Ok(result) => result.map_err(ModuleError::Compilation),
-        Err(panic) => Err(compile_panic(func.name.to_string(), panic)),
-    }
-}
-
-/// Fails as `DataFlowGraph::resolve_all_aliases` panics on `func`, which
-/// compiling it runs (see 5 above): on an alias whose chain loops or leaves
-/// the value table, or on a value named by an instruction (in the layout or
-/// not) or by debug labels that is not in the table. Every panic here is
-/// Cranelift's own, from the same table lookups the pass makes; chains are
-/// followed once each, where Cranelift's `resolve_aliases` follows a chain
-/// again from each of its aliases.
-fn resolve_aliases(func: &Function) -> ModuleResult<()> {
-    let dfg = &func.dfg;
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        crate::compile::with_quiet_panics(|| {
-            // 0: not seen; 1: on the chain being followed; 2: resolves.
-            let mut state = vec![0u8; dfg.num_values()];
-            let mut chain = Vec::new();
-            // `values()` leaves out the placeholders the pass skips too.
-            for value in dfg.values() {
-                let mut at = value;
-                while state[at.index()] == 0 {
-                    let Some(next) = dfg.value_alias_dest_for_serialization(at) else {
-                        break;
-                    };
-                    state[at.index()] = 1;
-                    chain.push(at);
-                    if !dfg.value_is_valid(next) || state[next.index()] == 1 {
-                        // A loop, or a value that is not in the table:
-                        // Cranelift's own lookup panics with its message.
-                        dfg.resolve_aliases(value);
-                    }
-                    at = next;
-                }
-                state[at.index()] = 2;
-                for on_chain in chain.drain(..) {
-                    state[on_chain.index()] = 2;
-                }
-            }
-            for inst in (0..dfg.num_insts()).map(ir::Inst::new) {
-                for arg in dfg.inst_values(inst) {
-                    dfg.value_is_alias(arg);
-                }
-            }
-            for (&labelled, assignments) in dfg.values_labels.iter().flatten() {
-                dfg.value_is_alias(labelled);
-                if let ir::ValueLabelAssignments::Alias { value, .. } = assignments {
-                    dfg.value_is_alias(*value);
-                }
-            }
-        })
-    }));
-    outcome.map_err(|panic| compile_panic(func.name.to_string(), panic))
+    panic_as_error(func, || {
+        ctx.canonicalize_nans(isa).map_err(ModuleError::Compilation)
+    })
 }
 
 /// Runs Cranelift's verifier on `func` for `isa`, with the inner module's
-/// error for a rejected function.
+/// error for a rejected function (and, should the verifier panic on it, as
+/// it can building the control-flow graph of a malformed function, the
+/// error compiling it gives).
 fn verify(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
-    cranelift_codegen::verify_function(func, isa)
-        .map_err(|errors| ModuleError::Compilation(CodegenError::Verifier(errors)))
+    panic_as_error(func, || {
+        cranelift_codegen::verify_function(func, isa)
+            .map_err(|errors| ModuleError::Compilation(CodegenError::Verifier(errors)))
+    })
 }
 
 #[cfg(test)]

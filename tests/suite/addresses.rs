@@ -5,8 +5,9 @@
 //! and with shared addresses a duplicate shares its canonical function's
 //! only if its own address was not compiled into anything before.
 
-use crate::common::build::{call1, define};
+use crate::common::build::{call1, declare, define};
 use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
@@ -380,5 +381,32 @@ fn functions_at_names_every_id_whose_code_runs_there() {
         let (table, _) = d.get_finalized_data(ids.late_data);
         assert!(d.functions_at(table).is_empty());
         assert!(d.functions_at(std::ptr::null()).is_empty());
+    }
+}
+
+/// With `log2_min_function_alignment`, every function Cranelift compiles is
+/// aligned to it; a duplicate with its own address (a trampoline) must be
+/// too, as its own compile would have been.
+#[test]
+fn a_duplicate_is_as_aligned_as_the_flags_ask() {
+    let flags = [("log2_min_function_alignment", "6")];
+    for options in [DedupOptions::eager(), DedupOptions::batch()] {
+        let builder = JITBuilder::with_flags(&flags, default_libcall_names()).unwrap();
+        let mut d = DedupModule::wrap(JITModule::new(builder), options);
+        let ids: Vec<FuncId> = (0..8)
+            .map(|i| {
+                let id = declare(&mut d, &format!("f{i}"), CallConv::SystemV);
+                define(&mut d, id, |b, _, p| body(b, p[0])).unwrap();
+                id
+            })
+            .collect();
+        d.flush().unwrap();
+        d.finalize_definitions().unwrap();
+        assert_eq!(d.stats().compiled, 1, "{options}");
+        for &id in &ids {
+            let code = d.get_finalized_function(id);
+            assert_eq!(code as usize % 64, 0, "{options}: {id}");
+            assert_eq!(call1(code, 3), 23, "{options}: {id}");
+        }
     }
 }

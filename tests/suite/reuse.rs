@@ -383,3 +383,74 @@ fn with_names_equals_fingerprinting_the_renamed_function() {
     assert_eq!(template.with_names(&names), exact);
     assert_ne!(renamed_exact, exact);
 }
+
+/// `try_call`s `callee` with the parameter (both in the `tail`
+/// convention), returning its result, or 99 when it throws.
+fn catching_caller<M: Module>(m: &mut M, id: FuncId, callee: FuncId) {
+    define(m, id, |b, m, p| {
+        let callee = m.declare_func_in_func(callee, b.func);
+        let sig = b.func.dfg.ext_funcs[callee].signature;
+        let returned = b.create_block();
+        b.append_block_param(returned, I64);
+        let caught = b.create_block();
+        let normal = b
+            .func
+            .dfg
+            .block_call(returned, &[ir::BlockArg::TryCallRet(0)]);
+        let default = b.func.dfg.block_call(caught, &[]);
+        let table =
+            ir::ExceptionTableData::new(sig, normal, [ir::ExceptionTableItem::Default(default)]);
+        let table = b.func.dfg.exception_tables.push(table);
+        b.ins().try_call(callee, &[p[0]], table);
+        b.switch_to_block(returned);
+        let r = b.block_params(returned)[0];
+        b.ins().return_(&[r]);
+        b.switch_to_block(caught);
+        let fallback = b.ins().iconst(I64, 99);
+        b.ins().return_(&[fallback]);
+    })
+    .unwrap();
+}
+
+/// A function that catches exceptions is compiled by the inner module
+/// itself, never copied from another's code or loaded from a store:
+/// cranelift-jit (with its `wasmtime-unwinder` feature) records the
+/// exception tables, by which a throw finds its handler, only of the
+/// functions it compiles.
+#[test]
+fn a_function_that_catches_is_neither_reused_nor_loaded() {
+    let store: std::sync::Arc<dyn jitfold::store::CodeStore> =
+        std::sync::Arc::new(jitfold::store::MemoryStore::new());
+    for run in 0..2 {
+        let mut m = DedupModule::wrap(jit(), DedupOptions::eager()).with_store(store.clone(), None);
+        let mut s = m.make_signature();
+        s.call_conv = cranelift_codegen::isa::CallConv::Tail;
+        s.params.push(AbiParam::new(I64));
+        s.returns.push(AbiParam::new(I64));
+        for (i, k) in [3, 5].into_iter().enumerate() {
+            let callee = m
+                .declare_function(&format!("c{i}"), Linkage::Local, &s)
+                .unwrap();
+            define(&mut m, callee, |b, _, p| {
+                let r = b.ins().imul_imm_s(p[0], k);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+            let caller = m
+                .declare_function(&format!("t{i}"), Linkage::Local, &s)
+                .unwrap();
+            catching_caller(&mut m, caller, callee);
+        }
+        m.finalize_definitions().unwrap();
+        let stats = m.stats();
+        assert_eq!(stats.reused, 0, "run {run}");
+        // The callees are loaded from the store on the second run; the
+        // callers, alike but for their callees, are compiled every time.
+        let loaded = if run == 0 { 0 } else { 2 };
+        assert_eq!(
+            (stats.compiled, stats.loaded),
+            (4 - loaded, loaded),
+            "run {run}"
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! What compiling a function does with its value aliases, checked without
+//! changing the function.
+//!
+//! Before it optimizes, `Context::optimize` (cranelift-codegen 0.135.8,
+//! `src/context.rs`) removes unreachable blocks from the layout, clearing
+//! the jump tables and exception tables no reachable block ends with
+//! (`unreachable_code.rs`: a jump table keeps its default entry, an
+//! exception table nothing), and then resolves every value alias
+//! (`DataFlowGraph::resolve_all_aliases`, `src/ir/dfg.rs`), whatever the
+//! flags. That pass panics on:
+//!
+//! - an alias whose chain loops or leaves the value table (placeholder
+//!   values, which the parser makes, are skipped as a start, not as a
+//!   link);
+//! - a value that is not in the table, named by any instruction the
+//!   function holds, in the layout or not, through its arguments, the
+//!   entries of its jump table or exception table as they are after the
+//!   clearing, or its exception table's contexts;
+//! - a value-label key that is not in the table, or, for a label whose
+//!   key is not an alias, a label alias target that is not.
+//!
+//! The verifier reads only the layout and the key only reachable code, so a
+//! function built through the API with such a defect elsewhere would take
+//! its twin's code where compiling it panics.
+//!
+//! # What this module guarantees
+//!
+//! [`check`] fails exactly when that pass (with the clearing before it)
+//! panics, with the panic Cranelift's own lookups make, and never
+//! otherwise: it makes the same table lookups in the same places, through
+//! Cranelift's own functions (reachability by Cranelift's dominator tree).
+//! It takes time linear in the size of the function: each alias chain is
+//! followed once, where Cranelift's `resolve_aliases` follows it again
+//! from each of its aliases.
+
+use super::define::panic_as_error;
+use cranelift_codegen::dominator_tree::DominatorTree;
+use cranelift_codegen::entity::{EntityRef, EntitySet};
+use cranelift_codegen::flowgraph::ControlFlowGraph;
+use cranelift_codegen::ir::{self, BlockCall, Function, InstructionData};
+use cranelift_module::ModuleResult;
+
+/// Fails, with [`DedupError::CraneliftPanic`](super::DedupError), when
+/// compiling `func` would panic resolving its aliases (see the module
+/// docs).
+pub(super) fn check(func: &Function) -> ModuleResult<()> {
+    panic_as_error(func, || {
+        chains_end(&func.dfg);
+        named_values_exist(func);
+        labels_exist(&func.dfg);
+        Ok(())
+    })
+}
+
+/// Panics if an alias's chain loops or leaves the value table.
+fn chains_end(dfg: &ir::DataFlowGraph) {
+    const UNSEEN: u8 = 0;
+    const ON_CHAIN: u8 = 1;
+    const ENDS: u8 = 2;
+    let mut state = vec![UNSEEN; dfg.num_values()];
+    let mut chain = Vec::new();
+    // `values()` leaves out the placeholders the pass skips too.
+    for value in dfg.values() {
+        let mut at = value;
+        while state[at.index()] == UNSEEN {
+            let Some(next) = dfg.value_alias_dest_for_serialization(at) else {
+                break;
+            };
+            state[at.index()] = ON_CHAIN;
+            chain.push(at);
+            if !dfg.value_is_valid(next) || state[next.index()] == ON_CHAIN {
+                // A loop, or a value that is not in the table: Cranelift's
+                // own lookup panics, with its message.
+                dfg.resolve_aliases(value);
+            }
+            at = next;
+        }
+        state[at.index()] = ENDS;
+        for link in chain.drain(..) {
+            state[link.index()] = ENDS;
+        }
+    }
+}
+
+/// Panics if an instruction names a value that is not in the table, as
+/// the pass sees the instructions: after the tables no reachable block
+/// ends with are cleared.
+fn named_values_exist(func: &Function) {
+    let dfg = &func.dfg;
+    let exists = |value: ir::Value| {
+        // Indexes the value table, as the pass does.
+        dfg.value_is_alias(value);
+    };
+    let block_call_values = |call: &BlockCall| {
+        for arg in call.args(&dfg.value_lists) {
+            if let Some(value) = arg.as_value() {
+                exists(value);
+            }
+        }
+    };
+    let (used_jump_tables, used_exception_tables) = used_tables(func);
+    for inst in (0..dfg.num_insts()).map(ir::Inst::new) {
+        match dfg.insts[inst] {
+            InstructionData::BranchTable { table, .. } if !used_jump_tables.contains(table) => {
+                dfg.inst_args(inst).iter().copied().for_each(exists);
+                let table = dfg.jump_tables.get(table).unwrap();
+                // Cleared to its default entry.
+                table.all_branches()[..1].iter().for_each(block_call_values);
+            }
+            InstructionData::TryCall { exception, .. }
+            | InstructionData::TryCallIndirect { exception, .. }
+                if !used_exception_tables.contains(exception) =>
+            {
+                dfg.inst_args(inst).iter().copied().for_each(exists);
+                // Cleared: no entries, no contexts.
+                dfg.exception_tables.get(exception).unwrap();
+            }
+            _ => dfg.inst_values(inst).for_each(exists),
+        }
+    }
+}
+
+/// The jump tables and exception tables a reachable block ends with, as
+/// `eliminate_unreachable_code` finds them (nothing to find without
+/// tables, so no control-flow graph is built then).
+fn used_tables(func: &Function) -> (EntitySet<ir::JumpTable>, EntitySet<ir::ExceptionTable>) {
+    let dfg = &func.dfg;
+    let mut jump_tables = EntitySet::new();
+    let mut exception_tables = EntitySet::new();
+    if dfg.jump_tables.is_empty() && dfg.exception_tables.is_empty() {
+        return (jump_tables, exception_tables);
+    }
+    let cfg = ControlFlowGraph::with_function(func);
+    let domtree = DominatorTree::with_function(func, &cfg);
+    for block in func.layout.blocks() {
+        if !domtree.is_reachable(block) {
+            continue;
+        }
+        match dfg.insts[func.layout.last_inst(block).unwrap()] {
+            InstructionData::BranchTable { table, .. } => {
+                jump_tables.insert(table);
+            }
+            InstructionData::TryCall { exception, .. }
+            | InstructionData::TryCallIndirect { exception, .. } => {
+                exception_tables.insert(exception);
+            }
+            _ => {}
+        }
+    }
+    (jump_tables, exception_tables)
+}
+
+/// Panics if a value-label key is not in the table, or the alias target of
+/// a label whose key is no alias is not (the pass drops the labels of
+/// aliases before it looks at targets).
+fn labels_exist(dfg: &ir::DataFlowGraph) {
+    for (&key, assignments) in dfg.values_labels.iter().flatten() {
+        if dfg.value_is_alias(key) {
+            continue;
+        }
+        if let ir::ValueLabelAssignments::Alias { value, .. } = assignments {
+            dfg.value_is_alias(*value);
+        }
+    }
+}
