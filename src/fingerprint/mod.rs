@@ -56,7 +56,11 @@
 //!    in index order, which is the order Cranelift lays them out in, but for
 //!    unused slots of size 0 and alignment 1; then every dynamic stack slot
 //!    in index order with its dynamic type. Uses of slots refer to their
-//!    place in this list.
+//!    place in this list. Then whether the constant pool is plain (its
+//!    handles exactly 0 to its length, their bytes all different), and if
+//!    not, every handle with its bytes: the mid-end adds constants at the
+//!    handle numbered as the pool's length, asserting that it is new, and
+//!    reuses the last handle of bytes the pool holds, used or not.
 //! 4. Reachable blocks in DFS pre-order from the entry block, following each
 //!    terminator's destinations in order; each block's parameter types and
 //!    whether it is marked cold (cold blocks are laid out last).
@@ -70,7 +74,8 @@
 //!    by first-use number and its `user_id`.
 //! 7. Constant-pool and `dfg.immediates` handles by first-use number, with
 //!    their bytes on first use (two handles of equal bytes are not one: the
-//!    mid-end and the x86-64 constant pool tell handles apart).
+//!    mid-end and the x86-64 constant pool tell handles apart); in a pool
+//!    that is not plain (see 3), by handle.
 //! 8. Branch destinations as block serial numbers with their arguments
 //!    (`BlockArg::{Value, TryCallRet, TryCallExn}`), jump tables entry by
 //!    entry, exception tables (signature, normal return, tags, defaults and
@@ -87,10 +92,7 @@
 //!    type, and one it cannot lower fails the compile. (Left out are those
 //!    that lower whenever the function compiles, such as the placeholders
 //!    the CLIF parser makes for gaps in `sigN` and `dtN` numbering; see
-//!    `unused_declarations` in `walk.rs`.) Then whether the constant
-//!    pool's handles are exactly 0 to its length, and if not, every handle
-//!    with its bytes: the mid-end adds constants at the handle numbered as
-//!    the pool's length, and asserts that it is new.
+//!    `unused_declarations` in `walk.rs`.)
 //! 10. External names: libcalls and known symbols by variant in place; `User`
 //!     and test-case names in place as a *name slot* (their number in
 //!     first-use order among distinct names), and after everything else the
@@ -148,7 +150,7 @@ pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 5;
+pub const KEY_FORMAT_VERSION: u32 = 6;
 
 /// A user or test-case external name, as it fills a name slot of a
 /// [template](Template).

@@ -34,7 +34,7 @@
 //! | global values | identity for `symbol_value`/`tls_value` (pure; lowering reads the `Symbol`, `machinst/lower.rs` `symbol_value_data`); content for `stack_limit` (`abi.rs` `generate_gv`) | first use, content, so two equal symbols stay two |
 //! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content; the unused ones as a set of contents |
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
-//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) | first use of the handle, bytes on first use; whether the pool's handles are 0 to its length, and if not, all of them with their bytes |
+//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) ; if the pool holds the bytes, it takes their last handle, used or not | first use of the handle, bytes on first use, when the pool's handles are 0 to its length and their bytes all differ; otherwise the whole pool, and uses by handle |
 //! | jump tables, exception tables | content, in order | in place, by content |
 //! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
 //! | memory flags | content (`MemFlagsSet` interns them) | by content |
@@ -142,6 +142,9 @@ pub struct Fingerprinter {
     slot_codes: Vec<u32>,
     declarations: Declarations,
     constant_handles: Vec<Constant>,
+    /// Whether the constant pool is in the key whole, and its uses by
+    /// handle (see [`Fingerprinter::constant_pool`]).
+    pool_by_handle: bool,
     /// Constant-pool and `dfg.immediates` handles, by identity (see
     /// [`Fingerprinter::constant`]).
     constants: Numbering<Constant>,
@@ -278,6 +281,7 @@ impl Fingerprinter {
             slot_codes: Vec::new(),
             declarations: Declarations::default(),
             constant_handles: Vec::new(),
+            pool_by_handle: false,
             constants: Numbering::new(),
             immediates: Numbering::new(),
             names: Vec::new(),
@@ -352,7 +356,8 @@ impl Fingerprinter {
         self.observes_frame = false;
         self.constant_sites.clear();
 
-        // 1. Signature; 2. stack limit and value labels; 3. frame layout.
+        // 1. Signature; 2. stack limit and value labels; 3. frame layout
+        // and constant pool.
         encode_signature(&mut self.out, &func.signature);
         match func.stack_limit {
             None => self.out.push(0),
@@ -366,6 +371,7 @@ impl Fingerprinter {
         // register allocation.
         self.out.push(u32::from(dfg.values_labels.is_some()));
         self.frame_layout(func);
+        self.constant_pool(func);
 
         // 4. Reachable blocks in DFS pre-order.
         let mut instructions = 0u32;
@@ -419,16 +425,9 @@ impl Fingerprinter {
     /// or empty (no parameters or returns: the CLIF parser fills gaps in
     /// `sigN` numbering with such), whose lowering reads nothing but its
     /// calling convention; and a dynamic type whose base type a used one
-    /// has (the parser fills gaps in `dtN` with copies).
-    ///
-    /// Whether the constant pool's handles are exactly 0 to its length,
-    /// and if not, every handle with its bytes: the mid-end adds constants
-    /// while compiling (`ConstantPool::insert`, for a `splat` of a constant
-    /// say), under the handle numbered as the pool's length unless the
-    /// pool holds those bytes already, and asserts that the handle is new.
-    /// A pool with gaps (the parser numbers constants as written) can so
-    /// fail where one without does not, depending on every handle and its
-    /// bytes; in one without, the new handle is always new.
+    /// has (the parser fills gaps in `dtN` with copies). (The constant
+    /// pool, also handled whole, is item 3b: see
+    /// [`Fingerprinter::constant_pool`].)
     fn unused_declarations(&mut self, func: &Function) {
         let dfg = &func.dfg;
         let mut signatures: Vec<Vec<u32>> = Vec::new();
@@ -488,19 +487,45 @@ impl Fingerprinter {
         }
         self.out.push(types.len() as u32);
         self.out.extend_from_slice(&types);
+    }
+
+    /// The constant pool (after the frame in the key): one word saying
+    /// whether it is *plain*, its handles exactly 0 to its length and their
+    /// bytes all different; if it is not, every handle with its bytes, and
+    /// each use of a constant is then its handle (see
+    /// [`Fingerprinter::constant`]).
+    ///
+    /// The mid-end adds constants while compiling (`ConstantPool::insert`,
+    /// for a `splat` of a constant say): if the pool holds those bytes, it
+    /// takes the last handle that has them, used or not (which decides
+    /// whether the new use shares a pool entry with an old one), and if
+    /// not, the handle numbered as the pool's length, asserting that it is
+    /// new. In a plain pool, the new handle is always new, and the handle
+    /// taken is the one of those bytes, the one a use of them already
+    /// names if any: which handles exist, and their numbers, change
+    /// nothing. In another pool, any of them may (a gap can make the
+    /// compile panic, a repeat can make a new use share an entry or not),
+    /// so all of it is in the key, uses by handle.
+    fn constant_pool(&mut self, func: &Function) {
+        let pool = &func.dfg.constants;
         // `constant_handles` holds the pool's handles in order.
         let dense = self
             .constant_handles
             .last()
             .is_none_or(|last| last.index() + 1 == self.constant_handles.len());
-        if dense {
-            self.out.push(0);
-        } else {
+        let distinct = self.constant_handles.len() < 2 || {
+            let mut seen = HashSet::with_capacity(self.constant_handles.len());
+            pool.iter().all(|(_, data)| seen.insert(data.as_slice()))
+        };
+        self.pool_by_handle = !(dense && distinct);
+        if self.pool_by_handle {
             self.out.push(1);
-            for (handle, data) in dfg.constants.iter() {
+            for (handle, data) in pool.iter() {
                 self.out.push(handle.index() as u32);
                 encode_bytes(&mut self.out, data.as_slice());
             }
+        } else {
+            self.out.push(0);
         }
     }
 
@@ -1248,6 +1273,8 @@ impl Fingerprinter {
                 let data = present.then(|| dfg.constants.get(constant_handle));
                 // A missing handle is not numbered (it could be any size).
                 let (n, new) = match data {
+                    // The pool, whole, is in the key already.
+                    Some(_) if self.pool_by_handle => (constant_handle.as_u32(), false),
                     Some(_) => self.constants.number(constant_handle),
                     None => (u32::MAX, false),
                 };

@@ -775,4 +775,24 @@ fn unused_declarations_are_keyed_as_sets() {
     assert_ne!(gap, none);
     assert_ne!(gap, key("const1 = 0x00000000000000000000000000000002"));
     assert_ne!(gap, key(&format!("const2 = {constant}")));
+    // So is one whose bytes repeat (the mid-end takes the last handle of
+    // bytes it adds, used or not), and its uses are by handle.
+    let repeat = key(&format!("const0 = {constant}\n const1 = {constant}"));
+    assert_ne!(repeat, none);
+    let other = "0x00000000000000000000000000000002";
+    let distinct = key(&format!("const0 = {constant}\n const1 = {other}"));
+    assert_eq!(distinct, none);
+    let uses = |handle: &str| {
+        let text = format!(
+            "function %f(i64) -> i64x2 system_v {{
+                 const0 = {constant}
+                 const1 = {constant}
+             block0(v0: i64):
+                 v1 = vconst.i64x2 {handle}
+                 return v1
+             }}"
+        );
+        Fingerprint::of(&common::parse_valid(&text)[0])
+    };
+    assert_ne!(uses("const0"), uses("const1"));
 }
