@@ -56,13 +56,14 @@ use super::{BorrowedFingerprint, Fingerprint, KeyHashes, SymbolName, Template};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, Block, BlockArg, BlockCall, Constant, ConstantData,
-    DynamicStackSlot, DynamicType, ExceptionTableItem, ExternalName, FuncRef, Function,
-    GlobalValue, GlobalValueData, Immediate, Inst, InstructionData, MemFlags, Opcode, SigRef,
-    Signature, StackSlot, Type, Value, immediates::Offset32,
+    ConstantPool, DynamicStackSlot, DynamicType, ExceptionTableItem, ExternalName, FuncRef,
+    Function, GlobalValue, GlobalValueData, Immediate, Inst, InstructionData, MemFlags, Opcode,
+    SigRef, Signature, StackSlot, Type, Value, immediates::Offset32,
 };
 use cranelift_codegen::ir::{AliasRegion, Endianness};
 use cranelift_codegen::isa::CallConv;
 use hashbrown::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Serial numbers handed out on first sight, per entity kind.
 struct Numbering<K: EntityRef> {
@@ -490,24 +491,34 @@ impl Fingerprinter {
     }
 
     /// The constant pool (after the frame in the key): one word saying
-    /// whether it is *plain*, its handles exactly 0 to its length and their
-    /// bytes all different; if it is not, every handle with its bytes, and
-    /// each use of a constant is then its handle (see
-    /// [`Fingerprinter::constant`]).
+    /// whether it is *plain*: its handles exactly 0 to its length, their
+    /// bytes all different, and its map from bytes to handles what setting
+    /// each handle in order makes. If it is not, the word is 1 and the
+    /// pool follows (its length, then every handle with its bytes), and
+    /// each use of a constant is its handle (see
+    /// [`Fingerprinter::constant`]); if its map from bytes to handles is
+    /// not even the one setting each handle in order makes, the word is 2
+    /// and a number no other key of this process has follows, so that the
+    /// function is the duplicate of none.
     ///
     /// The mid-end adds constants while compiling (`ConstantPool::insert`,
-    /// for a `splat` of a constant say): if the pool holds those bytes, it
-    /// takes the last handle that has them, used or not (which decides
-    /// whether the new use shares a pool entry with an old one), and if
+    /// for a `splat` of a constant say): if the pool's map holds those
+    /// bytes, it takes their handle there (the last one set with them,
+    /// used or not; `entries_mut` changes bytes without the map), and if
     /// not, the handle numbered as the pool's length, asserting that it is
     /// new. In a plain pool, the new handle is always new, and the handle
-    /// taken is the one of those bytes, the one a use of them already
+    /// taken is the one with those bytes, the one a use of them already
     /// names if any: which handles exist, and their numbers, change
-    /// nothing. In another pool, any of them may (a gap can make the
-    /// compile panic, a repeat can make a new use share an entry or not),
-    /// so all of it is in the key, uses by handle.
+    /// nothing. In a pool set in handle order, the map follows from the
+    /// handles and their bytes, which the key then holds; in another, the
+    /// map holds what the key cannot.
     fn constant_pool(&mut self, func: &Function) {
         let pool = &func.dfg.constants;
+        self.pool_by_handle = false;
+        if pool.len() == 0 {
+            self.out.push(0);
+            return;
+        }
         // `constant_handles` holds the pool's handles in order.
         let dense = self
             .constant_handles
@@ -517,15 +528,26 @@ impl Fingerprinter {
             let mut seen = HashSet::with_capacity(self.constant_handles.len());
             pool.iter().all(|(_, data)| seen.insert(data.as_slice()))
         };
-        self.pool_by_handle = !(dense && distinct);
-        if self.pool_by_handle {
-            self.out.push(1);
-            for (handle, data) in pool.iter() {
-                self.out.push(handle.index() as u32);
-                encode_bytes(&mut self.out, data.as_slice());
-            }
-        } else {
+        let mut in_order = ConstantPool::new();
+        for (&handle, data) in pool.iter() {
+            in_order.set(handle, data.clone());
+        }
+        let set_in_order = in_order == *pool;
+        if dense && distinct && set_in_order {
             self.out.push(0);
+            return;
+        }
+        self.pool_by_handle = true;
+        self.out.push(if set_in_order { 1 } else { 2 });
+        self.out.push(pool.len() as u32);
+        for (handle, data) in pool.iter() {
+            self.out.push(handle.as_u32());
+            encode_bytes(&mut self.out, data.as_slice());
+        }
+        if !set_in_order {
+            static UNIQUE: AtomicU64 = AtomicU64::new(0);
+            let unique = UNIQUE.fetch_add(1, Ordering::Relaxed);
+            self.imm64(unique as i64);
         }
     }
 
@@ -1271,14 +1293,19 @@ impl Fingerprinter {
                     .binary_search(&constant_handle)
                     .is_ok();
                 let data = present.then(|| dfg.constants.get(constant_handle));
-                // A missing handle is not numbered (it could be any size).
-                let (n, new) = match data {
-                    // The pool, whole, is in the key already.
-                    Some(_) if self.pool_by_handle => (constant_handle.as_u32(), false),
-                    Some(_) => self.constants.number(constant_handle),
-                    None => (u32::MAX, false),
-                };
-                self.constant(n, new, data);
+                if self.pool_by_handle {
+                    // The pool, whole, is in the key already, and says
+                    // whether the handle is in it.
+                    self.out.push(constant_handle.as_u32());
+                } else {
+                    // A missing handle is not numbered (it could be any
+                    // size).
+                    let (n, new) = match data {
+                        Some(_) => self.constants.number(constant_handle),
+                        None => (u32::MAX, false),
+                    };
+                    self.constant(n, new, data);
+                }
             }
             InstructionData::UnaryGlobalValue {
                 global_value,

@@ -39,6 +39,10 @@
 //!    renamed slot for slot (what code reuse hands out). A difference that
 //!    remains after laying both out in one block order fails the check
 //!    with both functions, what differs and both disassemblies.
+//! 6. The first function, with each of a set of defects the key does not
+//!    see added ([`defects`](super::defects)), compiles through
+//!    `DedupModule` (eager, and batch) exactly when it compiles in plain
+//!    `JITModule`, after the function itself was compiled.
 
 use super::isolated::{self, Entry};
 use super::machine_code::Oracle;
@@ -327,8 +331,26 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
 }
 
 fn jit_builder() -> Result<JITBuilder, String> {
-    JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names())
-        .map_err(|e| e.to_string())
+    jit_builder_with(&[])
+}
+
+/// The harness's `JITBuilder`, with `flags` beside its own.
+pub(super) fn jit_builder_with(flags: &[(&str, &str)]) -> Result<JITBuilder, String> {
+    let mut all = vec![("opt_level", "speed")];
+    all.extend_from_slice(flags);
+    JITBuilder::with_flags(&all, default_libcall_names()).map_err(|e| e.to_string())
+}
+
+/// Builds function `index` of `program` into `func`, signature included
+/// (see [`build`]).
+pub(super) fn build_function(
+    program: &Program,
+    index: usize,
+    func: &mut Function,
+    callee: &mut dyn FnMut(usize, &mut Function) -> cranelift_codegen::ir::FuncRef,
+) {
+    func.signature = signature(program, index);
+    build(program, index, func, callee);
 }
 
 /// Declares and defines every function of `program` in `m`.
@@ -434,6 +456,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
     outcome.code_compared = oracle.compared();
     // SAFETY: as above.
     unsafe { plain.free_memory() };
+    super::defects::check(program, 0)?;
     Ok(outcome)
 }
 

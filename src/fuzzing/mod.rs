@@ -7,6 +7,7 @@
 //! `tests/suite/fuzz_seeds.rs` are thin callers of [`differential_bytes`] and
 //! [`fingerprint_bytes`].
 
+pub mod defects;
 pub mod differential;
 pub mod isolated;
 pub mod machine_code;

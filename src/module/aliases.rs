@@ -25,30 +25,60 @@
 //!
 //! # What this module guarantees
 //!
-//! [`check`] fails exactly when that pass (with the clearing before it)
-//! panics, with the panic Cranelift's own lookups make, and never
-//! otherwise: it makes the same table lookups in the same places, through
-//! Cranelift's own functions (reachability by Cranelift's dominator tree).
-//! It takes time linear in the size of the function: each alias chain is
-//! followed once, where Cranelift's `resolve_aliases` follows it again
-//! from each of its aliases.
+//! [`check`] fails exactly when compiling the function panics in that
+//! pass, with Cranelift's own panic, and never otherwise. It works in two
+//! steps:
+//!
+//! 1. A filter that makes the pass's table lookups on the function as it
+//!    is, through Cranelift's own functions (reachability by Cranelift's
+//!    dominator tree), in time linear in the size of the function (each
+//!    alias chain is followed once, where Cranelift's `resolve_aliases`
+//!    follows it again from each of its aliases). The passes before
+//!    (`remove_constant_phis` turns block parameters into aliases, whose
+//!    labels the pass then drops) only take lookups away, so a function
+//!    the filter passes compiles through the pass.
+//! 2. For a function the filter fails, Cranelift's own passes, in
+//!    `Context::optimize`'s order up to and including the pass, on a copy:
+//!    their outcome is the check's.
 
 use super::define::panic_as_error;
 use cranelift_codegen::dominator_tree::DominatorTree;
 use cranelift_codegen::entity::{EntityRef, EntitySet};
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::{self, BlockCall, Function, InstructionData};
-use cranelift_module::ModuleResult;
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::{CodegenResult, Context};
+use cranelift_module::{ModuleError, ModuleResult};
 
 /// Fails, with [`DedupError::CraneliftPanic`](super::DedupError), when
 /// compiling `func` would panic resolving its aliases (see the module
 /// docs).
-pub(super) fn check(func: &Function) -> ModuleResult<()> {
-    panic_as_error(func, || {
+pub(super) fn check(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
+    let filter = panic_as_error(func, || {
         chains_end(&func.dfg);
         named_values_exist(func);
         labels_exist(&func.dfg);
         Ok(())
+    });
+    if filter.is_ok() {
+        return filter;
+    }
+    // What `Context::optimize` runs, up to resolving aliases.
+    let mut ctx = Context::for_function(func.clone());
+    panic_as_error(func, || {
+        let mut passes = || -> CodegenResult<()> {
+            if isa.flags().enable_nan_canonicalization() {
+                ctx.canonicalize_nans(isa)?;
+            }
+            ctx.verify_if(isa)?;
+            ctx.compute_cfg();
+            ctx.compute_domtree();
+            ctx.eliminate_unreachable_code(isa)?;
+            ctx.remove_constant_phis(isa)?;
+            ctx.func.dfg.resolve_all_aliases();
+            Ok(())
+        };
+        passes().map_err(ModuleError::Compilation)
     })
 }
 

@@ -34,10 +34,11 @@ pub struct Trampoline {
 /// has no trampoline form here (or the flags ask for an alignment Cranelift
 /// cannot give either).
 ///
-/// Aligned as Cranelift aligns a function it compiles: at least the ISA's
-/// minimum and `1 << log2_min_function_alignment` (which `MachBuffer`
-/// raises every function's alignment to), so that a duplicate's address is
-/// as aligned as its own compile would have put it.
+/// Aligned as Cranelift aligns every function it compiles: at least the
+/// ISA's minimum and `1 << log2_min_function_alignment` (which `MachBuffer`
+/// raises every function's alignment to), so that a duplicate's address
+/// is as aligned as the flags promise. (A compile may align a function
+/// further, for the constants its code holds; a trampoline holds none.)
 pub fn trampoline_to(isa: &dyn TargetIsa, target: FuncId) -> Option<Trampoline> {
     let name = ModuleRelocTarget::user(0, target.as_u32());
     let flag = 1u32.checked_shl(u32::from(isa.flags().log2_min_function_alignment()))?;

@@ -191,7 +191,7 @@ impl<M: Module> DedupModule<M> {
         let nans = isa.flags().enable_nan_canonicalization();
         if !verifier && !nans {
             // Cheaper than keeping a copy to skip it next time.
-            return super::aliases::check(func);
+            return super::aliases::check(func, isa);
         }
         if let Some(key) = key
             && self.verified.holds(key, func)
@@ -205,7 +205,7 @@ impl<M: Module> DedupModule<M> {
         if nans {
             canonicalize_nans(func, isa)?;
         }
-        super::aliases::check(func)?;
+        super::aliases::check(func, isa)?;
         if let Some(key) = key {
             self.verified.keep(key, func);
         }

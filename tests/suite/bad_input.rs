@@ -605,6 +605,32 @@ fn an_alias_defect_outside_the_layout_fails_as_it_does_in_cranelift() {
         .unwrap()
         .insert(b, label);
     compiles_as_in_cranelift(&labelled, &alias_label, &[], "a label on an alias", true);
+
+    // Also on a block parameter that every branch passes the same value,
+    // which `remove_constant_phis` turns into an alias first.
+    let mut phi = crate::common::parse_valid(
+        "function %f(i64) -> i64 system_v {
+         block0(v0: i64):
+             jump block1(v0)
+         block1(v1: i64):
+             return v1
+         }",
+    )
+    .remove(0);
+    phi.dfg.collect_debug_info();
+    let mut phi_label = phi.clone();
+    let label = ir::ValueLabelAssignments::Alias {
+        from: ir::RelSourceLoc::default(),
+        value: ir::Value::from_u32(1000),
+    };
+    let param = ir::Value::from_u32(1);
+    phi_label
+        .dfg
+        .values_labels
+        .as_mut()
+        .unwrap()
+        .insert(param, label);
+    compiles_as_in_cranelift(&phi, &phi_label, &[], "a label on a constant phi", true);
 }
 
 /// The verifier itself panics on some malformed functions (building the

@@ -795,4 +795,63 @@ fn unused_declarations_are_keyed_as_sets() {
         Fingerprint::of(&common::parse_valid(&text)[0])
     };
     assert_ne!(uses("const0"), uses("const1"));
+    // The order the bytes were set in decides which handle the mid-end
+    // takes for them: the last.
+    let reversed = key(&format!("const1 = {constant}\n const0 = {constant}"));
+    assert_ne!(repeat, reversed);
+}
+
+/// A constant pool whose map from bytes to handles is not the one its
+/// handles make (`entries_mut` changes bytes without the map) is the
+/// duplicate of nothing, not even of itself; in a pool written out by
+/// handle, a handle the pool has and one it has not are never one use.
+#[test]
+fn an_irregular_constant_pool_merges_with_nothing() {
+    use cranelift_codegen::cursor::{Cursor, FuncCursor};
+    use cranelift_codegen::ir::{Constant, ConstantData, InstBuilder, types::I8X16};
+    use cranelift_codegen::packed_option::ReservedValue;
+    let base = common::parse_valid(
+        "function %f(i64) -> i64 system_v {
+         block0(v0: i64):
+             return v0
+         }",
+    )
+    .remove(0);
+    let mut stale = base.clone();
+    stale
+        .dfg
+        .constants
+        .insert(ConstantData::from(vec![1u8; 16]));
+    for data in stale.dfg.constants.entries_mut() {
+        *data = ConstantData::from(vec![2u8; 16]);
+    }
+    let mut fresh = base.clone();
+    fresh
+        .dfg
+        .constants
+        .insert(ConstantData::from(vec![2u8; 16]));
+    assert_eq!(Fingerprint::of(&fresh), Fingerprint::of(&base));
+    assert_ne!(Fingerprint::of(&stale), Fingerprint::of(&base));
+    assert_ne!(Fingerprint::of(&stale), Fingerprint::of(&stale));
+
+    // The reserved handle (`u32::MAX`) is a handle like another.
+    let using = |handle: Constant| {
+        let mut func = base.clone();
+        func.dfg
+            .constants
+            .set(Constant::from_u32(0), ConstantData::from(vec![1u8; 16]));
+        func.dfg.constants.set(
+            Constant::reserved_value(),
+            ConstantData::from(vec![3u8; 16]),
+        );
+        let block = func.layout.entry_block().unwrap();
+        let ret = func.layout.last_inst(block).unwrap();
+        let mut pos = FuncCursor::new(&mut func).at_inst(ret);
+        pos.ins().vconst(I8X16, handle);
+        Fingerprint::of(&func)
+    };
+    assert_ne!(
+        using(Constant::reserved_value()),
+        using(Constant::from_u32(7))
+    );
 }
