@@ -654,3 +654,42 @@ fn a_verifier_panic_on_a_duplicate_is_an_error() {
     pos.ins().br_table(index, ir::JumpTable::from_u32(5));
     compiles_as_in_cranelift(&twin, &with, &[], "a missing jump table", false);
 }
+
+/// A function whose constant pool maps bytes to handles otherwise than its
+/// handles say (`entries_mut` changed them) is the duplicate of nothing
+/// (see `fingerprint::an_irregular_constant_pool_merges_with_nothing`):
+/// defined twice, it is compiled twice, in every mode, and runs.
+#[test]
+fn a_stale_constant_pool_is_compiled_every_time() {
+    let mut stale = crate::common::parse_valid(
+        "function %f(i64) -> i64 system_v {
+         block0(v0: i64):
+             v1 = iconst.i64 3
+             v2 = iadd v0, v1
+             return v2
+         }",
+    )
+    .remove(0);
+    stale
+        .dfg
+        .constants
+        .insert(ir::ConstantData::from(vec![1u8; 16]));
+    for data in stale.dfg.constants.entries_mut() {
+        *data = ir::ConstantData::from(vec![2u8; 16]);
+    }
+    for options in DedupOptions::ALL {
+        let mut m = dedup(options);
+        let ids = ["f", "g"].map(|n| declare(&mut m, n, CallConv::SystemV));
+        for id in ids {
+            let mut ctx = m.make_context();
+            ctx.func = stale.clone();
+            ctx.func.name = UserFuncName::user(0, id.as_u32());
+            m.define_function(id, &mut ctx).unwrap();
+        }
+        m.finalize_definitions().unwrap();
+        assert_eq!(m.stats().compiled, 2, "{options}");
+        for id in ids {
+            assert_eq!(call1(m.get_finalized_function(id), 4), 7, "{options}");
+        }
+    }
+}
