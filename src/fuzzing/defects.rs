@@ -199,14 +199,19 @@ pub fn check(program: &Program, index: usize) -> Result<(), String> {
         // A panic of plain Cranelift is its failing.
         let expected = plain.unwrap_or(Ok(false))?;
         for options in [DedupOptions::eager(), DedupOptions::batch()] {
-            let got = catch_unwind(AssertUnwindSafe(|| {
-                let inner = JITModule::new(jit_builder_with(flags)?);
-                let mut dedup = DedupModule::wrap(inner, options);
-                defective_compiles(&mut dedup, program, index, defect, |m, id| {
-                    options.mode == Mode::Eager
-                        || (m.flush().is_ok() && m.failed_definitions().iter().all(|f| f.0 != id))
-                })
-            }))
+            // Quiet: Cranelift panics that jitfold catches would otherwise
+            // reach the panic hook (which under cargo-fuzz aborts).
+            let got = crate::compile::with_quiet_panics(|| {
+                catch_unwind(AssertUnwindSafe(|| {
+                    let inner = JITModule::new(jit_builder_with(flags)?);
+                    let mut dedup = DedupModule::wrap(inner, options);
+                    defective_compiles(&mut dedup, program, index, defect, |m, id| {
+                        options.mode == Mode::Eager
+                            || (m.flush().is_ok()
+                                && m.failed_definitions().iter().all(|f| f.0 != id))
+                    })
+                }))
+            })
             .map_err(|panic| {
                 let message = crate::compile::panic_message(&panic);
                 format!("f{index} with {defect:?}, {options}: jitfold panicked: {message}")
