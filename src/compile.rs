@@ -372,7 +372,9 @@ pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs `f` with the panic hook silenced (Cranelift panics that
 /// [`compile`] catches would otherwise print a backtrace each), restoring
-/// the previous hook afterwards.
+/// the previous hook afterwards. The hook is the process's: this is for
+/// tools and tests, where no other thread sets it meanwhile (two threads
+/// in here at once may leave it silenced), not for library paths.
 pub fn with_quiet_panics<T>(f: impl FnOnce() -> T) -> T {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));

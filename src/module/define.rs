@@ -489,13 +489,15 @@ pub(super) fn compile_panic(function: String, panic: Box<dyn std::any::Any + Sen
     DedupError::CraneliftPanic { function, message }.into()
 }
 
-/// Runs `pass`, part of what compiling `func` does, with a panic (kept
-/// quiet) as the error compiling `func` gives for it.
+/// Runs `pass`, part of what compiling `func` does, with a panic as the
+/// error compiling `func` gives for it. (The panic hook sees the panic, as
+/// it would in plain Cranelift: swapping the process's hook on a path every
+/// duplicate takes would cost a lock each time, and race with other
+/// threads.)
 pub(super) fn panic_as_error<T>(
     func: &Function,
     pass: impl FnOnce() -> ModuleResult<T>,
 ) -> ModuleResult<T> {
-    let outcome =
-        crate::compile::with_quiet_panics(|| std::panic::catch_unwind(AssertUnwindSafe(pass)));
-    outcome.unwrap_or_else(|panic| Err(compile_panic(func.name.to_string(), panic)))
+    std::panic::catch_unwind(AssertUnwindSafe(pass))
+        .unwrap_or_else(|panic| Err(compile_panic(func.name.to_string(), panic)))
 }
