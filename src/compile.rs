@@ -370,16 +370,35 @@ pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Runs `f` with the panic hook silenced (Cranelift panics that
-/// [`compile`] catches would otherwise print a backtrace each), restoring
-/// the previous hook afterwards. The hook is the process's: this is for
-/// tools and tests, where no other thread sets it meanwhile (two threads
-/// in here at once may leave it silenced), not for library paths.
+/// Runs `f` with panics on this thread kept from the panic hook (Cranelift
+/// panics that [`compile`] catches would otherwise print a backtrace
+/// each); panics on other threads reach it as before.
+///
+/// The first call wraps the process's hook, once, in one that passes on
+/// every panic but those of a thread inside `with_quiet_panics`, so
+/// threads never swap hooks under each other. (A hook set later replaces
+/// the wrapper: panics are then no longer kept quiet, and nothing else
+/// changes.) The wrapper costs a lock the first time only; still, this is
+/// for tools, tests and harnesses, not for paths every function takes.
 pub fn with_quiet_panics<T>(f: impl FnOnce() -> T) -> T {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    use std::cell::Cell;
+    use std::sync::Once;
+    thread_local! {
+        /// How deep this thread is in `with_quiet_panics`.
+        static QUIET: Cell<u32> = const { Cell::new(0) };
+    }
+    static WRAP_HOOK: Once = Once::new();
+    WRAP_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.with(Cell::get) == 0 {
+                previous(info);
+            }
+        }));
+    });
+    QUIET.with(|quiet| quiet.set(quiet.get() + 1));
     let result = catch_unwind(AssertUnwindSafe(f));
-    std::panic::set_hook(previous);
+    QUIET.with(|quiet| quiet.set(quiet.get() - 1));
     match result {
         Ok(value) => value,
         Err(panic) => std::panic::resume_unwind(panic),

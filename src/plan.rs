@@ -32,8 +32,8 @@
 //! 5. With [`Policy::store`], loading the function's code from the code
 //!    store ([`Step::Load`]) is planned right before compiling it, whenever
 //!    compiling is; never for a function a duplicate step stands for alone.
-//!    Neither loading nor reuse is planned for a function with exception
-//!    tables (see [`Planned::has_exception_tables`]).
+//!    Neither loading nor reuse is planned for a function whose code must
+//!    come from compiling it (see [`Planned::compiled_only`]).
 //! 6. The cache holds only what holds in any module: keys, code templates,
 //!    code sizes and compile times (function ids belong to the module).
 //!    Class ids are the exact cache's; every class has its facts.
@@ -132,7 +132,9 @@ impl<'a> WalkRef<'a> {
                 self.fingerprint.instructions(),
                 self.observes_own_frame,
             ),
-            has_exception_tables: !func.dfg.exception_tables.is_empty(),
+            compiled_only: !func.dfg.exception_tables.is_empty()
+                || (func.dfg.constants.len() > 0
+                    && !crate::fingerprint::pool_set_in_order(&func.dfg.constants)),
         }
     }
 }
@@ -148,13 +150,16 @@ pub struct Planned<'a> {
     pub call_conv: CallConv,
     /// Whether an adapter may stand for it.
     pub adaptable: bool,
-    /// Whether it has exception tables. Such a function's code comes only
-    /// from compiling it in the inner module (or a trampoline to such
-    /// code): never reused from another function or loaded from a store,
-    /// since those are defined from bytes, and cranelift-jit (with its
+    /// Whether its code must come from compiling it (or a trampoline to
+    /// such code), never reused from another function's or loaded from a
+    /// store: when it has exception tables, since cranelift-jit (with its
     /// `wasmtime-unwinder` feature) records the exception tables, by which
-    /// a throw finds its handler, only of the functions it compiles.
-    pub has_exception_tables: bool,
+    /// a throw finds its handler, only of the functions it compiles, not of
+    /// code defined from bytes; and when its constant pool's map is not the
+    /// one its handles make (`entries_mut` changed its bytes, or it was set
+    /// out of handle order), since its key is then unique only within this
+    /// process.
+    pub compiled_only: bool,
 }
 
 /// What the options and the target allow.
@@ -330,7 +335,7 @@ impl<T> CompiledCache<T> {
         // Not a cache hit: the keys derived from this one are copied out
         // of the walk, and only those the policy needs.
         let reusable = policy.reuse
-            && !f.has_exception_tables
+            && !f.compiled_only
             && (!f.names.is_empty() || !policy.machine_trampolines);
         let template = reusable.then(|| f.fingerprint.to_template());
         let reuse = template.as_ref().and_then(|t| self.templates.get(t));
@@ -348,7 +353,7 @@ impl<T> CompiledCache<T> {
             adapter_for,
             keep_template: template.filter(|_| reuse.is_none()),
             keep_body: body,
-            load: policy.store && !f.has_exception_tables,
+            load: policy.store && !f.compiled_only,
         }
     }
 

@@ -57,10 +57,13 @@
 //!    unused slots of size 0 and alignment 1; then every dynamic stack slot
 //!    in index order with its dynamic type. Uses of slots refer to their
 //!    place in this list. Then whether the constant pool is plain (its
-//!    handles exactly 0 to its length, their bytes all different), and if
-//!    not, every handle with its bytes: the mid-end adds constants at the
-//!    handle numbered as the pool's length, asserting that it is new, and
-//!    reuses the last handle of bytes the pool holds, used or not.
+//!    handles exactly 0 to its length, their bytes all different, its map
+//!    from bytes to handles the one setting each handle in order makes),
+//!    and if not, its length and every handle with its bytes, and if its
+//!    map is not even one setting each handle makes, a number no other key
+//!    of the process has: the mid-end adds constants at the handle
+//!    numbered as the pool's length, asserting that it is new, and takes
+//!    the handle the map gives for bytes the pool holds, used or not.
 //! 4. Reachable blocks in DFS pre-order from the entry block, following each
 //!    terminator's destinations in order; each block's parameter types and
 //!    whether it is marked cold (cold blocks are laid out last).
@@ -77,9 +80,11 @@
 //!    mid-end and the x86-64 constant pool tell handles apart); in a pool
 //!    that is not plain (see 3), by handle.
 //! 8. Branch destinations as block serial numbers with their arguments
-//!    (`BlockArg::{Value, TryCallRet, TryCallExn}`), jump tables entry by
-//!    entry, exception tables (signature, normal return, tags, defaults and
-//!    contexts in order).
+//!    (`BlockArg::{Value, TryCallRet, TryCallExn}`); jump tables and
+//!    exception tables by first-use number, written out on first use (jump
+//!    tables entry by entry; exception tables signature, normal return,
+//!    tags, defaults and contexts in order): a table two branches share is
+//!    not two equal tables (`remove_constant_phis` edits entries in place).
 //! 9. Other side tables in first-use order, each written out in full on
 //!    its first use: global values with all fields, recursively; dynamic
 //!    types; alias regions. Signatures of `SigRef`s and external functions
@@ -140,8 +145,8 @@ use cranelift_codegen::ir::{ExternalName, Function, UserExternalName};
 pub(crate) use keys::write_fast_hash;
 pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Shape, Template};
 use keys::{KeyHashes, process_hasher};
-pub(crate) use walk::encode_names;
 pub use walk::{Fingerprinter, ImmediateSite, Walk};
+pub(crate) use walk::{encode_names, pool_set_in_order};
 
 /// The version of Cranelift that jitfold is built against (Cargo pins every
 /// Cranelift crate to it): the key format and the audit in `walk.rs` are
@@ -150,7 +155,7 @@ pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 6;
+pub const KEY_FORMAT_VERSION: u32 = 7;
 
 /// A user or test-case external name, as it fills a name slot of a
 /// [template](Template).

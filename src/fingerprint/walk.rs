@@ -35,7 +35,7 @@
 //! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content; the unused ones as a set of contents |
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
 //! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) ; if the pool holds the bytes, it takes their last handle, used or not | first use of the handle, bytes on first use, when the pool's handles are 0 to its length and their bytes all differ; otherwise the whole pool, and uses by handle |
-//! | jump tables, exception tables | content, in order | in place, by content |
+//! | jump tables, exception tables | content, in order; identity when `remove_constant_phis` edits a table's entries in place, once per branch, and asserts on one that two branches share (`remove_constant_phis.rs`) | first use, content on first use |
 //! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
 //! | memory flags | content (`MemFlagsSet` interns them) | by content |
 //! | user stack maps, debug tags | metadata only | stack maps in place; debug tags not |
@@ -135,6 +135,8 @@ pub struct Fingerprinter {
     global_values: Numbering<GlobalValue>,
     dynamic_types: Numbering<DynamicType>,
     regions: Numbering<AliasRegion>,
+    jump_tables: Numbering<ir::JumpTable>,
+    exception_tables: Numbering<ir::ExceptionTable>,
     visited: SecondaryMap<Block, bool>,
     stack: Vec<Block>,
     successors: Vec<Block>,
@@ -276,6 +278,8 @@ impl Fingerprinter {
             global_values: Numbering::new(),
             dynamic_types: Numbering::new(),
             regions: Numbering::new(),
+            jump_tables: Numbering::new(),
+            exception_tables: Numbering::new(),
             visited: SecondaryMap::new(),
             stack: Vec::new(),
             successors: Vec::new(),
@@ -343,6 +347,8 @@ impl Fingerprinter {
         self.global_values.reset(func.global_values.len());
         self.dynamic_types.reset(dfg.dynamic_types.len());
         self.regions.reset(dfg.alias_regions.len());
+        self.jump_tables.reset(dfg.jump_tables.len());
+        self.exception_tables.reset(dfg.exception_tables.len());
         self.visited.clear();
         self.visited.resize(dfg.num_blocks());
         self.constants.reset(dfg.constants.len());
@@ -528,11 +534,7 @@ impl Fingerprinter {
             let mut seen = HashSet::with_capacity(self.constant_handles.len());
             pool.iter().all(|(_, data)| seen.insert(data.as_slice()))
         };
-        let mut in_order = ConstantPool::new();
-        for (&handle, data) in pool.iter() {
-            in_order.set(handle, data.clone());
-        }
-        let set_in_order = in_order == *pool;
+        let set_in_order = pool_set_in_order(pool);
         if dense && distinct && set_in_order {
             self.out.push(0);
             return;
@@ -1064,10 +1066,9 @@ impl Fingerprinter {
                 self.value_use(func, arg);
                 match dfg.jump_tables.get(table) {
                     Some(jt) => {
-                        self.out.push(jt.all_branches().len() as u32);
-                        for call in jt.all_branches() {
-                            self.block_call(func, call);
-                        }
+                        let (n, new) = self.jump_tables.number(table);
+                        self.out.push(n);
+                        self.branch_table(func, jt.all_branches(), new);
                     }
                     None => self.out.push(u32::MAX),
                 }
@@ -1335,11 +1336,41 @@ impl Fingerprinter {
         }
     }
 
+    /// A table of branch destinations (a jump table's entries, an
+    /// exception table's targets): on its first use (`new`), its length and
+    /// every destination; on a later one (the table is shared) nothing more,
+    /// but its blocks are successors all the same.
+    fn branch_table(&mut self, func: &Function, calls: &[BlockCall], new: bool) {
+        if new {
+            self.out.push(calls.len() as u32);
+            for call in calls {
+                self.block_call(func, call);
+            }
+            return;
+        }
+        let pool = &func.dfg.value_lists;
+        self.successors.extend(
+            calls
+                .iter()
+                .map(|call| call.block(pool))
+                .filter(|&block| func.dfg.block_is_valid(block)),
+        );
+    }
+
+    /// An exception table: its number by first use (see
+    /// [`Fingerprinter::branch_table`]), then, on its first use, its
+    /// signature, normal return and items.
     fn exception_table(&mut self, func: &Function, table: ir::ExceptionTable) {
         let Some(et) = func.dfg.exception_tables.get(table) else {
             self.out.push(u32::MAX);
             return;
         };
+        let (n, new) = self.exception_tables.number(table);
+        self.out.push(n);
+        if !new {
+            self.branch_table(func, et.all_branches(), false);
+            return;
+        }
         let sig = self.sig_ref(func, et.signature());
         self.out.push(sig);
         self.block_call(func, et.normal_return());
@@ -1362,6 +1393,19 @@ impl Fingerprinter {
         }
         self.out.push(3); // End of items.
     }
+}
+
+/// Whether `pool`'s map from bytes to handles is the one setting each of
+/// its handles in order makes (see [`Fingerprinter::constant_pool`]); if
+/// not, the function's key holds a number no other key of this process
+/// has, so it matches nothing here, and another process's key may hold the
+/// same number: code stores are not asked for it.
+pub(crate) fn pool_set_in_order(pool: &ConstantPool) -> bool {
+    let mut in_order = ConstantPool::new();
+    for (&handle, data) in pool.iter() {
+        in_order.set(handle, data.clone());
+    }
+    in_order == *pool
 }
 
 /// A signature: calling convention, then parameters and returns.

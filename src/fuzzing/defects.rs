@@ -11,13 +11,17 @@
 //!
 //! [`check`] returns `Err` exactly when, for some [`Defect`], plain
 //! `JITModule` and `DedupModule` (eager, and batch with a flush) disagree
-//! on whether the defective function compiles, or `DedupModule` panics.
-//! The oracle is plain Cranelift's outcome, never jitfold's model of which
-//! defects matter.
+//! on whether the defective function compiles, or `DedupModule` panics, or
+//! a defect meant to be out of the key's sight changes the key (or one
+//! meant to be in it does not): then the check would no longer reach the
+//! path it is for. The oracle is plain Cranelift's outcome, never
+//! jitfold's model of which defects matter. Most defects make Cranelift
+//! fail; [`Defect::ClearedJumpTableEntry`] is one it lets through, so the
+//! check also fails if jitfold rejects what plain Cranelift compiles.
 
-use super::differential::{build_function, jit_builder_with};
+use super::differential::{build_function, functions, jit_builder_with};
 use super::program::Program;
-use crate::{DedupModule, DedupOptions, Mode};
+use crate::{DedupModule, DedupOptions, Fingerprint, Mode};
 use cranelift_codegen::ir::{
     self, AbiParam, Function, GlobalValueData, InstBuilder, InstructionData, Opcode, Signature,
     types,
@@ -47,18 +51,37 @@ pub enum Defect {
     /// A block no branch reaches with float arithmetic the NaN
     /// canonicalization pass does not know, with that pass on.
     UnknownFloatWithNanCanonicalization,
+    /// A jump table that only an instruction outside the layout uses, with
+    /// an argument that is no value past its default entry: Cranelift
+    /// clears such tables to their default before it looks, and compiles.
+    ClearedJumpTableEntry,
 }
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Defect; 6] = [
+    pub const ALL: [Defect; 7] = [
         Defect::UnusedSignature,
         Defect::UnusedDynamicType,
         Defect::AliasLoop,
         Defect::DanglingArgument,
         Defect::IllTypedUnreachableBlock,
         Defect::UnknownFloatWithNanCanonicalization,
+        Defect::ClearedJumpTableEntry,
     ];
+
+    /// Whether the defect is in the key: Cranelift lowers every declared
+    /// signature and dynamic type, so the key holds unused ones; the other
+    /// defects are where the walk does not look.
+    fn in_key(self) -> bool {
+        match self {
+            Defect::UnusedSignature | Defect::UnusedDynamicType => true,
+            Defect::AliasLoop
+            | Defect::DanglingArgument
+            | Defect::IllTypedUnreachableBlock
+            | Defect::UnknownFloatWithNanCanonicalization
+            | Defect::ClearedJumpTableEntry => false,
+        }
+    }
 
     /// The Cranelift flags the defect needs (beside the harness's own).
     fn flags(self) -> &'static [(&'static str, &'static str)] {
@@ -70,7 +93,8 @@ impl Defect {
             | Defect::UnusedDynamicType
             | Defect::AliasLoop
             | Defect::DanglingArgument
-            | Defect::IllTypedUnreachableBlock => &[],
+            | Defect::IllTypedUnreachableBlock
+            | Defect::ClearedJumpTableEntry => &[],
         }
     }
 
@@ -116,6 +140,23 @@ impl Defect {
                 let mut pos = cursor_at(func, block);
                 pos.ins().fadd(x, x);
                 pos.ins().trap(ir::TrapCode::unwrap_user(1));
+            }
+            Defect::ClearedJumpTableEntry => {
+                let entry = func.layout.entry_block().expect("an entry block");
+                let dfg = &mut func.dfg;
+                let default = dfg.block_call(entry, &[]);
+                // (Block arguments encode values below 2^30.)
+                let missing = [ir::BlockArg::Value(ir::Value::from_u32(1 << 29))];
+                let entry_call = dfg.block_call(entry, &missing);
+                let table = dfg
+                    .jump_tables
+                    .push(ir::JumpTableData::new(default, &[entry_call]));
+                let index = dead_value(func);
+                func.dfg.make_inst(InstructionData::BranchTable {
+                    opcode: Opcode::BrTable,
+                    arg: index,
+                    table,
+                });
             }
         }
     }
@@ -188,12 +229,28 @@ fn defective_compiles<M: Module>(
 /// through `DedupModule` exactly when it does in plain `JITModule` (see the
 /// module docs).
 pub fn check(program: &Program, index: usize) -> Result<(), String> {
+    let original = functions(program).swap_remove(index);
     for defect in Defect::ALL {
+        let mut defective = original.clone();
+        defect.apply(&mut defective);
+        if (Fingerprint::of(&defective) != Fingerprint::of(&original)) != defect.in_key() {
+            return Err(format!(
+                "f{index} with {defect:?}: the key {} it",
+                if defect.in_key() {
+                    "does not see"
+                } else {
+                    "sees"
+                }
+            ));
+        }
         let flags = defect.flags();
         let plain = crate::compile::with_quiet_panics(|| {
             catch_unwind(AssertUnwindSafe(|| {
                 let mut plain = JITModule::new(jit_builder_with(flags)?);
-                defective_compiles(&mut plain, program, index, defect, |_, _| true)
+                let compiles = defective_compiles(&mut plain, program, index, defect, |_, _| true);
+                // SAFETY: nothing of the module's code is used after this.
+                unsafe { plain.free_memory() };
+                compiles
             }))
         });
         // A panic of plain Cranelift is its failing.
@@ -205,11 +262,15 @@ pub fn check(program: &Program, index: usize) -> Result<(), String> {
                 catch_unwind(AssertUnwindSafe(|| {
                     let inner = JITModule::new(jit_builder_with(flags)?);
                     let mut dedup = DedupModule::wrap(inner, options);
-                    defective_compiles(&mut dedup, program, index, defect, |m, id| {
-                        options.mode == Mode::Eager
-                            || (m.flush().is_ok()
-                                && m.failed_definitions().iter().all(|f| f.0 != id))
-                    })
+                    let compiles =
+                        defective_compiles(&mut dedup, program, index, defect, |m, id| {
+                            options.mode == Mode::Eager
+                                || (m.flush().is_ok()
+                                    && m.failed_definitions().iter().all(|f| f.0 != id))
+                        });
+                    // SAFETY: as above.
+                    unsafe { dedup.into_inner().free_memory() };
+                    compiles
                 }))
             })
             .map_err(|panic| {

@@ -491,9 +491,8 @@ pub(super) fn compile_panic(function: String, panic: Box<dyn std::any::Any + Sen
 
 /// Runs `pass`, part of what compiling `func` does, with a panic as the
 /// error compiling `func` gives for it. (The panic hook sees the panic, as
-/// it would in plain Cranelift: swapping the process's hook on a path every
-/// duplicate takes would cost a lock each time, and race with other
-/// threads.)
+/// it would in plain Cranelift: the library leaves the process's hook
+/// alone.)
 pub(super) fn panic_as_error<T>(
     func: &Function,
     pass: impl FnOnce() -> ModuleResult<T>,

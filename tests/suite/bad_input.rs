@@ -693,3 +693,48 @@ fn a_stale_constant_pool_is_compiled_every_time() {
         }
     }
 }
+
+/// `block0` branches to two `br_table`s, each on a jump table whose one
+/// entry passes `v0` to `block3`: two equal tables (`shared` false) or one
+/// table both use.
+fn two_branch_tables(shared: bool) -> Function {
+    let mut func = Function::new();
+    func.signature = sig(&jit(), CallConv::SystemV);
+    let blocks = [(); 4].map(|()| func.dfg.make_block());
+    for block in blocks {
+        func.layout.append_block(block);
+    }
+    let v0 = func.dfg.append_block_param(blocks[0], I64);
+    let param = func.dfg.append_block_param(blocks[3], I64);
+    let mut table = || {
+        let dfg = &mut func.dfg;
+        let call = dfg.block_call(blocks[3], &[ir::BlockArg::Value(v0)]);
+        dfg.jump_tables.push(ir::JumpTableData::new(call, &[]))
+    };
+    let first = table();
+    let second = if shared { first } else { table() };
+    let mut pos = FuncCursor::new(&mut func).at_bottom(blocks[0]);
+    let index = pos.ins().ireduce(I32, v0);
+    pos.ins().brif(index, blocks[1], &[], blocks[2], &[]);
+    let mut pos = pos.at_bottom(blocks[1]);
+    pos.ins().br_table(index, first);
+    let mut pos = pos.at_bottom(blocks[2]);
+    pos.ins().br_table(index, second);
+    let mut pos = pos.at_bottom(blocks[3]);
+    pos.ins().return_(&[param]);
+    func
+}
+
+/// A jump table two `br_table`s share is not two equal tables: Cranelift
+/// edits a table's entries in place once per branch when it removes a
+/// block parameter every branch passes the same value
+/// (`remove_constant_phis`), and asserts on a shared one.
+#[test]
+fn a_shared_jump_table_is_not_two_equal_ones() {
+    let (separate, shared) = (two_branch_tables(false), two_branch_tables(true));
+    assert_ne!(
+        jitfold::Fingerprint::of(&separate),
+        jitfold::Fingerprint::of(&shared)
+    );
+    compiles_as_in_cranelift(&separate, &shared, &[], "a shared jump table", false);
+}

@@ -796,9 +796,15 @@ fn unused_declarations_are_keyed_as_sets() {
     };
     assert_ne!(uses("const0"), uses("const1"));
     // The order the bytes were set in decides which handle the mid-end
-    // takes for them: the last.
-    let reversed = key(&format!("const1 = {constant}\n const0 = {constant}"));
-    assert_ne!(repeat, reversed);
+    // takes for them (the last): set out of handle order (the parser sets
+    // them in text order), the pool's map is not one its handles make, and
+    // the function merges with nothing, not even itself.
+    let reversed = format!("const1 = {constant}\n const0 = {constant}");
+    assert_ne!(key(&reversed), key(&reversed));
+    assert_eq!(
+        repeat,
+        key(&format!("const0 = {constant}\n const1 = {constant}"))
+    );
 }
 
 /// A constant pool whose map from bytes to handles is not the one its

@@ -413,3 +413,41 @@ fn check_mode_uses_an_entry_only_if_it_is_the_functions_own_code() {
         "{checked}"
     );
 }
+
+/// A function whose constant pool maps bytes to handles otherwise than its
+/// handles say has a key unique only within its process (see
+/// `fingerprint::an_irregular_constant_pool_merges_with_nothing`): the
+/// store is never asked for it, in either mode, while a function with a
+/// regular pool is.
+#[test]
+fn the_store_is_never_asked_for_a_function_with_a_stale_constant_pool() {
+    use cranelift_codegen::ir::{ConstantData, UserFuncName};
+    for stale in [false, true] {
+        for options in [DedupOptions::eager(), DedupOptions::batch()] {
+            let store = Arc::new(Counting::default());
+            let mut m =
+                DedupModule::with_options(builder(), options).with_store(store.clone(), None);
+            let conv = m.isa().default_call_conv();
+            let id = declare(&mut m, "f", conv);
+            let mut ctx = m.make_context();
+            ctx.func = crate::common::build::built(&mut m, id, |b, _, p| {
+                b.ins().return_(&[p[0]]);
+            });
+            ctx.func.name = UserFuncName::user(0, id.as_u32());
+            ctx.func
+                .dfg
+                .constants
+                .insert(ConstantData::from(vec![1u8; 16]));
+            if stale {
+                for data in ctx.func.dfg.constants.entries_mut() {
+                    *data = ConstantData::from(vec![2u8; 16]);
+                }
+            }
+            m.define_function(id, &mut ctx).unwrap();
+            m.finalize_definitions().unwrap();
+            let (gets, many) = store.take();
+            let asked = gets + many.iter().sum::<usize>();
+            assert_eq!(asked, usize::from(!stale), "{options}, stale {stale}");
+        }
+    }
+}
