@@ -178,7 +178,11 @@ macro_rules! key_kind {
             /// A 64-bit hash of the key that is the same in every process
             /// and on every machine for a given version of jitfold and
             /// Cranelift (XXH3 over the little-endian bytes of the key,
-            /// seeded with [`KEY_FORMAT_VERSION`]).
+            /// seeded with [`KEY_FORMAT_VERSION`]). The one exception is
+            /// the key of a function whose constant pool maps bytes to
+            /// handles otherwise than setting its handles in order would
+            /// (`ConstantPool::entries_mut` can leave it so): it holds a
+            /// number unique within its process, drawn anew each walk.
             pub fn stable_hash(&self) -> u64 {
                 self.0.stable_hash()
             }

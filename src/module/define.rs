@@ -180,7 +180,8 @@ impl<M: Module> DedupModule<M> {
                 (compiled.time, compiled.code_bytes, Some(compiled))
             }
         };
-        if self.stored.is_some() {
+        // (Code the plan would not load is not stored either.)
+        if self.stored.is_some() && plan.load {
             self.store_compiled(
                 ctx,
                 precompiled.as_ref(),

@@ -252,6 +252,7 @@ impl<M: Module> DedupModule<M> {
             let walk = known.as_ref().expect("walked").as_ref();
             let plan = self.compiled.plan(&walk.planned(func), policy);
             let compiles = plan.needs_code();
+            let loads = plan.load;
             let new_key = exact.insert(walk.fingerprint.to_fingerprint());
             let new_template = plan.keep_template.is_none_or(|t| templates.insert(t));
             let new_body = plan.keep_body.is_none_or(|b| bodies.insert(b));
@@ -262,7 +263,7 @@ impl<M: Module> DedupModule<M> {
                 continue;
             }
             // What the code store holds is loaded, not compiled.
-            if self.store_holds(&walk) {
+            if self.store_holds(&walk, loads) {
                 continue;
             }
             if leave_one {

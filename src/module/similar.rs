@@ -243,7 +243,7 @@ impl<M: Module> DedupModule<M> {
             };
             let plan = self.compiled.plan(&walk.planned(func), policy);
             let compiles = plan.needs_code();
-            if !compiles || self.store_holds(&walk) {
+            if !compiles || self.store_holds(&walk, plan.load) {
                 continue;
             }
             let instructions = walk.fingerprint.instructions();

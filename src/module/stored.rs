@@ -333,11 +333,12 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Whether the code store holds an entry for the template of a
-    /// function walked as `walk` (not checked: a batch flush leaves such
-    /// functions to the store instead of compiling them on threads).
-    pub(super) fn store_holds(&self, walk: &WalkRef<'_>) -> bool {
-        let Some(stored) = &self.stored else {
+    /// Whether a function walked as `walk`, whose plan loads its code from
+    /// the store if `loads` ([`Plan::load`]), finds an entry for its
+    /// template there (not checked: a batch flush leaves such functions to
+    /// the store instead of compiling them on threads).
+    pub(super) fn store_holds(&self, walk: &WalkRef<'_>, loads: bool) -> bool {
+        let Some(stored) = self.stored.as_ref().filter(|_| loads) else {
             return false;
         };
         let key = store_key(&stored.context, walk);

@@ -423,7 +423,13 @@ fn check_mode_uses_an_entry_only_if_it_is_the_functions_own_code() {
 fn the_store_is_never_asked_for_a_function_with_a_stale_constant_pool() {
     use cranelift_codegen::ir::{ConstantData, UserFuncName};
     for stale in [false, true] {
-        for options in [DedupOptions::eager(), DedupOptions::batch()] {
+        let similar = jitfold::fuzzing::differential::similar_options();
+        let batches = [
+            DedupOptions::batch(),
+            DedupOptions::batch().with_threads(2),
+            similar,
+        ];
+        for options in [DedupOptions::eager()].into_iter().chain(batches) {
             let store = Arc::new(Counting::default());
             let mut m =
                 DedupModule::with_options(builder(), options).with_store(store.clone(), None);
@@ -448,6 +454,12 @@ fn the_store_is_never_asked_for_a_function_with_a_stale_constant_pool() {
             let (gets, many) = store.take();
             let asked = gets + many.iter().sum::<usize>();
             assert_eq!(asked, usize::from(!stale), "{options}, stale {stale}");
+            // Nor is its code stored: it would never be loaded.
+            assert_eq!(
+                m.stats().store_writes,
+                u64::from(!stale),
+                "{options}, stale {stale}"
+            );
         }
     }
 }
