@@ -60,6 +60,8 @@ pub struct Walk {
     pub address_taken: Vec<bool>,
     /// Whether the function observes its own frame.
     pub observes_own_frame: bool,
+    /// Whether its key is unique ([`crate::Walk::key_is_unique`]).
+    pub key_is_unique: bool,
 }
 
 impl Walk {
@@ -75,6 +77,7 @@ impl Walk {
             names: &self.names,
             address_taken: &self.address_taken,
             observes_own_frame: self.observes_own_frame,
+            key_is_unique: self.key_is_unique,
         }
     }
 
@@ -96,6 +99,8 @@ pub struct WalkRef<'a> {
     pub address_taken: &'a [bool],
     /// Whether the function observes its own frame.
     pub observes_own_frame: bool,
+    /// Whether its key is unique ([`crate::Walk::key_is_unique`]).
+    pub key_is_unique: bool,
 }
 
 impl<'a> WalkRef<'a> {
@@ -108,6 +113,7 @@ impl<'a> WalkRef<'a> {
             names: walk.names(),
             address_taken: walk.address_taken(),
             observes_own_frame: walk.observes_own_frame(),
+            key_is_unique: walk.key_is_unique(),
         }
     }
 
@@ -118,6 +124,7 @@ impl<'a> WalkRef<'a> {
             names: self.names.to_vec(),
             address_taken: self.address_taken.to_vec(),
             observes_own_frame: self.observes_own_frame,
+            key_is_unique: self.key_is_unique,
         }
     }
 
@@ -132,9 +139,7 @@ impl<'a> WalkRef<'a> {
                 self.fingerprint.instructions(),
                 self.observes_own_frame,
             ),
-            compiled_only: !func.dfg.exception_tables.is_empty()
-                || (func.dfg.constants.len() > 0
-                    && !crate::fingerprint::pool_set_in_order(&func.dfg.constants)),
+            compiled_only: !func.dfg.exception_tables.is_empty() || self.key_is_unique,
         }
     }
 }
@@ -155,9 +160,8 @@ pub struct Planned<'a> {
     /// store: when it has exception tables, since cranelift-jit (with its
     /// `wasmtime-unwinder` feature) records the exception tables, by which
     /// a throw finds its handler, only of the functions it compiles, not of
-    /// code defined from bytes; and when its constant pool's map is not the
-    /// one its handles make (`entries_mut` changed its bytes, or it was set
-    /// out of handle order), since its key is then unique only within this
+    /// code defined from bytes; and when its key is unique
+    /// ([`crate::Walk::key_is_unique`]), which it is only within this
     /// process.
     pub compiled_only: bool,
 }

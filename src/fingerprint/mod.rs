@@ -59,11 +59,11 @@
 //!    place in this list. Then whether the constant pool is plain (its
 //!    handles exactly 0 to its length, their bytes all different, its map
 //!    from bytes to handles the one setting each handle in order makes),
-//!    and if not, its length and every handle with its bytes, and if its
-//!    map is not even one setting each handle makes, a number no other key
-//!    of the process has: the mid-end adds constants at the handle
-//!    numbered as the pool's length, asserting that it is new, and takes
-//!    the handle the map gives for bytes the pool holds, used or not.
+//!    and if not, its length and every handle with its bytes (and if its
+//!    map is not even one setting each handle makes, the key is unique,
+//!    see 9): the mid-end adds constants at the handle numbered as the
+//!    pool's length, asserting that it is new, and takes the handle the map
+//!    gives for bytes the pool holds, used or not.
 //! 4. Reachable blocks in DFS pre-order from the entry block, following each
 //!    terminator's destinations in order; each block's parameter types and
 //!    whether it is marked cold (cold blocks are laid out last).
@@ -98,6 +98,11 @@
 //!    that lower whenever the function compiles, such as the placeholders
 //!    the CLIF parser makes for gaps in `sigN` and `dtN` numbering; see
 //!    `unused_declarations` in `walk.rs`.)
+//!    Last, whether the key is unique: a number no other key of the
+//!    process has (drawn anew each walk) when the constant pool's map is
+//!    one the key cannot hold, or when two reachable instructions share an
+//!    operand list, which the mid-end rewrites in place (see
+//!    `Walk::key_is_unique`).
 //! 10. External names: libcalls and known symbols by variant in place; `User`
 //!     and test-case names in place as a *name slot* (their number in
 //!     first-use order among distinct names), and after everything else the
@@ -145,8 +150,8 @@ use cranelift_codegen::ir::{ExternalName, Function, UserExternalName};
 pub(crate) use keys::write_fast_hash;
 pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Shape, Template};
 use keys::{KeyHashes, process_hasher};
+pub(crate) use walk::encode_names;
 pub use walk::{Fingerprinter, ImmediateSite, Walk};
-pub(crate) use walk::{encode_names, pool_set_in_order};
 
 /// The version of Cranelift that jitfold is built against (Cargo pins every
 /// Cranelift crate to it): the key format and the audit in `walk.rs` are
@@ -155,7 +160,7 @@ pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
 
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
-pub const KEY_FORMAT_VERSION: u32 = 7;
+pub const KEY_FORMAT_VERSION: u32 = 8;
 
 /// A user or test-case external name, as it fills a name slot of a
 /// [template](Template).

@@ -36,7 +36,7 @@
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
 //! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) ; if the pool holds the bytes, it takes their last handle, used or not | first use of the handle, bytes on first use, when the pool's handles are 0 to its length and their bytes all differ; otherwise the whole pool, and uses by handle |
 //! | jump tables, exception tables | content, in order; identity when `remove_constant_phis` edits a table's entries in place, once per branch, and asserts on one that two branches share (`remove_constant_phis.rs`) | first use, content on first use |
-//! | value lists (operands of calls and returns, branch arguments) | content; but the mid-end rewrites operands in place (`overwrite_inst_values` in `egraph/elaborate.rs`), so a non-empty list two instructions share (an `InstructionData` copied, a jump table cloned shallowly) is rewritten for both | by content: **sharing is not in the key** (a known gap: such a function can fail where its twin with separate lists compiles; `FunctionBuilder` never shares lists) |
+//! | value lists (operands of calls and returns, branch arguments) | content; but the mid-end rewrites operands in place (`overwrite_inst_values` in `egraph/elaborate.rs`), so a non-empty list two instructions share (an `InstructionData` copied, a jump table cloned shallowly) is rewritten for both | by content; a function in which two reachable instructions share one gets a unique key (`FunctionBuilder` never shares lists) |
 //! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
 //! | memory flags | content (`MemFlagsSet` interns them) | by content |
 //! | user stack maps, debug tags | metadata only | stack maps in place; debug tags not |
@@ -64,6 +64,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::ir::{AliasRegion, Endianness};
 use cranelift_codegen::isa::CallConv;
 use hashbrown::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Serial numbers handed out on first sight, per entity kind.
@@ -165,6 +166,14 @@ pub struct Fingerprinter {
     /// The `iconst`, `f32const` and `f64const` instructions encoded, with
     /// where their immediates are in the key (see [`Walk::constant_sites`]).
     constant_sites: Vec<ImmediateSite>,
+    /// Per value-list pool index: the walk that last saw the list (see
+    /// [`Fingerprinter::note_list`]).
+    list_stamps: Vec<u32>,
+    /// This walk's stamp in `list_stamps`.
+    stamp: u32,
+    /// Whether the key is to hold a number no other key of this process
+    /// has (see [`Walk::key_is_unique`]).
+    unique_key: bool,
     /// What the last walk found beside the key in `out`.
     last: LastKey,
 }
@@ -200,6 +209,7 @@ pub struct Walk<'a> {
     names: &'a [SymbolName],
     address_taken: &'a [bool],
     observes_own_frame: bool,
+    key_is_unique: bool,
     constant_sites: &'a [ImmediateSite],
 }
 
@@ -250,6 +260,18 @@ impl<'a> Walk<'a> {
         self.observes_own_frame
     }
 
+    /// Whether the key holds a number no other key of this process has,
+    /// drawn anew each walk, so that the function is the duplicate of
+    /// nothing: its constant pool maps bytes to handles otherwise than
+    /// setting its handles in order would (`ConstantPool::entries_mut` can
+    /// leave it so), or two of its reachable instructions share an operand
+    /// list, which the mid-end rewrites in place. Another process may draw
+    /// the same number, so such a function's code must come from compiling
+    /// it, never from a code store.
+    pub fn key_is_unique(&self) -> bool {
+        self.key_is_unique
+    }
+
     /// Every reachable `iconst`, `f32const` and `f64const` instruction, in
     /// walk order, with the position of its immediate in the exact key.
     /// Recording them is the walk's only work for similar-function merging
@@ -295,6 +317,9 @@ impl Fingerprinter {
             func_ref_slots: SecondaryMap::with_default(u32::MAX),
             observes_frame: false,
             constant_sites: Vec::new(),
+            list_stamps: Vec::new(),
+            stamp: 0,
+            unique_key: false,
             last: LastKey::default(),
         }
     }
@@ -330,6 +355,7 @@ impl Fingerprinter {
             names: &self.names,
             address_taken: &self.address_taken,
             observes_own_frame: self.observes_frame,
+            key_is_unique: self.unique_key,
             constant_sites: &self.constant_sites,
         }
     }
@@ -362,6 +388,16 @@ impl Fingerprinter {
         self.func_ref_slots.clear();
         self.declarations.clear();
         self.observes_frame = false;
+        self.unique_key = false;
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.list_stamps.fill(0);
+            self.stamp = 1;
+        }
+        let lists = dfg.value_lists.capacity();
+        if self.list_stamps.len() < lists {
+            self.list_stamps.resize(lists, 0);
+        }
         self.constant_sites.clear();
 
         // 1. Signature; 2. stack limit and value labels; 3. frame layout
@@ -408,6 +444,13 @@ impl Fingerprinter {
         }
         self.out.push(u32::MAX); // End of blocks.
         self.unused_declarations(func);
+        if self.unique_key {
+            static UNIQUE: AtomicU64 = AtomicU64::new(0);
+            self.out.push(1);
+            self.imm64(UNIQUE.fetch_add(1, Ordering::Relaxed) as i64);
+        } else {
+            self.out.push(0);
+        }
 
         // 10. The names behind the name slots, in slot order, after the
         // template part of the key.
@@ -505,8 +548,8 @@ impl Fingerprinter {
     /// each use of a constant is its handle (see
     /// [`Fingerprinter::constant`]); if its map from bytes to handles is
     /// not even the one setting each handle in order makes, the word is 2
-    /// and a number no other key of this process has follows, so that the
-    /// function is the duplicate of none.
+    /// and the key is unique ([`Walk::key_is_unique`]), so that the function
+    /// is the duplicate of none.
     ///
     /// The mid-end adds constants while compiling (`ConstantPool::insert`,
     /// for a `splat` of a constant say): if the pool's map holds those
@@ -547,11 +590,7 @@ impl Fingerprinter {
             self.out.push(handle.as_u32());
             encode_bytes(&mut self.out, data.as_slice());
         }
-        if !set_in_order {
-            static UNIQUE: AtomicU64 = AtomicU64::new(0);
-            let unique = UNIQUE.fetch_add(1, Ordering::Relaxed);
-            self.imm64(unique as i64);
-        }
+        self.unique_key |= !set_in_order;
     }
 
     fn block_header(&mut self, func: &Function, block: Block) {
@@ -622,6 +661,29 @@ impl Fingerprinter {
         }
     }
 
+    /// Notes a use of the value list with pool index `index` (see
+    /// [`list_index`]). The mid-end rewrites an instruction's operands in
+    /// place, through its lists (`overwrite_inst_values` in
+    /// `egraph/elaborate.rs`; `remove_constant_phis` edits branch arguments
+    /// the same way), so a non-empty list two reachable instructions share
+    /// is rewritten for both, and can make the compile fail where separate
+    /// lists with the same values do not. The key does not number lists:
+    /// a function that shares one gets a key no other has
+    /// ([`Walk::key_is_unique`]). (`FunctionBuilder` and the CLIF parser
+    /// never share lists; copying an `InstructionData`, or a jump table
+    /// without `deep_clone`, does.)
+    #[inline]
+    fn note_list(&mut self, index: u32) {
+        // 0 is the empty list; an index out of the pool is no list.
+        if index == 0 {
+            return;
+        }
+        if let Some(stamp) = self.list_stamps.get_mut(index as usize) {
+            self.unique_key |= *stamp == self.stamp;
+            *stamp = self.stamp;
+        }
+    }
+
     /// A variable-length operand list: its length, then the values.
     fn value_list(&mut self, func: &Function, values: &[Value]) {
         self.out.push(values.len() as u32);
@@ -639,6 +701,7 @@ impl Fingerprinter {
     /// A branch destination: block, then its arguments. The block is also a
     /// successor for the DFS.
     fn block_call(&mut self, func: &Function, call: &BlockCall) {
+        self.note_list(list_index(call));
         let pool = &func.dfg.value_lists;
         let block = call.block(pool);
         if func.dfg.block_is_valid(block) {
@@ -1090,6 +1153,7 @@ impl Fingerprinter {
             } => {
                 let callee = self.func_ref(func, func_ref);
                 self.out.push(callee);
+                self.note_list(list_index(&args));
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
@@ -1100,6 +1164,7 @@ impl Fingerprinter {
             } => {
                 let sig = self.sig_ref(func, sig_ref);
                 self.out.push(sig);
+                self.note_list(list_index(&args));
                 self.value_list(func, args.as_slice(pool));
                 self.stack_map(func, inst, opcode, head);
             }
@@ -1195,6 +1260,7 @@ impl Fingerprinter {
                 self.mem_flags(func, flags);
             }
             InstructionData::MultiAry { args, opcode: _ } => {
+                self.note_list(list_index(&args));
                 self.value_list(func, args.as_slice(pool));
             }
             InstructionData::NullAry { opcode } => {
@@ -1270,6 +1336,7 @@ impl Fingerprinter {
                 self.observes_frame = true;
                 let callee = self.func_ref(func, func_ref);
                 self.out.push(callee);
+                self.note_list(list_index(&args));
                 self.value_list(func, args.as_slice(pool));
                 self.exception_table(func, exception);
                 self.stack_map(func, inst, opcode, head);
@@ -1280,6 +1347,7 @@ impl Fingerprinter {
                 exception,
             } => {
                 self.observes_frame = true;
+                self.note_list(list_index(&args));
                 self.value_list(func, args.as_slice(pool));
                 self.exception_table(func, exception);
                 self.stack_map(func, inst, opcode, head);
@@ -1396,12 +1464,29 @@ impl Fingerprinter {
     }
 }
 
+/// The pool index of a value list, which is its identity: the only field of
+/// an `EntityList`, and what its derived `Hash` writes (a `BlockCall`'s
+/// derived `Hash` writes its list's). Cranelift keeps the field private.
+fn list_index(list: &impl Hash) -> u32 {
+    /// A hasher that keeps the last `u32` written to it.
+    struct LastU32(u32);
+    impl Hasher for LastU32 {
+        fn finish(&self) -> u64 {
+            u64::from(self.0)
+        }
+        fn write(&mut self, _: &[u8]) {}
+        fn write_u32(&mut self, i: u32) {
+            self.0 = i;
+        }
+    }
+    let mut index = LastU32(0);
+    list.hash(&mut index);
+    index.0
+}
+
 /// Whether `pool`'s map from bytes to handles is the one setting each of
-/// its handles in order makes (see [`Fingerprinter::constant_pool`]); if
-/// not, the function's key holds a number no other key of this process
-/// has, so it matches nothing here, and another process's key may hold the
-/// same number: code stores are not asked for it.
-pub(crate) fn pool_set_in_order(pool: &ConstantPool) -> bool {
+/// its handles in order makes (see [`Fingerprinter::constant_pool`]).
+fn pool_set_in_order(pool: &ConstantPool) -> bool {
     let mut in_order = ConstantPool::new();
     for (&handle, data) in pool.iter() {
         in_order.set(handle, data.clone());

@@ -738,3 +738,48 @@ fn a_shared_jump_table_is_not_two_equal_ones() {
     );
     compiles_as_in_cranelift(&separate, &shared, &[], "a shared jump table", false);
 }
+
+/// `block0` squares its parameter and returns that from two blocks, whose
+/// `return`s have one operand list (`shared`: the second instruction a copy
+/// of the first's `InstructionData`) or two equal ones.
+fn two_returns(shared: bool) -> Function {
+    let mut func = Function::new();
+    func.signature = sig(&jit(), CallConv::SystemV);
+    let blocks = [(); 3].map(|()| func.dfg.make_block());
+    for block in blocks {
+        func.layout.append_block(block);
+    }
+    let x = func.dfg.append_block_param(blocks[0], I64);
+    let mut pos = FuncCursor::new(&mut func).at_bottom(blocks[0]);
+    let sum = pos.ins().imul(x, x);
+    pos.ins().brif(x, blocks[1], &[], blocks[2], &[]);
+    let mut pos = pos.at_bottom(blocks[1]);
+    let first = pos.ins().return_(&[sum]);
+    let mut pos = pos.at_bottom(blocks[2]);
+    if shared {
+        let copy = pos.func.dfg.insts[first];
+        let second = pos.func.dfg.make_inst(copy);
+        pos.insert_inst(second);
+    } else {
+        pos.ins().return_(&[sum]);
+    }
+    func
+}
+
+/// An operand list two instructions share is rewritten for both when the
+/// mid-end rewrites one's operands in place: such a function gets a key no
+/// other function has, and is compiled, as plain Cranelift compiles it.
+#[test]
+fn an_operand_list_two_instructions_share_is_not_two_equal_ones() {
+    let (separate, shared) = (two_returns(false), two_returns(true));
+    assert_eq!(
+        jitfold::Fingerprint::of(&separate),
+        jitfold::Fingerprint::of(&separate)
+    );
+    assert_ne!(
+        jitfold::Fingerprint::of(&shared),
+        jitfold::Fingerprint::of(&shared)
+    );
+    let flags = [("opt_level", "speed")];
+    compiles_as_in_cranelift(&separate, &shared, &flags, "a shared operand list", false);
+}
