@@ -36,7 +36,7 @@
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
 //! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) ; if the pool holds the bytes, it takes their last handle, used or not | first use of the handle, bytes on first use, when the pool's handles are 0 to its length and their bytes all differ; otherwise the whole pool, and uses by handle |
 //! | jump tables, exception tables | content, in order; identity when `remove_constant_phis` edits a table's entries in place, once per branch, and asserts on one that two branches share (`remove_constant_phis.rs`) | first use, content on first use |
-//! | value lists (operands of calls and returns, branch arguments) | content; but the mid-end rewrites operands in place (`overwrite_inst_values` in `egraph/elaborate.rs`), so a non-empty list two instructions share (an `InstructionData` copied, a jump table cloned shallowly) is rewritten for both | by content; a function in which two reachable instructions share one gets a unique key (`FunctionBuilder` never shares lists) |
+//! | value lists (operands of calls and returns, branch arguments) | content; but the mid-end rewrites operands in place (`egraph/mod.rs`, `overwrite_inst_values` in `egraph/elaborate.rs`), so a list with operands two uses share (an `InstructionData` copied, a jump table cloned shallowly) is rewritten for both | by content; a function in which two reachable uses share one with operands gets a unique key |
 //! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
 //! | memory flags | content (`MemFlagsSet` interns them) | by content |
 //! | user stack maps, debug tags | metadata only | stack maps in place; debug tags not |
@@ -662,16 +662,19 @@ impl Fingerprinter {
     }
 
     /// Notes a use of the value list with pool index `index` (see
-    /// [`list_index`]). The mid-end rewrites an instruction's operands in
-    /// place, through its lists (`overwrite_inst_values` in
-    /// `egraph/elaborate.rs`; `remove_constant_phis` edits branch arguments
-    /// the same way), so a non-empty list two reachable instructions share
-    /// is rewritten for both, and can make the compile fail where separate
-    /// lists with the same values do not. The key does not number lists:
-    /// a function that shares one gets a key no other has
-    /// ([`Walk::key_is_unique`]). (`FunctionBuilder` and the CLIF parser
-    /// never share lists; copying an `InstructionData`, or a jump table
-    /// without `deep_clone`, does.)
+    /// [`list_index`]), a list of operands or of a branch's arguments. The
+    /// mid-end rewrites operands in place, through their lists (the
+    /// egraph's first pass, `egraph/mod.rs`, and `overwrite_inst_values` in
+    /// `egraph/elaborate.rs`), so a list with operands that two uses share
+    /// (two instructions, or two destinations of one) is rewritten for
+    /// both, and can make the compile fail where separate lists with the
+    /// same values do not. The key does not number lists: a function that
+    /// shares one gets a key no other has ([`Walk::key_is_unique`]).
+    /// (Copying an `InstructionData`, or a jump table without
+    /// `deep_clone`, shares lists; `FunctionBuilder` makes a list per
+    /// instruction, but jump tables hold the branch destinations they are
+    /// given, and translators share argument-less ones, which nothing
+    /// rewrites and so are not noted.)
     #[inline]
     fn note_list(&mut self, index: u32) {
         // 0 is the empty list; an index out of the pool is no list.
@@ -701,8 +704,11 @@ impl Fingerprinter {
     /// A branch destination: block, then its arguments. The block is also a
     /// successor for the DFS.
     fn block_call(&mut self, func: &Function, call: &BlockCall) {
-        self.note_list(list_index(call));
         let pool = &func.dfg.value_lists;
+        // Its list holds its block first; only arguments are rewritten.
+        if call.args(pool).len() > 0 {
+            self.note_list(list_index(call));
+        }
         let block = call.block(pool);
         if func.dfg.block_is_valid(block) {
             self.block_ref(block);

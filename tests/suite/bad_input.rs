@@ -783,3 +783,61 @@ fn an_operand_list_two_instructions_share_is_not_two_equal_ones() {
     let flags = [("opt_level", "speed")];
     compiles_as_in_cranelift(&separate, &shared, &flags, "a shared operand list", false);
 }
+
+/// `block0` switches on its parameter through a jump table whose default
+/// and two entries are one branch destination to `block1`, which returns
+/// the parameter squared: with `arguments`, the destination passes the
+/// parameter to `block1`'s own; without, `block1` reads it from `block0`.
+fn one_destination_thrice(arguments: bool) -> Function {
+    let mut func = Function::new();
+    func.signature = sig(&jit(), CallConv::SystemV);
+    let blocks = [(); 2].map(|()| func.dfg.make_block());
+    for block in blocks {
+        func.layout.append_block(block);
+    }
+    let x = func.dfg.append_block_param(blocks[0], I64);
+    let (call, squared) = if arguments {
+        let y = func.dfg.append_block_param(blocks[1], I64);
+        (func.dfg.block_call(blocks[1], &[ir::BlockArg::Value(x)]), y)
+    } else {
+        (func.dfg.block_call(blocks[1], &[]), x)
+    };
+    let table = func
+        .dfg
+        .jump_tables
+        .push(ir::JumpTableData::new(call, &[call, call]));
+    let mut pos = FuncCursor::new(&mut func).at_bottom(blocks[0]);
+    let index = pos.ins().ireduce(I32, x);
+    pos.ins().br_table(index, table);
+    let mut pos = pos.at_bottom(blocks[1]);
+    let r = pos.ins().imul(squared, squared);
+    pos.ins().return_(&[r]);
+    func
+}
+
+/// A branch destination without arguments that a jump table repeats (as
+/// translators of dense switches make them) is rewritten by nothing: the
+/// function merges with its copy. One with arguments makes the key unique.
+#[test]
+fn only_shared_lists_with_operands_make_a_key_unique() {
+    let mut walker = jitfold::Fingerprinter::new();
+    assert!(!walker.walk(&one_destination_thrice(false)).key_is_unique());
+    assert!(walker.walk(&one_destination_thrice(true)).key_is_unique());
+    assert!(walker.walk(&two_returns(true)).key_is_unique());
+    assert!(!walker.walk(&two_returns(false)).key_is_unique());
+    for options in DedupOptions::ALL {
+        let mut m = dedup(options);
+        let ids = ["f", "g"].map(|n| declare(&mut m, n, CallConv::SystemV));
+        for id in ids {
+            let mut ctx = m.make_context();
+            ctx.func = one_destination_thrice(false);
+            ctx.func.name = UserFuncName::user(0, id.as_u32());
+            m.define_function(id, &mut ctx).unwrap();
+        }
+        m.finalize_definitions().unwrap();
+        assert_eq!(m.stats().compiled, 1, "{options}");
+        for id in ids {
+            assert_eq!(call1(m.get_finalized_function(id), 5), 25, "{options}");
+        }
+    }
+}
