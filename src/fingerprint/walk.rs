@@ -34,7 +34,7 @@
 //! | global values | identity for `symbol_value`/`tls_value` (pure; lowering reads the `Symbol`, `machinst/lower.rs` `symbol_value_data`); content for `stack_limit` (`abi.rs` `generate_gv`) | first use, content, so two equal symbols stay two |
 //! | signatures | content (`SigSet`, `abi.rs`), but an ABI is computed for every one, so an unused signature Cranelift cannot lower fails the compile | by content; the unused ones as a set of contents |
 //! | external functions | content for calls (`func_ref_data`, `machinst/isle.rs`); identity for `func_addr` (pure) | by content; a `func_addr` also by first use of its `FuncRef` |
-//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`) ; if the pool holds the bytes, it takes their last handle, used or not | first use of the handle, bytes on first use, when the pool's handles are 0 to its length and their bytes all differ; otherwise the whole pool, and uses by handle |
+//! | constants, `dfg.immediates` | identity (GVN; x86-64 emits one pool entry per handle, `machinst/vcode.rs`); emitted in first-reference order (`machinst/buffer.rs`); the mid-end adds constants under the handle numbered as the pool's length and asserts it is new (`ConstantPool::insert`); if the pool holds the bytes, it takes their last handle, used or not | first use of the handle, bytes on first use, when the pool's handles are 0 to its length and their bytes all differ; otherwise the whole pool, and uses by handle |
 //! | jump tables, exception tables | content, in order; identity when `remove_constant_phis` edits a table's entries in place, once per branch, and asserts on one that two branches share (`remove_constant_phis.rs`) | first use, content on first use |
 //! | value lists (operands of calls and returns, branch arguments) | content; but the mid-end rewrites operands in place (`egraph/mod.rs`, `overwrite_inst_values` in `egraph/elaborate.rs`), so a list with operands two uses share (an `InstructionData` copied, a jump table cloned shallowly) is rewritten for both | by content; a function in which two reachable uses share one with operands gets a unique key |
 //! | alias regions | identity in alias analysis (`alias_analysis.rs`); the verifier rejects two of one `user_id` | first use, `user_id` |
@@ -477,7 +477,7 @@ impl Fingerprinter {
     /// `sigN` numbering with such), whose lowering reads nothing but its
     /// calling convention; and a dynamic type whose base type a used one
     /// has (the parser fills gaps in `dtN` with copies). (The constant
-    /// pool, also handled whole, is item 3b: see
+    /// pool, also handled whole, is in item 3 of the key: see
     /// [`Fingerprinter::constant_pool`].)
     fn unused_declarations(&mut self, func: &Function) {
         let dfg = &func.dfg;
