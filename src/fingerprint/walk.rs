@@ -436,8 +436,10 @@ impl Fingerprinter {
             let mut next = func.layout.first_inst(block);
             while let Some(inst) = next {
                 instructions += 1;
-                self.instruction(func, inst);
+                // The next instruction first: its load is then under way
+                // while this one is encoded.
                 next = func.layout.next_inst(inst);
+                self.instruction(func, inst);
             }
             // Push in reverse so the first destination is visited next.
             self.stack.extend(self.successors.iter().rev());
