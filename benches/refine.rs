@@ -120,6 +120,9 @@ fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
         reuse: false,
         machine_trampolines: true,
         store: false,
+        // As `DedupModule::<JITModule>::new` without cranelift-jit's
+        // `wasmtime-unwinder` feature (this crate does not turn it on).
+        compile_catching: false,
     };
     let mut compiled = CompiledCache::<()>::new();
     let mut calls = graph.then(|| CallGraph::with_capacity(funcs.len()));

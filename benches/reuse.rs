@@ -102,6 +102,9 @@ const POLICY: Policy = Policy {
     reuse: true,
     machine_trampolines: true,
     store: false,
+    // As `DedupModule::<JITModule>::new` without cranelift-jit's
+    // `wasmtime-unwinder` feature (this crate does not turn it on).
+    compile_catching: false,
 };
 
 impl Way for JitfoldReuse {

@@ -139,7 +139,8 @@ impl<'a> WalkRef<'a> {
                 self.fingerprint.instructions(),
                 self.observes_own_frame,
             ),
-            compiled_only: !func.dfg.exception_tables.is_empty() || self.key_is_unique,
+            catches: !func.dfg.exception_tables.is_empty(),
+            key_is_unique: self.key_is_unique,
         }
     }
 }
@@ -155,15 +156,30 @@ pub struct Planned<'a> {
     pub call_conv: CallConv,
     /// Whether an adapter may stand for it.
     pub adaptable: bool,
-    /// Whether its code must come from compiling it (or a trampoline to
-    /// such code), never reused from another function's or loaded from a
-    /// store: when it has exception tables, since cranelift-jit (with its
-    /// `wasmtime-unwinder` feature) records the exception tables, by which
-    /// a throw finds its handler, only of the functions it compiles, not of
-    /// code defined from bytes; and when its key is unique
-    /// ([`crate::Walk::key_is_unique`]), which it is only within this
-    /// process.
-    pub compiled_only: bool,
+    /// Whether it has exception tables (`try_call`, `try_call_indirect`),
+    /// which only the inner module's compile may record (see
+    /// [`Policy::compile_catching`]).
+    pub catches: bool,
+    /// Whether its key is unique ([`crate::Walk::key_is_unique`]), which it
+    /// is only within this process.
+    pub key_is_unique: bool,
+}
+
+impl Planned<'_> {
+    /// Whether its code must come from the inner module compiling it (or a
+    /// trampoline to such code), never from code defined from bytes:
+    /// compiled on another thread, reused from another function's, or
+    /// loaded from a store (see [`Policy::compile_catching`]).
+    pub fn compiled_by_inner(&self, policy: Policy) -> bool {
+        self.catches && policy.compile_catching
+    }
+
+    /// Whether its code must come from compiling it, in this process
+    /// (on any thread), never from another function's or a store's: when
+    /// [`Planned::compiled_by_inner`], and when its key is unique.
+    pub fn compiled_only(&self, policy: Policy) -> bool {
+        self.key_is_unique || self.compiled_by_inner(policy)
+    }
 }
 
 /// What the options and the target allow.
@@ -176,6 +192,14 @@ pub struct Policy {
     pub machine_trampolines: bool,
     /// A code store is consulted before compiling (see [`crate::store`]).
     pub store: bool,
+    /// The inner module records the exception tables (by which a throw
+    /// finds its handler) of the functions it compiles, and has none for
+    /// code defined from bytes, so a function with exception tables must
+    /// be compiled by it: cranelift-jit with its `wasmtime-unwinder`
+    /// feature, and any module jitfold does not know. (cranelift-object
+    /// writes no exception tables, nor does cranelift-jit without that
+    /// feature.)
+    pub compile_catching: bool,
 }
 
 /// A way to define a function, as [`Plan::steps`] lists them.
@@ -339,7 +363,7 @@ impl<T> CompiledCache<T> {
         // Not a cache hit: the keys derived from this one are copied out
         // of the walk, and only those the policy needs.
         let reusable = policy.reuse
-            && !f.compiled_only
+            && !f.compiled_only(policy)
             && (!f.names.is_empty() || !policy.machine_trampolines);
         let template = reusable.then(|| f.fingerprint.to_template());
         let reuse = template.as_ref().and_then(|t| self.templates.get(t));
@@ -357,7 +381,7 @@ impl<T> CompiledCache<T> {
             adapter_for,
             keep_template: template.filter(|_| reuse.is_none()),
             keep_body: body,
-            load: policy.store && !f.compiled_only,
+            load: policy.store && !f.compiled_only(policy),
         }
     }
 

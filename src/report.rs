@@ -599,6 +599,8 @@ impl Grouping {
                 reuse: options.reuse,
                 machine_trampolines: true,
                 store: options.cache.is_some() && options.compile_isa.is_some(),
+                // As `DedupModule::<JITModule>::new` in this build.
+                compile_catching: crate::module::jit_records_exception_tables(),
             },
             graph: options.merge_calls.then(|| CallGraph::with_capacity(files)),
             graph_time: Duration::ZERO,

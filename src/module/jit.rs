@@ -63,9 +63,16 @@ impl DedupModule<JITModule> {
     /// knows that a JIT writes no frame descriptions for code defined from
     /// bytes, so a [code store](DedupModule::with_store) may serve it
     /// entries without unwind information.
+    ///
+    /// It also knows whether this build of cranelift-jit records the
+    /// exception tables of the functions it compiles (its
+    /// `wasmtime-unwinder` feature, which any crate of the build may turn
+    /// on): only then must functions with exception tables be compiled by
+    /// it rather than get code from bytes ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
     pub fn with_options(builder: JITBuilder, options: DedupOptions) -> Self {
         let mut module = Self::wrap(JITModule::new(builder), options);
         module.writes_frames = false;
+        module.records_exception_tables = records_exception_tables();
         module
     }
 
@@ -263,5 +270,52 @@ impl DedupModule<JITModule> {
         // SAFETY: the caller upholds the inner module's contract, which is
         // this method's.
         unsafe { self.inner.free_memory() }
+    }
+}
+
+/// Whether this build of cranelift-jit records the exception tables of the
+/// functions it compiles: whether its `wasmtime-unwinder` feature is on,
+/// which gives `JITModule` an inherent `lookup_wasmtime_exception_data`.
+/// Method lookup prefers an inherent method to a trait's, so the closure
+/// below names that method when it exists, and otherwise this function's
+/// stand-in, whose answer has another type; the closure is never called,
+/// only the type of what it would return is read.
+pub(crate) fn records_exception_tables() -> bool {
+    /// What the stand-in answers.
+    struct NotRecorded;
+    /// The stand-in, for builds without the feature (unused in the others).
+    #[allow(dead_code)]
+    trait WithoutUnwinder {
+        fn lookup_wasmtime_exception_data(&self, _pc: usize) -> NotRecorded {
+            NotRecorded
+        }
+    }
+    impl WithoutUnwinder for JITModule {}
+    /// Which method the closure names, by the type of its answer.
+    trait Answer {
+        const RECORDED: bool;
+    }
+    impl Answer for Option<NotRecorded> {
+        const RECORDED: bool = false;
+    }
+    impl<T> Answer for Option<Option<T>> {
+        const RECORDED: bool = true;
+    }
+    fn recorded<A: Answer>(_: &A) -> bool {
+        A::RECORDED
+    }
+    recorded(&None::<&JITModule>.map(|module| module.lookup_wasmtime_exception_data(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The probe sees cranelift-jit's feature: off as this crate is built,
+    /// on with `--features cranelift-jit/wasmtime-unwinder`, where `.ci/run`
+    /// sets `JITFOLD_EXPECT_EXCEPTION_TABLES=1`.
+    #[test]
+    fn the_probe_sees_whether_exception_tables_are_recorded() {
+        let expected =
+            std::env::var_os("JITFOLD_EXPECT_EXCEPTION_TABLES").is_some_and(|v| v == "1");
+        assert_eq!(super::records_exception_tables(), expected);
     }
 }

@@ -187,9 +187,11 @@ use cranelift_module::{FuncId, Module};
 use ids::{Ids, State};
 use reuse::CodeTemplate;
 
-#[doc(hidden)]
 pub use check::Poison;
 pub use error::DedupError;
+#[doc(hidden)]
+#[cfg(feature = "jit")]
+pub(crate) use jit::records_exception_tables as jit_records_exception_tables;
 pub use options::{DedupOptions, Mode};
 pub use stats::Stats;
 
@@ -240,6 +242,10 @@ pub struct DedupModule<M: Module> {
     /// Whether the inner module may write frame descriptions of code
     /// defined from bytes (see `stored.rs`).
     writes_frames: bool,
+    /// Whether the inner module records the exception tables of what it
+    /// compiles, which code defined from bytes then lacks
+    /// ([`Policy::compile_catching`]): unless it is known not to.
+    records_exception_tables: bool,
     stats: Stats,
 }
 
@@ -247,7 +253,11 @@ impl<M: Module> DedupModule<M> {
     /// Wraps `inner`. Declarations already made in `inner` are kept.
     /// (`DedupModule::<JITModule>::new` and `DedupModule::<ObjectModule>::new`
     /// make the inner module from its builder, as `JITModule::new` and
-    /// `ObjectModule::new` do, with the default options.)
+    /// `ObjectModule::new` do, with the default options.) Not knowing the
+    /// inner module, it assumes what is safe for any: that it writes frame
+    /// descriptions and records exception tables only for the functions it
+    /// compiles, so that code defined from bytes has neither (see
+    /// [`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
     pub fn wrap(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
         let declared_data = inner.declarations().get_data_objects().count();
@@ -272,6 +282,7 @@ impl<M: Module> DedupModule<M> {
             verified: verify::Verified::default(),
             eager_shapes: similar::EagerShapes::default(),
             writes_frames: true,
+            records_exception_tables: true,
             stats: Stats::default(),
         }
     }
@@ -335,6 +346,7 @@ impl<M: Module> DedupModule<M> {
             reuse: self.options.reuse,
             machine_trampolines: self.machine_trampolines,
             store: self.stored.is_some(),
+            compile_catching: self.records_exception_tables,
         }
     }
 

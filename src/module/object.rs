@@ -40,9 +40,15 @@ use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
 impl DedupModule<ObjectModule> {
     /// Like `ObjectModule::new`: a new object module, wrapped with the
     /// default [`DedupOptions`]. (To wrap a module with other options, use
-    /// [`DedupModule::wrap`].)
+    /// [`DedupModule::wrap`].) Unlike `wrap`, it knows that
+    /// cranelift-object writes no exception tables, so that functions with
+    /// them may have code from bytes (reused, loaded from a store, compiled
+    /// on another thread) like any other
+    /// ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
     pub fn new(builder: ObjectBuilder) -> Self {
-        Self::wrap(ObjectModule::new(builder), DedupOptions::default())
+        let mut module = Self::wrap(ObjectModule::new(builder), DedupOptions::default());
+        module.records_exception_tables = false;
+        module
     }
 
     /// Compiles what is pending and finishes the object, as

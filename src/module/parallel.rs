@@ -15,7 +15,7 @@
 //! since an earlier function with one of these keys would make it a
 //! duplicate, reused code or an adapter. The others are left to the define
 //! pass, and so are functions whose walk fails, functions with exception
-//! tables (see 5), and, in a module whose inner module has compiled
+//! tables where the inner module must compile them (see 5), and, in a module whose inner module has compiled
 //! nothing yet, the first selected function (see 5).
 //!
 //! The selected functions are compiled on a pool: the flushing thread and
@@ -67,8 +67,9 @@
 //!      to the inner module.
 //!    - `JITModule` registers no unwind information, but with
 //!      cranelift-jit's `wasmtime-unwinder` feature it records exception
-//!      tables of the functions it compiles: functions with exception
-//!      tables are left to the inner module.
+//!      tables of the functions it compiles: then, and in a module jitfold
+//!      does not know, functions with exception tables are left to the
+//!      inner module ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
 //!    - [`Stats::compile_time`](super::Stats) counts each function's
 //!      compile on its thread (without the inner module's defining); the
 //!      phase's wall time is [`Stats::parallel_time`](super::Stats).
@@ -250,7 +251,8 @@ impl<M: Module> DedupModule<M> {
                 *known = Some(walk.to_owned());
             }
             let walk = known.as_ref().expect("walked").as_ref();
-            let plan = self.compiled.plan(&walk.planned(func), policy);
+            let planned = walk.planned(func);
+            let plan = self.compiled.plan(&planned, policy);
             let compiles = plan.needs_code();
             let loads = plan.load;
             let new_key = exact.insert(walk.fingerprint.to_fingerprint());
@@ -259,7 +261,8 @@ impl<M: Module> DedupModule<M> {
             if !(compiles && new_key && new_template && new_body) {
                 continue;
             }
-            if !func.dfg.exception_tables.is_empty() {
+            // Code compiled here is defined from bytes.
+            if planned.compiled_by_inner(policy) {
                 continue;
             }
             // What the code store holds is loaded, not compiled.

@@ -9,7 +9,9 @@
 //!   trampoline's caller. This is correct for every calling convention,
 //!   because caller and target have the same signature.
 //! - x86-64: `jmp rel32` (5 bytes, `X86CallPCRel4` relocation); aarch64: `b`
-//!   (4 bytes, `Arm64Call`). Other ISAs get `None`; there `DedupModule`
+//!   (4 bytes, `Arm64Call`), after `bti c` when the ISA's flags turn on
+//!   branch protection (`use_bti`), so that an indirect call may land on
+//!   it as on any function Cranelift compiles. Other ISAs get `None`; there `DedupModule`
 //!   makes a CLIF `return_call` trampoline when both functions use the
 //!   `tail` convention, and otherwise copies or compiles the function.
 
@@ -17,6 +19,9 @@ use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_module::{FuncId, ModuleReloc, ModuleRelocTarget};
 use target_lexicon::Architecture;
+
+/// aarch64 `bti c`: the landing pad of calls through a register.
+const BTI_C: u32 = 0xd503_245f;
 
 /// Machine code of a trampoline with the relocation that points it at its
 /// target.
@@ -56,17 +61,31 @@ pub fn trampoline_to(isa: &dyn TargetIsa, target: FuncId) -> Option<Trampoline> 
             },
             alignment,
         }),
-        Architecture::Aarch64(_) => Some(Trampoline {
+        Architecture::Aarch64(_) => {
+            // With branch protection, an indirect call may land only on a
+            // landing pad, and every function Cranelift compiles starts
+            // with one (`bti c`, or `paciasp`, which is one too:
+            // `gen_prologue_frame_setup` in `isa/aarch64/abi.rs`), so the
+            // trampoline starts with `bti c` as well.
+            let landing_pad = isa.is_branch_protection_enabled();
+            let mut bytes = Vec::with_capacity(8);
+            if landing_pad {
+                bytes.extend_from_slice(&BTI_C.to_le_bytes());
+            }
             // b #0; the relocation fills in the 26-bit word offset.
-            bytes: 0x1400_0000u32.to_le_bytes().to_vec(),
-            reloc: ModuleReloc {
-                offset: 0,
-                kind: Reloc::Arm64Call,
-                name,
-                addend: 0,
-            },
-            alignment,
-        }),
+            let offset = bytes.len() as u32;
+            bytes.extend_from_slice(&0x1400_0000u32.to_le_bytes());
+            Some(Trampoline {
+                bytes,
+                reloc: ModuleReloc {
+                    offset,
+                    kind: Reloc::Arm64Call,
+                    name,
+                    addend: 0,
+                },
+                alignment,
+            })
+        }
         _ => None,
     }
 }

@@ -208,12 +208,20 @@ impl Shaper {
             };
             let high = if width == 2 { u64::from(key[w + 1]) } else { 0 };
             let bits = (u64::from(key[w]) | high << 32) as i64;
+            let ty = dfg.value_type(result);
+            // An `iconst` whose bits do not fit its type (only with the
+            // verifier off: `iconst_bounds` rejects it) folds in the
+            // mid-end otherwise than a parameter of its type would
+            // (`uextend` of it keeps the high bits): it stays in the shape.
+            if kind == ParamKind::Int && !fits(bits, ty) {
+                continue;
+            }
             self.words[w..w + width].fill(0);
             masked.push(site.word);
             sites.push(Site::Constant(site.inst));
             values.push(ParamValue {
                 kind,
-                ty: dfg.value_type(result),
+                ty,
                 value: SiteValue::Bits(bits),
             });
         }
@@ -545,12 +553,28 @@ fn ordinary_operand(opcode: Opcode, index: usize) -> bool {
     }
 }
 
+/// Whether the bits of an `iconst` of type `ty` are within the type, as
+/// Cranelift's verifier requires (`iconst_bounds`: zero above the type's
+/// width).
+fn fits(bits: i64, ty: Type) -> bool {
+    match ty.bits() {
+        width @ 1..64 => (bits as u64) >> width == 0,
+        64 => true,
+        _ => false,
+    }
+}
+
 /// Whether a thunk may stand in front of `func` and its body take appended
 /// parameters (see the [module docs](super)); `observes_own_frame` is the
-/// walk's [`Walk::observes_own_frame`].
+/// walk's [`Walk::observes_own_frame`]. Not with a stack limit: the thunk's
+/// frame would come between the caller and the body's check, which would
+/// then trap at a shallower depth of calls than the function compiled
+/// alone does (the ABI adapters refuse such functions for the same
+/// reason).
 pub fn mergeable(func: &Function, observes_own_frame: bool) -> bool {
     let sig = &func.signature;
     !observes_own_frame
+        && func.stack_limit.is_none()
         && matches!(
             sig.call_conv,
             CallConv::Fast

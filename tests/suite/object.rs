@@ -75,6 +75,44 @@ fn aarch64_duplicates_become_branch_trampolines() {
     }
 }
 
+/// With branch protection (`use_bti`), every function Cranelift compiles
+/// for aarch64 starts with a landing pad (`bti c`), where calls through a
+/// register may land; a duplicate's trampoline must too, or calling it
+/// through its address faults on hardware that enforces it.
+#[test]
+fn aarch64_trampolines_have_a_landing_pad_with_branch_protection() {
+    const BTI_C: [u8; 4] = 0xd503_245fu32.to_le_bytes();
+    for bti in [false, true] {
+        let mut isa = cranelift_codegen::isa::lookup_by_name("aarch64").unwrap();
+        if bti {
+            cranelift_codegen::settings::Configurable::enable(&mut isa, "use_bti").unwrap();
+        }
+        let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
+        let isa = isa.finish(flags).unwrap();
+        let inner =
+            ObjectModule::new(ObjectBuilder::new(isa, "bti", default_libcall_names()).unwrap());
+        let mut m = DedupModule::wrap(inner, DedupOptions::default());
+        let ids = define_twins(&mut m);
+        m.flush().unwrap();
+        assert_eq!(m.stats().trampolined, 1, "bti {bti}");
+        let product = m.into_inner().finish();
+        let code = |id: FuncId| {
+            let (symbol, _) = product.functions[id].unwrap();
+            let symbol = product.object.symbol(symbol);
+            let data = product.object.section(symbol.section.id().unwrap()).data();
+            data[symbol.value as usize..][..symbol.size as usize].to_vec()
+        };
+        let (compiled, trampoline) = (code(ids[0]), code(ids[1]));
+        // The compiled function shows what Cranelift does.
+        assert_eq!(compiled.starts_with(&BTI_C), bti, "bti {bti}");
+        assert_eq!(trampoline.starts_with(&BTI_C), bti, "bti {bti}");
+        assert_eq!(trampoline.len(), if bti { 8 } else { 4 }, "bti {bti}");
+        // Then `b` (opcode 0b000101 in the top six bits).
+        let branch = u32::from_le_bytes(trampoline[trampoline.len() - 4..].try_into().unwrap());
+        assert_eq!(branch >> 26, 0b000101, "bti {bti}");
+    }
+}
+
 /// A `DedupModule` over an riscv64 object (an ISA without a trampoline
 /// form), shared addresses.
 fn riscv64(mode: Mode, reuse: bool) -> DedupModule<ObjectModule> {

@@ -412,6 +412,93 @@ fn catching_caller<M: Module>(m: &mut M, id: FuncId, callee: FuncId) {
     .unwrap();
 }
 
+/// Declares and defines, for `k` in 3 and 5: `c_k(x) = x * k` and
+/// `t_k(x)`, which calls `c_k` with `try_call` (99 if it throws), both in
+/// the `tail` convention, then `e_k(x) = t_k(x)` in the default one, to
+/// call from Rust. The `t_k` differ only in their callee, as do the `e_k`.
+/// Returns the `e_k`.
+fn catching_program<M: Module>(m: &mut M) -> Vec<FuncId> {
+    let mut s = m.make_signature();
+    s.params.push(AbiParam::new(I64));
+    s.returns.push(AbiParam::new(I64));
+    let mut tail = s.clone();
+    tail.call_conv = cranelift_codegen::isa::CallConv::Tail;
+    let mut entries = Vec::new();
+    for (i, k) in [3, 5].into_iter().enumerate() {
+        let callee = m
+            .declare_function(&format!("c{i}"), Linkage::Local, &tail)
+            .unwrap();
+        define(m, callee, |b, _, p| {
+            let r = b.ins().imul_imm_s(p[0], k);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        let caller = m
+            .declare_function(&format!("t{i}"), Linkage::Local, &tail)
+            .unwrap();
+        catching_caller(m, caller, callee);
+        let entry = m
+            .declare_function(&format!("e{i}"), Linkage::Local, &s)
+            .unwrap();
+        define(m, entry, |b, m, p| {
+            let r = emit_call(b, m, caller, p[0]);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        entries.push(entry);
+    }
+    entries
+}
+
+/// Where the inner module records no exception tables (cranelift-jit
+/// without its `wasmtime-unwinder` feature, as this crate is built;
+/// cranelift-object), a function that catches is reused and loaded like
+/// any other, and runs as compiled: of `catching_program`, `t1` and `e1`
+/// are copies of `t0`'s and `e0`'s code, and a second run compiles nothing
+/// (it loads four and copies those for the other two).
+/// (`DedupModule::wrap` knows nothing of its module: see the test below.)
+#[test]
+fn a_function_that_catches_is_reused_where_no_exception_tables_are_recorded() {
+    let store: std::sync::Arc<dyn jitfold::store::CodeStore> =
+        std::sync::Arc::new(jitfold::store::MemoryStore::new());
+    for run in 0..2 {
+        let b = JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names()).unwrap();
+        let mut m = DedupModule::<JITModule>::with_options(b, DedupOptions::eager())
+            .with_store(store.clone(), None);
+        let entries = catching_program(&mut m);
+        m.finalize_definitions().unwrap();
+        let stats = m.stats();
+        let expected = if run == 0 { (4, 2, 0) } else { (0, 2, 4) };
+        assert_eq!(
+            (stats.compiled, stats.reused, stats.loaded),
+            expected,
+            "run {run}"
+        );
+        assert_eq!(
+            call1(m.get_finalized_function(entries[0]), 7),
+            21,
+            "run {run}"
+        );
+        assert_eq!(
+            call1(m.get_finalized_function(entries[1]), 7),
+            35,
+            "run {run}"
+        );
+        // SAFETY: nothing of the module's code is used after this.
+        unsafe { m.into_inner().free_memory() };
+    }
+    let mut object = DedupModule::<cranelift_object::ObjectModule>::new(
+        cranelift_object::ObjectBuilder::new(
+            jitfold::isa::isa_by_name("x86_64", jitfold::isa::flags(&[]).unwrap()).unwrap(),
+            "catching",
+            default_libcall_names(),
+        )
+        .unwrap(),
+    );
+    catching_program(&mut object);
+    assert_eq!((object.stats().compiled, object.stats().reused), (4, 2));
+}
+
 /// A function that catches exceptions is compiled by the inner module
 /// itself, never copied from another's code or loaded from a store:
 /// cranelift-jit (with its `wasmtime-unwinder` feature) records the

@@ -1483,3 +1483,95 @@ fn a_member_keeps_its_reservation_while_its_body_is_defined() {
         ]
     );
 }
+
+/// A function with a stack limit is merged with no other: a thunk's frame
+/// would come between its callers and the body's stack check, which would
+/// then trap at a shallower depth of calls than the function compiled
+/// alone. The same pair without the limit merges.
+#[test]
+fn functions_with_a_stack_limit_are_not_merged_into_thunks() {
+    let limited = |text: &str| {
+        text.replacen(
+            "(i64, i64) -> i64 system_v {",
+            "(i64 vmctx, i64) -> i64 system_v {\n    gv0 = vmctx\n    stack_limit = gv0",
+            1,
+        )
+    };
+    let plain = [
+        padded(&arithmetic("system_v", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("system_v", -3, 5, 100, -1), 24),
+    ];
+    let with_limit: Vec<String> = plain.iter().map(|t| limited(t)).collect();
+    assert!(with_limit[0].contains("stack_limit"), "{}", with_limit[0]);
+    for (texts, merged) in [(plain.to_vec(), 2), (with_limit, 0)] {
+        let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+        assert_eq!(
+            similar::mergeable(&funcs[0], false),
+            merged > 0,
+            "{}",
+            texts[0]
+        );
+        for options in [
+            similar_batch(),
+            DedupOptions::eager().with_similar(SimilarOptions::default()),
+        ] {
+            let mut m = DedupModule::<JITModule>::with_options(jit_builder(), options);
+            define_all(&mut m, &funcs, &[]);
+            m.finalize_definitions().unwrap();
+            // Eager mode merges the second member only.
+            let expected = if options.mode == jitfold::Mode::Eager {
+                merged / 2
+            } else {
+                merged
+            };
+            assert_eq!(
+                m.stats().similar_merged,
+                expected,
+                "{options}: {}",
+                texts[0]
+            );
+        }
+    }
+}
+
+/// An `iconst` whose bits do not fit its type (the builder does not mask
+/// them, and with the verifier off nothing rejects them) folds otherwise
+/// than a parameter of its type would: `uextend` of `iconst.i32` with all
+/// 64 bits set is -1 after the mid-end, of an `i32` parameter 2^32 - 1. It
+/// stays in the shape, so such a function shares one only with its exact
+/// twin; in range, the same constant is a parameter.
+#[test]
+fn an_integer_constant_wider_than_its_type_is_not_a_parameter() {
+    let text = |c: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i32 {c}
+                 v3 = uextend.i64 v2
+                 v4 = iadd v0, v3
+                 return v4
+             }}"
+        )
+    };
+    // `iconst.i32 5`, its immediate then set to `bits`.
+    let with_bits = |bits: i64| {
+        let mut func = parse(&text(5));
+        let inst = func
+            .layout
+            .block_insts(func.layout.entry_block().unwrap())
+            .next()
+            .unwrap();
+        func.dfg.insts[inst] = cranelift_codegen::ir::InstructionData::UnaryImm {
+            opcode: cranelift_codegen::ir::Opcode::Iconst,
+            imm: cranelift_codegen::ir::immediates::Imm64::new(bits),
+        };
+        func
+    };
+    let in_range = shape_of(&with_bits(0xffff_ffff));
+    let seven = shape_of(&parse(&text(7)));
+    assert_eq!(in_range.shape, seven.shape);
+    assert_eq!(in_range.values.len(), 1);
+    let wide = shape_of(&with_bits(-1));
+    assert_ne!(wide.shape, seven.shape);
+    assert!(wide.values.is_empty());
+}
