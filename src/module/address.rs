@@ -79,6 +79,19 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
+    /// Notes the functions whose addresses `func` uses as data anywhere in
+    /// its layout (for a function not walked).
+    pub(super) fn note_addresses_used_as_data(&mut self, func: &Function) {
+        let named = func.params.user_named_funcs();
+        for r in names_used_as_data(func) {
+            if let Some(name) = named.get(r)
+                && name.namespace == 0
+            {
+                self.address_taken[FuncId::from_u32(name.index)] = true;
+            }
+        }
+    }
+
     /// The canonical function's name when `target` names a duplicate that
     /// shares its address, else `None`.
     pub(super) fn shared_target(&self, target: &ModuleRelocTarget) -> Option<ModuleRelocTarget> {

@@ -125,6 +125,44 @@ impl<M: Module> DedupModule<M> {
         Ok(())
     }
 
+    /// Compiles `id` in the inner module outside the cache: no key, no
+    /// class, no plan, so that no function is ever merged into it nor it
+    /// into another, and references to it are never rewritten (see
+    /// `forward.rs` on preemptible functions). The functions whose
+    /// addresses it uses as data are noted first, as a walk would.
+    pub(super) fn compile_alone(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<()> {
+        self.note_addresses_used_as_data(&ctx.func);
+        let start = Instant::now();
+        let inner = &mut self.inner;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            inner.define_function_with_control_plane(id, ctx, ctrl_plane)
+        }))
+        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
+        let time = start.elapsed();
+        result?;
+        self.frames.note_inner_compiled();
+        let code_bytes = ctx
+            .compiled_code()
+            .map_or(0, |c| u64::from(c.code_info().total_size));
+        self.ids.note_references(ctx);
+        self.ids.defined(id, State::Bytes, code_bytes);
+        log::debug!(
+            "{} ({id}): compiled outside the cache, {code_bytes} bytes in {time:?}",
+            self.function_name(id)
+        );
+        self.stats.count(&Outcome::Compiled {
+            code_bytes,
+            time,
+            kept_bytes: None,
+        });
+        Ok(())
+    }
+
     /// Defines `id` as a duplicate of the compiled function of `class`
     /// (verified and, in check mode, checked first). `None` when the ISA
     /// has no trampoline for it.

@@ -118,6 +118,17 @@ impl<M: Module> Module for DedupModule<M> {
         // Counted now; taken back if the definition fails (in batch mode,
         // when `flush` finds out).
         self.stats.defined += 1;
+        // A preemptible (weak) function may be replaced when the object is
+        // linked, by a definition elsewhere (cranelift-object makes its
+        // symbol weak): a call to it must stay a call to it, and no other
+        // function may run its code. So it is compiled now, in either
+        // mode, outside the cache: never a duplicate, never what a
+        // duplicate runs.
+        if self.inner.declarations().get_function_decl(id).linkage == Linkage::Preemptible {
+            return self.compile_alone(id, ctx, ctrl_plane).inspect_err(|_| {
+                self.stats.defined -= 1;
+            });
+        }
         match self.options.mode {
             Mode::Eager => self
                 .define_now(id, ctx, ctrl_plane, &mut None, None)

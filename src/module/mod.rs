@@ -89,6 +89,11 @@
 //!     from the second function of a shape on, nothing compiled twice);
 //!     every id keeps an address of its own, and no cache entry describes
 //!     code other than its own (see `similar.rs`).
+//! 14. A function declared [`Linkage::Preemptible`](cranelift_module::Linkage)
+//!     (a weak symbol, which a definition elsewhere may replace when the
+//!     object is linked) is compiled when it is defined, in either mode,
+//!     outside the cache: it is never a duplicate, no duplicate runs its
+//!     code, and calls to it are never rewritten.
 //!
 //! # Where the wrapper sits
 //!

@@ -43,6 +43,12 @@
 //!    time on `get` is best effort: in a directory this process may read
 //!    but not write, `get` still works (eviction order then ignores its
 //!    reads).
+//! 5. **A file planted under an entry's name costs at most a miss.** `get`
+//!    reads only a regular file (a FIFO would wait for a writer forever, a
+//!    link to a device might never end), and at most the low-water mark's
+//!    bytes, more than any entry `put` writes; anything else is an
+//!    [`StoreError::Io`] (a swap between the check and the open is not
+//!    guarded against).
 
 use super::{CodeStore, StoreError, StoreKey};
 use std::fs::{self, File, OpenOptions};
@@ -294,14 +300,35 @@ struct Counted {
 impl CodeStore for DirectoryStore {
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.path_of(key);
+        // Only a regular file is read (see 5 above): opening a FIFO would
+        // wait for a writer, and a device may never end.
+        match fs::metadata(&path) {
+            Ok(metadata) if metadata.is_file() => {}
+            Ok(_) => {
+                return Err(self.io_error("open", path)(not_an_entry(
+                    "not a regular file",
+                )));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io_error("open", path)(e)),
+        }
         let mut file = match File::open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.io_error("open", path)(e)),
         };
+        // No entry this store writes is longer than the low-water mark.
+        let limit = self.low_water_bytes();
         let mut value = Vec::new();
-        file.read_to_end(&mut value)
-            .map_err(self.io_error("read", path))?;
+        Read::by_ref(&mut file)
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut value)
+            .map_err(self.io_error("read", path.clone()))?;
+        if value.len() as u64 > limit {
+            return Err(self.io_error("read", path)(not_an_entry(
+                "longer than any entry this store writes",
+            )));
+        }
         // Most recently used now. Best effort (see 4 in the module docs).
         let _ = file.set_modified(SystemTime::now());
         Ok(Some(value))
@@ -343,4 +370,9 @@ impl CodeStore for DirectoryStore {
         self.account(len);
         Ok(())
     }
+}
+
+/// The error of a file under an entry's name that cannot be one.
+fn not_an_entry(why: &'static str) -> std::io::Error {
+    std::io::Error::new(ErrorKind::InvalidData, why)
 }

@@ -24,11 +24,11 @@
 //!    JIT that waits longer than that for a cache should compile instead.
 //! 2. **Failure is an error, never a hang or a panic.** A server that is
 //!    down, slow, restarted, full or answering garbage makes the operation
-//!    return [`StoreError::Redis`]. After a failed connect the store does
-//!    not try again for the retry interval ([`DEFAULT_RETRY_INTERVAL`],
-//!    1 s), answering [`StoreError::RedisBackingOff`] at once, so that a
-//!    server that is down costs one connect timeout per interval, not per
-//!    function.
+//!    return [`StoreError::Redis`]. After a failed connect, or a command
+//!    that timed out, the store does not try again for the retry interval
+//!    ([`DEFAULT_RETRY_INTERVAL`], 1 s), answering
+//!    [`StoreError::RedisBackingOff`] at once, so that a server that is
+//!    down or stalled costs one timeout per interval, not per function.
 //! 3. **Recovery.** A connection on which anything failed is dropped, never
 //!    used again (a timed-out command's answer may still arrive on it); the
 //!    next operation after the retry interval connects anew, so the store
@@ -182,7 +182,17 @@ impl RedisStore {
                 self.lock().idle.push(connection);
                 Ok(value)
             }
-            Err(source) => Err(StoreError::Redis { operation, source }),
+            Err(source) => {
+                // A server that took the whole I/O timeout is likely to
+                // take it again: back off as after a failed connect, and
+                // drop the idle connections to it, which would wait too.
+                if source.is_timeout() {
+                    let mut state = self.lock();
+                    state.retry_at = Some(Instant::now() + self.retry_interval);
+                    state.idle.clear();
+                }
+                Err(StoreError::Redis { operation, source })
+            }
         }
     }
 }

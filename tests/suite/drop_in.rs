@@ -177,3 +177,59 @@ fn batch_mode_takes_the_function_out_of_the_context() {
         assert_eq!(call1(m.get_finalized_function(f), 5), 12, "{options}");
     }
 }
+
+/// A preemptible (weak) function may be replaced at link time by a strong
+/// definition elsewhere, so it is never merged with its twin, whichever
+/// comes first: calls to it stay calls to it, and its twin runs its own
+/// code. An exported twin defined after it is compiled too (it may not run
+/// the weak one's code), and two twins of the weak one still merge.
+#[test]
+fn a_preemptible_function_is_merged_with_nothing() {
+    for options in [
+        jitfold::DedupOptions::eager(),
+        jitfold::DedupOptions::batch(),
+    ] {
+        for weak_first in [false, true] {
+            let mut m = DedupModule::wrap(ObjectModule::new(object_builder()), options);
+            let mut sig = m.make_signature();
+            sig.params.push(AbiParam::new(I64));
+            sig.returns.push(AbiParam::new(I64));
+            let linkages = if weak_first {
+                [Linkage::Preemptible, Linkage::Export, Linkage::Export]
+            } else {
+                [Linkage::Export, Linkage::Preemptible, Linkage::Export]
+            };
+            let ids: Vec<FuncId> = linkages
+                .iter()
+                .enumerate()
+                .map(|(i, &linkage)| m.declare_function(&format!("f{i}"), linkage, &sig).unwrap())
+                .collect();
+            for &id in &ids {
+                define(&mut m, id, |b, _, p| {
+                    let r = b.ins().imul_imm_s(p[0], 3);
+                    b.ins().return_(&[r]);
+                })
+                .unwrap();
+            }
+            let caller = m.declare_function("caller", Linkage::Export, &sig).unwrap();
+            let weak = ids[linkages
+                .iter()
+                .position(|&l| l == Linkage::Preemptible)
+                .unwrap()];
+            define(&mut m, caller, |fb, m, p| {
+                let r = emit_call(fb, m, weak, p[0]);
+                fb.ins().return_(&[r]);
+            })
+            .unwrap();
+            m.flush().unwrap();
+            let context = format!("{options} weak first {weak_first}");
+            assert_eq!(m.canonical(weak), Some(weak), "{context}");
+            // The two exported twins merge, the first being canonical.
+            let exported: Vec<FuncId> = ids.iter().copied().filter(|&id| id != weak).collect();
+            assert_eq!(m.canonical(exported[0]), Some(exported[0]), "{context}");
+            assert_eq!(m.canonical(exported[1]), Some(exported[0]), "{context}");
+            assert_eq!(m.stats().compiled, 3, "{context}: {:?}", m.stats());
+            assert!(!m.into_inner().finish().emit().unwrap().is_empty());
+        }
+    }
+}

@@ -623,6 +623,42 @@ fn a_removed_directory_is_an_error_or_a_miss_never_a_panic() {
     assert!(store.trim().is_err());
 }
 
+/// Whoever can write the directory may plant a file under an entry's name
+/// that is no entry: a FIFO (opening it would wait for a writer forever),
+/// a link to an endless device, a file longer than any entry. Each is an
+/// error at once, not a hang, nor memory without bound; a put replaces it.
+#[cfg(unix)]
+#[test]
+fn a_planted_file_that_is_no_entry_is_an_error_at_once() {
+    let dir = TempDir::new("planted");
+    let store = Arc::new(DirectoryStore::new(dir.path()).unwrap().with_limit(1 << 20));
+    let path_of = |k: &StoreKey| dir.path().join(k.hex());
+    let status = std::process::Command::new("mkfifo")
+        .arg(path_of(&key(1)))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::os::unix::fs::symlink("/dev/zero", path_of(&key(2))).unwrap();
+    std::fs::write(path_of(&key(3)), vec![0u8; 1 << 20]).unwrap();
+    for k in [key(1), key(2), key(3)] {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let reader = store.clone();
+        let kept = k;
+        std::thread::spawn(move || {
+            let _ = sender.send(reader.get(&kept).map(|v| v.map(|v| v.len())));
+        });
+        let got = receiver
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("get of {} hangs", k.hex()));
+        let error = got.unwrap_err();
+        assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    }
+    for k in [key(1), key(2), key(3)] {
+        store.put(&k, b"entry").unwrap();
+        assert_eq!(store.get(&k).unwrap().as_deref(), Some(&b"entry"[..]));
+    }
+}
+
 /// Threads writing the same and different keys while others read: every
 /// read is a whole value of its key, and the last writes are all there.
 #[test]
@@ -1246,6 +1282,9 @@ mod redis_store {
             .unwrap()
             .with_retry_interval(Duration::ZERO);
         store.put(&key(1), b"before").unwrap();
+        // And one with the default retry interval, also connected.
+        let patient = RedisStore::new(&server.url()).unwrap();
+        patient.put(&key(2), b"before").unwrap();
         let pid = server.child.as_ref().unwrap().id().to_string();
         let signal = |name: &str| {
             let status = Command::new("kill").args([name, &pid]).status().unwrap();
@@ -1273,6 +1312,17 @@ mod redis_store {
         assert!(source.is_timeout(), "{error}");
         // A new connection cannot be set up either.
         assert!(store.get(&key(1)).is_err());
+        // A command that timed out is followed by backing off, as a failed
+        // connect is: the next operations answer at once.
+        let error = patient.get(&key(2)).unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Redis { operation: "GET", source } if source.is_timeout()),
+            "{error}"
+        );
+        for _ in 0..3 {
+            let error = patient.put(&key(2), b"x").unwrap_err();
+            assert!(matches!(error, StoreError::RedisBackingOff), "{error}");
+        }
         assert!(start.elapsed() < HANG);
         signal("-CONT");
         resumed.send(()).unwrap();
