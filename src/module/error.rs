@@ -96,6 +96,14 @@ pub enum DedupError {
         /// The panic's message.
         message: String,
     },
+    /// A function already defined (or recorded, in batch mode) was
+    /// declared again so as to become preemptible: it may already be
+    /// merged with another, which a weak symbol must never be. Declare it
+    /// preemptible before defining it.
+    PreemptibleAfterDefinition {
+        /// The function's linkage name.
+        function: String,
+    },
     /// The inner module could not resolve a name to an address.
     Unresolved {
         /// The name as given.
@@ -165,6 +173,11 @@ impl fmt::Display for DedupError {
             DedupError::FingerprintPanic { message } => write!(
                 f,
                 "the fingerprint walk panicked on a function the verifier accepts: {message}"
+            ),
+            DedupError::PreemptibleAfterDefinition { function } => write!(
+                f,
+                "{function} cannot become preemptible after it was defined \
+                 (it may be merged already): declare it preemptible first"
             ),
             DedupError::Unresolved { name, message } => {
                 write!(f, "cannot resolve {name}: {message}")

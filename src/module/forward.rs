@@ -13,12 +13,12 @@
 //!    `address.rs`).
 
 use super::ids::State;
-use super::{DedupModule, Mode};
+use super::{DedupError, DedupModule, Mode};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::{Context, ir, isa};
 use cranelift_module::{
-    DataDescription, DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleReloc,
-    ModuleResult,
+    DataDescription, DataId, FuncId, FuncOrDataId, Linkage, Module, ModuleDeclarations,
+    ModuleError, ModuleReloc, ModuleResult,
 };
 
 impl<M: Module> Module for DedupModule<M> {
@@ -60,6 +60,26 @@ impl<M: Module> Module for DedupModule<M> {
         linkage: Linkage,
         signature: &ir::Signature,
     ) -> ModuleResult<FuncId> {
+        // Declaring a local, hidden or imported function again as
+        // preemptible makes it so (cranelift-module's `Linkage::merge`).
+        // One already defined or recorded may already be merged: refused
+        // (see 14 in the module docs), before the inner module changes it.
+        if linkage == Linkage::Preemptible
+            && let Some(FuncOrDataId::Func(id)) = self.inner.declarations().get_name(name)
+            && matches!(
+                self.inner.declarations().get_function_decl(id).linkage,
+                Linkage::Local | Linkage::Hidden | Linkage::Import
+            )
+            && matches!(
+                self.ids.state(id),
+                State::Pending | State::Compiled(_) | State::Duplicate { .. }
+            )
+        {
+            return Err(DedupError::PreemptibleAfterDefinition {
+                function: name.to_owned(),
+            }
+            .into());
+        }
         let id = self.inner.declare_function(name, linkage, signature)?;
         self.ids.declare_function(id);
         Ok(id)

@@ -93,7 +93,10 @@
 //!     (a weak symbol, which a definition elsewhere may replace when the
 //!     object is linked) is compiled when it is defined, in either mode,
 //!     outside the cache: it is never a duplicate, no duplicate runs its
-//!     code, and calls to it are never rewritten.
+//!     code, and calls to it are never rewritten. A function defined (or
+//!     recorded) before a declaration makes it preemptible may be merged
+//!     already: that declaration is
+//!     [`DedupError::PreemptibleAfterDefinition`].
 //!
 //! # Where the wrapper sits
 //!
@@ -192,9 +195,9 @@ use cranelift_module::{FuncId, Module};
 use ids::{Ids, State};
 use reuse::CodeTemplate;
 
+#[doc(hidden)]
 pub use check::Poison;
 pub use error::DedupError;
-#[doc(hidden)]
 #[cfg(feature = "jit")]
 pub(crate) use jit::records_exception_tables as jit_records_exception_tables;
 pub use options::{DedupOptions, Mode};

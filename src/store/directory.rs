@@ -46,7 +46,8 @@
 //! 5. **A file planted under an entry's name costs at most a miss.** `get`
 //!    reads only a regular file (a FIFO would wait for a writer forever, a
 //!    link to a device might never end), and at most the low-water mark's
-//!    bytes, more than any entry `put` writes; anything else is an
+//!    bytes (or the default store's, if higher: more than any entry a
+//!    store of either limit writes); anything else is an
 //!    [`StoreError::Io`] (a swap between the check and the open is not
 //!    guarded against).
 
@@ -64,6 +65,15 @@ pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 /// Eviction deletes entries until the directory holds at most this
 /// percentage of the limit.
 pub const LOW_WATER_PERCENT: u64 = 80;
+
+/// The low-water mark of a store with the default limit: the longest file
+/// `get` reads, unless its own low-water mark is higher.
+const DEFAULT_LOW_WATER_BYTES: u64 = low_water(DEFAULT_MAX_BYTES);
+
+/// [`LOW_WATER_PERCENT`] of `max_bytes`, without overflow.
+const fn low_water(max_bytes: u64) -> u64 {
+    max_bytes / 100 * LOW_WATER_PERCENT + max_bytes % 100 * LOW_WATER_PERCENT / 100
+}
 
 /// Temporary files older than this are left over from a writer that died,
 /// and eviction deletes them.
@@ -141,7 +151,7 @@ impl DirectoryStore {
     /// The low-water mark eviction goes down to, in bytes; also the
     /// largest value kept.
     pub fn low_water_bytes(&self) -> u64 {
-        self.max_bytes / 100 * LOW_WATER_PERCENT + self.max_bytes % 100 * LOW_WATER_PERCENT / 100
+        low_water(self.max_bytes)
     }
 
     /// The path of `key`'s entry.
@@ -302,8 +312,17 @@ impl CodeStore for DirectoryStore {
         let path = self.path_of(key);
         // Only a regular file is read (see 5 above): opening a FIFO would
         // wait for a writer, and a device may never end.
+        // No entry a store writes is longer than its low-water mark; a
+        // directory may be shared by stores of other limits, up to the
+        // default one's.
+        let limit = self.low_water_bytes().max(DEFAULT_LOW_WATER_BYTES);
         match fs::metadata(&path) {
-            Ok(metadata) if metadata.is_file() => {}
+            Ok(metadata) if metadata.is_file() && metadata.len() <= limit => {}
+            Ok(metadata) if metadata.is_file() => {
+                return Err(self.io_error("open", path)(not_an_entry(
+                    "longer than any entry a store writes",
+                )));
+            }
             Ok(_) => {
                 return Err(self.io_error("open", path)(not_an_entry(
                     "not a regular file",
@@ -317,8 +336,7 @@ impl CodeStore for DirectoryStore {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.io_error("open", path)(e)),
         };
-        // No entry this store writes is longer than the low-water mark.
-        let limit = self.low_water_bytes();
+        // (No more than that is read, should it have grown since.)
         let mut value = Vec::new();
         Read::by_ref(&mut file)
             .take(limit.saturating_add(1))
@@ -326,7 +344,7 @@ impl CodeStore for DirectoryStore {
             .map_err(self.io_error("read", path.clone()))?;
         if value.len() as u64 > limit {
             return Err(self.io_error("read", path)(not_an_entry(
-                "longer than any entry this store writes",
+                "longer than any entry a store writes",
             )));
         }
         // Most recently used now. Best effort (see 4 in the module docs).

@@ -233,3 +233,61 @@ fn a_preemptible_function_is_merged_with_nothing() {
         }
     }
 }
+
+/// Declaring a function preemptible after it was defined (or recorded, in
+/// batch mode) is refused: it may already be merged, and cranelift-object
+/// would make its symbol weak all the same. Before its definition, the
+/// same declaration makes it preemptible, and it is then merged with
+/// nothing.
+#[test]
+fn a_defined_function_cannot_become_preemptible() {
+    for options in [
+        jitfold::DedupOptions::eager(),
+        jitfold::DedupOptions::batch(),
+    ] {
+        let mut m = DedupModule::wrap(ObjectModule::new(object_builder()), options);
+        let mut sig = m.make_signature();
+        sig.params.push(AbiParam::new(I64));
+        sig.returns.push(AbiParam::new(I64));
+        let ids: Vec<FuncId> = (0..3)
+            .map(|i| {
+                m.declare_function(&format!("f{i}"), Linkage::Local, &sig)
+                    .unwrap()
+            })
+            .collect();
+        for &id in &ids[..2] {
+            define(&mut m, id, |b, _, p| {
+                let r = b.ins().imul_imm_s(p[0], 3);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        let error = m
+            .declare_function("f1", Linkage::Preemptible, &sig)
+            .unwrap_err();
+        assert!(
+            matches!(
+                jitfold::DedupError::of(&error),
+                Some(jitfold::DedupError::PreemptibleAfterDefinition { function }) if function == "f1"
+            ),
+            "{options}: {error}"
+        );
+        // Not declared preemptible after all: still local.
+        let decl = m.declarations().get_function_decl(ids[1]);
+        assert_eq!(decl.linkage, Linkage::Local, "{options}");
+        // Before its definition it may.
+        assert_eq!(
+            m.declare_function("f2", Linkage::Preemptible, &sig)
+                .unwrap(),
+            ids[2]
+        );
+        define(&mut m, ids[2], |b, _, p| {
+            let r = b.ins().imul_imm_s(p[0], 3);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        m.flush().unwrap();
+        assert_eq!(m.canonical(ids[1]), Some(ids[0]), "{options}");
+        assert_eq!(m.canonical(ids[2]), Some(ids[2]), "{options}");
+    }
+}

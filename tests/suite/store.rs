@@ -631,7 +631,7 @@ fn a_removed_directory_is_an_error_or_a_miss_never_a_panic() {
 #[test]
 fn a_planted_file_that_is_no_entry_is_an_error_at_once() {
     let dir = TempDir::new("planted");
-    let store = Arc::new(DirectoryStore::new(dir.path()).unwrap().with_limit(1 << 20));
+    let store = Arc::new(DirectoryStore::new(dir.path()).unwrap());
     let path_of = |k: &StoreKey| dir.path().join(k.hex());
     let status = std::process::Command::new("mkfifo")
         .arg(path_of(&key(1)))
@@ -639,7 +639,12 @@ fn a_planted_file_that_is_no_entry_is_an_error_at_once() {
         .unwrap();
     assert!(status.success());
     std::os::unix::fs::symlink("/dev/zero", path_of(&key(2))).unwrap();
-    std::fs::write(path_of(&key(3)), vec![0u8; 1 << 20]).unwrap();
+    // Longer than the low-water mark of the default limit (sparse: it
+    // takes no room).
+    let long = std::fs::File::create(path_of(&key(3))).unwrap();
+    // (The store has the default limit.)
+    long.set_len(store.low_water_bytes() + 1).unwrap();
+    drop(long);
     for k in [key(1), key(2), key(3)] {
         let (sender, receiver) = std::sync::mpsc::channel();
         let reader = store.clone();
