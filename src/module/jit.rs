@@ -68,7 +68,8 @@ impl DedupModule<JITModule> {
     /// exception tables of the functions it compiles (its
     /// `wasmtime-unwinder` feature, which any crate of the build may turn
     /// on): only then must functions with exception tables be compiled by
-    /// it rather than get code from bytes ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
+    /// it rather than get code from bytes
+    /// ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
     pub fn with_options(builder: JITBuilder, options: DedupOptions) -> Self {
         let mut module = Self::wrap(JITModule::new(builder), options);
         module.writes_frames = false;

@@ -15,8 +15,9 @@
 //! since an earlier function with one of these keys would make it a
 //! duplicate, reused code or an adapter. The others are left to the define
 //! pass, and so are functions whose walk fails, functions with exception
-//! tables where the inner module must compile them (see 5), and, in a module whose inner module has compiled
-//! nothing yet, the first selected function (see 5).
+//! tables where the inner module must compile them (see 5), and, in a
+//! module whose inner module has compiled nothing yet, the first selected
+//! function (see 5).
 //!
 //! The selected functions are compiled on a pool: the flushing thread and
 //! `threads - 1` scoped threads (with the 8 MiB stack of a main thread),
@@ -69,7 +70,8 @@
 //!      cranelift-jit's `wasmtime-unwinder` feature it records exception
 //!      tables of the functions it compiles: then, and in a module jitfold
 //!      does not know, functions with exception tables are left to the
-//!      inner module ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
+//!      inner module
+//!      ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
 //!    - [`Stats::compile_time`](super::Stats) counts each function's
 //!      compile on its thread (without the inner module's defining); the
 //!      phase's wall time is [`Stats::parallel_time`](super::Stats).
