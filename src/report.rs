@@ -765,6 +765,12 @@ impl SimilarCollector {
     fn finish(&mut self, summary: &mut SimilarSummary, isa: Option<&dyn TargetIsa>) {
         let options = SimilarOptions::default();
         let start = Instant::now();
+        // With an ISA the groups are measured, even when there are none.
+        if isa.is_some() {
+            summary
+                .measured
+                .get_or_insert_with(SimilarMeasured::default);
+        }
         summary.functions_with_sites += self.groups.iter().map(Vec::len).sum::<usize>();
         for group in core::mem::take(&mut self.groups) {
             if group.len() < 2 {

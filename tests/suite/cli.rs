@@ -324,6 +324,33 @@ fn compile_for_aarch64_names_what_cannot_be_compiled_and_why() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `report --merge similar --compile` measures the groups even when there
+/// are none (as on corpora whose functions all have a stack limit): the
+/// JSON has `similar.measured`, with 0 groups and no errors, that `.ci/run`
+/// reads.
+#[test]
+fn similar_measured_is_reported_without_groups() {
+    let dir = temp_dir("no-groups");
+    std::fs::write(dir.join("one.clif"), constant_function("one", 1)).unwrap();
+    let path = dir.display().to_string();
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--merge",
+        "similar",
+        "--compile",
+        &path,
+    ]));
+    let measured = &out["similar"]["measured"];
+    assert_eq!(measured["groups"], 0, "{out}");
+    assert_eq!(
+        measured["errors"].as_array().map(Vec::len),
+        Some(0),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `name() -> i32` returning `value`.
 fn constant_function(name: &str, value: i32) -> String {
     format!(
