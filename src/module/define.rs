@@ -137,6 +137,29 @@ impl<M: Module> DedupModule<M> {
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
         self.note_addresses_used_as_data(&ctx.func);
+        let (time, code_bytes) = self.compile_in_inner(id, ctx, ctrl_plane)?;
+        self.ids.defined(id, State::Bytes, code_bytes);
+        log::debug!(
+            "{} ({id}): compiled outside the cache, {code_bytes} bytes in {time:?}",
+            self.function_name(id)
+        );
+        self.stats.count(&Outcome::Compiled {
+            code_bytes,
+            time,
+            kept_bytes: None,
+        });
+        Ok(())
+    }
+
+    /// Compiles `id` in the inner module (a panic there becomes its
+    /// error) and notes what the compile referenced: the compile's time
+    /// and code bytes.
+    fn compile_in_inner(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<(Duration, u64)> {
         let start = Instant::now();
         let inner = &mut self.inner;
         let result = catch_unwind(AssertUnwindSafe(|| {
@@ -150,17 +173,7 @@ impl<M: Module> DedupModule<M> {
             .compiled_code()
             .map_or(0, |c| u64::from(c.code_info().total_size));
         self.ids.note_references(ctx);
-        self.ids.defined(id, State::Bytes, code_bytes);
-        log::debug!(
-            "{} ({id}): compiled outside the cache, {code_bytes} bytes in {time:?}",
-            self.function_name(id)
-        );
-        self.stats.count(&Outcome::Compiled {
-            code_bytes,
-            time,
-            kept_bytes: None,
-        });
-        Ok(())
+        Ok((time, code_bytes))
     }
 
     /// Defines `id` as a duplicate of the compiled function of `class`
@@ -198,19 +211,7 @@ impl<M: Module> DedupModule<M> {
         let original = self.options.check.then(|| ctx.func.clone());
         let (time, code_bytes, precompiled) = match precompiled {
             None => {
-                let start = Instant::now();
-                let inner = &mut self.inner;
-                let result = catch_unwind(AssertUnwindSafe(|| {
-                    inner.define_function_with_control_plane(id, ctx, ctrl_plane)
-                }))
-                .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)));
-                let time = start.elapsed();
-                result?;
-                self.frames.note_inner_compiled();
-                let code_bytes = ctx
-                    .compiled_code()
-                    .map_or(0, |c| u64::from(c.code_info().total_size));
-                self.ids.note_references(ctx);
+                let (time, code_bytes) = self.compile_in_inner(id, ctx, ctrl_plane)?;
                 (time, code_bytes, None)
             }
             Some(precompiled) => {
