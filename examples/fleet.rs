@@ -10,7 +10,8 @@
 //! through `DedupModule` in batch mode with a `RedisStore`, signed with a
 //! secret both know, calls every function and compares the results with
 //! plain `JITModule`. Batch mode asks the server for a whole flush's
-//! entries at once (`MGET`), where eager mode asks once per function. The first process compiles what the server does not hold
+//! entries at once (one pipeline of reads), where eager mode asks once per
+//! function. The first process compiles what the server does not hold
 //! yet; the second compiles nothing and defines every function from the
 //! server's entries. With the server down, both compile everything: a
 //! store that fails is a miss, never an error.

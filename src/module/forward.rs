@@ -21,6 +21,32 @@ use cranelift_module::{
     ModuleError, ModuleReloc, ModuleResult,
 };
 
+impl<M: Module> DedupModule<M> {
+    /// Whether a function of `linkage` may be replaced by another
+    /// definition when the code is linked (see 14 in the module docs).
+    fn replaceable(&self, linkage: Linkage) -> bool {
+        match linkage {
+            Linkage::Preemptible => true,
+            Linkage::Export => self.exports_interposable,
+            Linkage::Import | Linkage::Local | Linkage::Hidden => false,
+        }
+    }
+}
+
+/// The linkage a function declared `existing` has once declared again as
+/// `new`: cranelift-module 0.135.8's `Linkage::merge` (private there), for
+/// the cases where it matters here: exported wins over everything, then
+/// preemptible over the rest.
+fn merged_linkage(existing: Linkage, new: Linkage) -> Linkage {
+    match (existing, new) {
+        (Linkage::Export, _) | (_, Linkage::Export) => Linkage::Export,
+        (Linkage::Preemptible, _) | (_, Linkage::Preemptible) => Linkage::Preemptible,
+        (Linkage::Import, other) => other,
+        (Linkage::Hidden, _) | (_, Linkage::Hidden) => Linkage::Hidden,
+        (Linkage::Local, Linkage::Local | Linkage::Import) => Linkage::Local,
+    }
+}
+
 impl<M: Module> Module for DedupModule<M> {
     fn isa(&self) -> &dyn isa::TargetIsa {
         self.inner.isa()
@@ -61,15 +87,15 @@ impl<M: Module> Module for DedupModule<M> {
         signature: &ir::Signature,
     ) -> ModuleResult<FuncId> {
         // Declaring a local, hidden or imported function again as
-        // preemptible makes it so (cranelift-module's `Linkage::merge`).
-        // One already defined or recorded may already be merged: refused
-        // (see 14 in the module docs), before the inner module changes it.
-        if linkage == Linkage::Preemptible
+        // preemptible (or exported, where exports are interposable) makes
+        // it so (cranelift-module's `Linkage::merge`). One already defined
+        // or recorded may already be merged: refused (see 14 in the module
+        // docs), before the inner module changes it.
+        if self.replaceable(linkage)
             && let Some(FuncOrDataId::Func(id)) = self.inner.declarations().get_name(name)
-            && matches!(
-                self.inner.declarations().get_function_decl(id).linkage,
-                Linkage::Local | Linkage::Hidden | Linkage::Import
-            )
+            && let existing = self.inner.declarations().get_function_decl(id).linkage
+            && !self.replaceable(existing)
+            && self.replaceable(merged_linkage(existing, linkage))
             && matches!(
                 self.ids.state(id),
                 State::Pending | State::Compiled(_) | State::Duplicate { .. }
@@ -139,12 +165,12 @@ impl<M: Module> Module for DedupModule<M> {
         // when `flush` finds out).
         self.stats.defined += 1;
         // A preemptible (weak) function may be replaced when the object is
-        // linked, by a definition elsewhere (cranelift-object makes its
-        // symbol weak): a call to it must stay a call to it, and no other
-        // function may run its code. So it is compiled now, in either
-        // mode, outside the cache: never a duplicate, never what a
-        // duplicate runs.
-        if self.inner.declarations().get_function_decl(id).linkage == Linkage::Preemptible {
+        // linked, by a definition elsewhere, and so may an exported one in
+        // a shared library: a call to it must stay a call to it, and no
+        // other function may run its code. So it is compiled now, in
+        // either mode, outside the cache: never a duplicate, never what a
+        // duplicate runs (see 14 in the module docs).
+        if self.replaceable(self.inner.declarations().get_function_decl(id).linkage) {
             return self.compile_alone(id, ctx, ctrl_plane).inspect_err(|_| {
                 self.stats.defined -= 1;
             });

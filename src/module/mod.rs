@@ -89,13 +89,21 @@
 //!     from the second function of a shape on, nothing compiled twice);
 //!     every id keeps an address of its own, and no cache entry describes
 //!     code other than its own (see `similar.rs`).
-//! 14. A function declared [`Linkage::Preemptible`](cranelift_module::Linkage)
-//!     (a weak symbol, which a definition elsewhere may replace when the
-//!     object is linked) is compiled when it is defined, in either mode,
+//! 14. A function whose symbol a definition elsewhere may replace when
+//!     the code is linked is compiled when it is defined, in either mode,
 //!     outside the cache: it is never a duplicate, no duplicate runs its
-//!     code, and calls to it are never rewritten. A function defined (or
-//!     recorded) before a declaration makes it preemptible may be merged
-//!     already: that declaration is
+//!     code, and calls to it are never rewritten. That is a function
+//!     declared [`Linkage::Preemptible`](cranelift_module::Linkage) (a weak
+//!     symbol), and, in an object module (or any module given to
+//!     [`DedupModule::wrap`]), one declared `Linkage::Export`:
+//!     cranelift-object gives it dynamic scope, so in a shared library
+//!     calls to it go through the PLT and bind to whichever definition the
+//!     dynamic linker finds first (`LD_PRELOAD`, an earlier library). A
+//!     twin that jumped to it, or a caller rewritten to call it, would
+//!     then run the other definition. (A JIT module resolves its own
+//!     symbols: there, exported functions are merged like any other.) A
+//!     function defined (or recorded) before a declaration gives it such a
+//!     linkage may be merged already: that declaration is
 //!     [`DedupError::PreemptibleAfterDefinition`].
 //!
 //! # Where the wrapper sits
@@ -254,18 +262,38 @@ pub struct DedupModule<M: Module> {
     /// compiles, which code defined from bytes then lacks
     /// ([`Policy::compile_catching`]): unless it is known not to.
     records_exception_tables: bool,
+    /// Whether an exported function's symbol may be interposed, replaced
+    /// by another definition when its object is linked into a shared
+    /// library (see 14 in the module docs): unless it is known not to.
+    exports_interposable: bool,
     stats: Stats,
 }
 
+/// Whether `M` is cranelift-jit's `JITModule` (whose exported functions no
+/// other definition replaces).
+fn is_jit_module<M: Module>() -> bool {
+    #[cfg(feature = "jit")]
+    return typeid::of::<M>() == typeid::of::<cranelift_jit::JITModule>();
+    #[cfg(not(feature = "jit"))]
+    return false;
+}
+
 impl<M: Module> DedupModule<M> {
-    /// Wraps `inner`. Declarations already made in `inner` are kept.
+    /// Wraps `inner`. Declarations already made in `inner` are kept;
+    /// definitions are not known to the wrapper (a function already defined
+    /// in `inner` counts as undefined, so referencing it makes
+    /// `finalize_definitions` fail): define through the wrapper.
     /// (`DedupModule::<JITModule>::new` and `DedupModule::<ObjectModule>::new`
     /// make the inner module from its builder, as `JITModule::new` and
     /// `ObjectModule::new` do, with the default options.) Not knowing the
     /// inner module, it assumes what is safe for any: that it writes frame
     /// descriptions and records exception tables only for the functions it
     /// compiles, so that code defined from bytes has neither (see
-    /// [`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
+    /// [`Policy::compile_catching`](crate::plan::Policy::compile_catching)),
+    /// and, unless it is a `JITModule` or the options say otherwise
+    /// ([`DedupOptions::interposable_exports`]), that an exported
+    /// function's symbol may be interposed as an object file's may (see 14
+    /// in the module docs).
     pub fn wrap(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
         let declared_data = inner.declarations().get_data_objects().count();
@@ -291,6 +319,9 @@ impl<M: Module> DedupModule<M> {
             eager_shapes: similar::EagerShapes::default(),
             writes_frames: true,
             records_exception_tables: true,
+            exports_interposable: options
+                .interposable_exports
+                .unwrap_or(!is_jit_module::<M>()),
             stats: Stats::default(),
         }
     }

@@ -96,6 +96,19 @@ pub struct DedupOptions {
     /// to pay are left alone. See `similar.rs` in [`DedupModule`] and
     /// [`Stats::similar_groups`].
     pub similar: Option<SimilarOptions>,
+    /// Whether another definition may replace an exported function's
+    /// (`Linkage::Export`) when the code is linked, as in a shared library
+    /// whose exported symbols the dynamic linker may bind elsewhere
+    /// (`LD_PRELOAD`, an earlier library). Then an exported function is
+    /// merged with nothing: it is compiled when defined, never a duplicate
+    /// nor what a duplicate runs, and calls to it are never rewritten (14
+    /// in the [module docs](crate::module)). `None` (the default): as the
+    /// inner module says, yes for an object module or a module
+    /// [`DedupModule::wrap`] does not know, no for a JIT module (which
+    /// resolves its own names). `Some(false)` is for objects linked where
+    /// nothing interposes (an executable, `-Bsymbolic`), to merge their
+    /// exported functions too.
+    pub interposable_exports: Option<bool>,
 }
 
 impl Default for DedupOptions {
@@ -107,8 +120,9 @@ impl Default for DedupOptions {
 impl core::fmt::Display for DedupOptions {
     /// The mode (`eager` or `batch`), then what differs from sharing
     /// addresses without reuse or checks: `, distinct`, `, no reuse`,
-    /// `, check`, `, similar`; then `, N threads` when more than one thread compiles
-    /// batches.
+    /// `, check`, `, similar`, `, interposable exports` or `, exports not
+    /// interposable` when set; then `, N threads` when more than one
+    /// thread compiles batches.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let Self {
             mode,
@@ -117,6 +131,7 @@ impl core::fmt::Display for DedupOptions {
             check,
             threads,
             similar,
+            interposable_exports,
         } = *self;
         f.write_str(match mode {
             Mode::Eager => "eager",
@@ -127,6 +142,11 @@ impl core::fmt::Display for DedupOptions {
             (!reuse, ", no reuse"),
             (check, ", check"),
             (similar.is_some(), ", similar"),
+            (interposable_exports == Some(true), ", interposable exports"),
+            (
+                interposable_exports == Some(false),
+                ", exports not interposable",
+            ),
         ] {
             if on {
                 f.write_str(what)?;
@@ -150,6 +170,7 @@ impl DedupOptions {
             check: false,
             threads: 1,
             similar: None,
+            interposable_exports: None,
         }
     }
 
@@ -167,6 +188,14 @@ impl DedupOptions {
     pub const fn with_distinct_addresses(self, distinct_addresses: bool) -> Self {
         Self {
             distinct_addresses,
+            ..self
+        }
+    }
+
+    /// These options with [`DedupOptions::interposable_exports`] set.
+    pub const fn with_interposable_exports(self, interposable: bool) -> Self {
+        Self {
+            interposable_exports: Some(interposable),
             ..self
         }
     }
@@ -213,6 +242,7 @@ impl DedupOptions {
             check: true,
             threads: 1,
             similar: None,
+            interposable_exports: None,
         },
         DedupOptions {
             mode: Mode::Eager,
@@ -221,6 +251,7 @@ impl DedupOptions {
             check: true,
             threads: 1,
             similar: None,
+            interposable_exports: None,
         },
         DedupOptions {
             mode: Mode::Batch,
@@ -229,6 +260,7 @@ impl DedupOptions {
             check: true,
             threads: 1,
             similar: None,
+            interposable_exports: None,
         },
         DedupOptions {
             mode: Mode::Batch,
@@ -237,6 +269,7 @@ impl DedupOptions {
             check: true,
             threads: 1,
             similar: None,
+            interposable_exports: None,
         },
         DedupOptions {
             mode: Mode::Eager,
@@ -245,6 +278,7 @@ impl DedupOptions {
             check: false,
             threads: 1,
             similar: Some(SimilarOptions::DEFAULT),
+            interposable_exports: None,
         },
         DedupOptions {
             mode: Mode::Batch,
@@ -253,6 +287,7 @@ impl DedupOptions {
             check: false,
             threads: 1,
             similar: Some(SimilarOptions::DEFAULT),
+            interposable_exports: None,
         },
     ];
 }

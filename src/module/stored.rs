@@ -7,7 +7,9 @@
 //! 1. An entry is used only if it decodes for this module's ISA, flags and
 //!    versions ([`CodeContext`]), for this function's template (a key
 //!    collision is a miss), with a valid MAC when a secret is set, and its
-//!    relocations retarget to the function's names; anything else is a
+//!    relocations retarget to the function's names, and its code is
+//!    aligned and relocated as a compile for this ISA can give (see
+//!    `emitted_on`); anything else is a
 //!    miss, counted in [`crate::Stats`] (`store_rejected`), and the function
 //!    is compiled and its entry written again. A store that fails (down,
 //!    slow, full) is a miss too (`store_errors`): it is never an error of
@@ -38,8 +40,10 @@
 //!    flush ends.
 
 use super::batch::KnownWalks;
+use super::define::compile_panic;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
+use super::trampoline::code_alignments;
 use super::verify::Unverified;
 use super::{DedupModule, parallel};
 use crate::code::MachineCode;
@@ -47,12 +51,15 @@ use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
 use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
+use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, Module, ModuleResult};
 use std::collections::{HashMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
+use target_lexicon::Architecture;
 
 /// A module's code store, with what its entries are checked against.
 /// Dropping it gives up its reservation, if any.
@@ -203,6 +210,8 @@ impl<M: Module> DedupModule<M> {
                 return Ok(None);
             }
         };
+        let alignments = code_alignments(self.inner.isa());
+        let architecture = self.inner.isa().triple().architecture;
         let entry = Entry::decode(&bytes, &stored.context, &template, stored.secret.as_ref());
         let usable = entry.ok().and_then(|entry| {
             let unwind = match entry.unwind() {
@@ -223,6 +232,18 @@ impl<M: Module> DedupModule<M> {
                 EntryUnwind::Omitted => None,
             };
             let code = entry.code(walk.names)?;
+            // Aligned as a compile for this ISA aligns, or not used: the
+            // JIT's memory providers assume as much (the system one
+            // overruns its region for an alignment beyond a page).
+            if !alignments.is_some_and(|a| a.contains(&code.alignment)) {
+                return None;
+            }
+            // Relocations of kinds a compile for this architecture emits,
+            // or not used: the inner module may panic on another kind
+            // (cranelift-object on one its file format cannot express).
+            if !code.relocs.iter().all(|r| emitted_on(architecture, r.kind)) {
+                return None;
+            }
             let relocs = reuse::module_relocs(&code, id)?;
             Some((code, relocs, unwind, entry.compile_time()))
         });
@@ -249,8 +270,13 @@ impl<M: Module> DedupModule<M> {
         } else {
             None
         };
-        self.inner
-            .define_function_bytes(id, u64::from(code.alignment), &code.bytes, &relocs)?;
+        // A panic of the inner module (cranelift-object's for a relocation
+        // kind its format cannot hold) is the error it would be compiling.
+        let inner = &mut self.inner;
+        catch_unwind(AssertUnwindSafe(|| {
+            inner.define_function_bytes(id, u64::from(code.alignment), &code.bytes, &relocs)
+        }))
+        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)))?;
         for reloc in &relocs {
             self.ids.note_reference(&reloc.name);
         }
@@ -394,5 +420,51 @@ impl Drop for Stored {
         if let Some(key) = self.reserved.take() {
             self.store.release(&key);
         }
+    }
+}
+
+/// Whether Cranelift's backend for `architecture` may emit a relocation of
+/// `kind` (absolute addresses on every one; each backend its own family:
+/// `machinst` emission in cranelift-codegen 0.135.8, `isa/*/inst/emit.rs`).
+/// An entry with any other kind is not used (see 1 in the module docs).
+fn emitted_on(architecture: Architecture, kind: Reloc) -> bool {
+    match kind {
+        Reloc::Abs4 | Reloc::Abs8 => true,
+        Reloc::X86PCRel4
+        | Reloc::X86CallPCRel4
+        | Reloc::X86CallPLTRel4
+        | Reloc::X86GOTPCRel4
+        | Reloc::X86SecRel
+        | Reloc::ElfX86_64TlsGd
+        | Reloc::MachOX86_64Tlv => architecture == Architecture::X86_64,
+        Reloc::Arm64Call
+        | Reloc::MachOAarch64TlsAdrPage21
+        | Reloc::MachOAarch64TlsAdrPageOff12
+        | Reloc::Aarch64TlsDescAdrPage21
+        | Reloc::Aarch64TlsDescLd64Lo12
+        | Reloc::Aarch64TlsDescAddLo12
+        | Reloc::Aarch64TlsDescCall
+        | Reloc::Aarch64AdrGotPage21
+        | Reloc::Aarch64AdrPrelPgHi21
+        | Reloc::Aarch64AddAbsLo12Nc
+        | Reloc::Aarch64Ld64GotLo12Nc => matches!(architecture, Architecture::Aarch64(_)),
+        Reloc::RiscvCallPlt
+        | Reloc::RiscvTlsGdHi20
+        | Reloc::RiscvPCRelLo12I
+        | Reloc::RiscvGotHi20
+        | Reloc::RiscvPCRelHi20 => matches!(architecture, Architecture::Riscv64(_)),
+        Reloc::S390xPCRel32Dbl
+        | Reloc::S390xPLTRel32Dbl
+        | Reloc::S390xTlsGd64
+        | Reloc::S390xTlsGdCall => architecture == Architecture::S390x,
+        Reloc::PulleyPcRel | Reloc::PulleyCallIndirectHost => matches!(
+            architecture,
+            Architecture::Pulley32
+                | Architecture::Pulley64
+                | Architecture::Pulley32be
+                | Architecture::Pulley64be
+        ),
+        // No backend of Cranelift 0.135.8 targets 32-bit Arm.
+        Reloc::Arm32Call => false,
     }
 }

@@ -52,11 +52,13 @@
 //!    guarded against).
 
 use super::{CodeStore, StoreError, StoreKey};
+use std::collections::hash_map::RandomState;
 use std::fs::{self, File, OpenOptions};
+use std::hash::BuildHasher;
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 /// The limit of a store made with [`DirectoryStore::new`]: 256 MiB.
@@ -81,8 +83,8 @@ pub const STALE_TEMP_AGE: Duration = Duration::from_secs(10 * 60);
 
 const TEMP_PREFIX: &str = ".tmp-";
 
-/// Numbers temporary files within this process (with the process id, a
-/// name no other writer uses).
+/// Numbers temporary files within this process (see
+/// `DirectoryStore::create_temp`).
 static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
 
 /// A code store in a directory: see the [module docs](self).
@@ -358,18 +360,8 @@ impl CodeStore for DirectoryStore {
         if len > limit {
             return Err(StoreError::TooLarge { len, limit });
         }
-        let hex = key.hex();
-        let temp = self.dir.join(format!(
-            "{TEMP_PREFIX}{}-{}-{}",
-            &hex[..16],
-            std::process::id(),
-            NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
-        ));
+        let (temp, mut file) = self.create_temp(key)?;
         let written = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&temp)?;
             file.write_all(value)?;
             // The file's time is when it was stored, to the nanosecond
             // the clock gives (file systems otherwise round it to a tick),
@@ -377,7 +369,9 @@ impl CodeStore for DirectoryStore {
             let _ = file.set_modified(SystemTime::now());
             Ok(())
         })();
+        drop(file);
         if let Err(e) = written {
+            // The name is this store's own (it created the file).
             let _ = fs::remove_file(&temp);
             return Err(self.io_error("write", temp)(e));
         }
@@ -387,6 +381,34 @@ impl CodeStore for DirectoryStore {
         }
         self.account(len);
         Ok(())
+    }
+}
+
+impl DirectoryStore {
+    /// A temporary file for an entry of `key`, created by this call, and
+    /// its path. Its name holds the process id, a number random per
+    /// process (processes in separate PID namespaces sharing the
+    /// directory may have the same id) and a count, so no other writer
+    /// makes it; should one exist all the same, another name is tried
+    /// (the existing file is someone else's, and is left alone).
+    fn create_temp(&self, key: &StoreKey) -> Result<(PathBuf, File), StoreError> {
+        static NONCE: OnceLock<u64> = OnceLock::new();
+        let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+        let hex = key.hex();
+        let mut attempts = 0;
+        loop {
+            let temp = self.dir.join(format!(
+                "{TEMP_PREFIX}{}-{}-{nonce:016x}-{}",
+                &hex[..16],
+                std::process::id(),
+                NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
+            ));
+            match OpenOptions::new().write(true).create_new(true).open(&temp) {
+                Ok(file) => return Ok((temp, file)),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
+                Err(e) => return Err(self.io_error("create", temp)(e)),
+            }
+        }
     }
 }
 

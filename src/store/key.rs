@@ -6,7 +6,11 @@
 //!
 //! - Two ISAs give equal contexts exactly when they have the same target
 //!   triple, the same value of every shared and ISA-specific setting, and
-//!   jitfold is built against the same Cranelift and key format version.
+//!   come from the same version of jitfold, built against the same
+//!   Cranelift and key format version. (The crate's version as well as
+//!   the key format's: a release that fixes what the key misses, without
+//!   bumping the format by hand, must not load what an older one stored
+//!   under a key that merged two functions.)
 //! - [`StoreKey::of`] depends only on the entry format version, the
 //!   context and the template's key words: it is the same in every process
 //!   and on every machine (XXH3 with a fixed seed, no per-process state).
@@ -21,8 +25,8 @@ use std::fmt;
 
 /// Everything besides a function's template that changes its compiled
 /// code: the target triple, the shared and ISA-specific settings, the
-/// version of Cranelift, and jitfold's key format version (a template key
-/// means something else in another format).
+/// version of Cranelift, and jitfold's version and key format version (a
+/// template key means something else in another format).
 ///
 /// Held as a canonical text (one `name=value` line per setting, sorted by
 /// name, the form Cranelift's `settings::Value` displays) and its BLAKE3
@@ -40,7 +44,8 @@ impl CodeContext {
     /// compute it once per ISA (a module's lifetime), not per function.
     pub fn of(isa: &dyn TargetIsa) -> Self {
         let mut text = format!(
-            "jitfold code context\ncranelift {CRANELIFT_VERSION}\nkey format {KEY_FORMAT_VERSION}\ntriple {}\n",
+            "jitfold code context\njitfold {}\ncranelift {CRANELIFT_VERSION}\nkey format {KEY_FORMAT_VERSION}\ntriple {}\n",
+            env!("CARGO_PKG_VERSION"),
             isa.triple()
         );
         push_settings(&mut text, "shared", isa.flags().iter().collect());

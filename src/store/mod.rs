@@ -108,7 +108,7 @@ pub trait CodeStore: Send + Sync {
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError>;
 
     /// [`CodeStore::get`] of each of `keys`, in order, in as few round
-    /// trips as the backend allows (`RedisStore`: `MGET`s of up to
+    /// trips as the backend allows (`RedisStore`: a pipeline of bounded reads per
     /// [`GET_MANY_CHUNK`] keys). One error fails the whole call (a store
     /// that answers a failed backend as a miss, as [`SharedStore`] does,
     /// answers so here too); the caller may then `get` the keys one by
@@ -178,7 +178,7 @@ pub enum StoreError {
     /// timeout, or answered with an error (feature `redis`).
     #[cfg(feature = "redis")]
     Redis {
-        /// What was being done (`"connect"`, `"GET"`, `"SET"`).
+        /// What was being done (`"connect"`, `"GETRANGE"`, `"SET"`).
         operation: &'static str,
         /// The error.
         source: ::redis::RedisError,

@@ -2,7 +2,7 @@
 //!
 //! Values are Redis strings under `PREFIX` followed by the key's hex
 //! ([`StoreKey::hex`]); `put` is `SET` (with `PX` when a time to live is
-//! set), `get` is `GET`. Bounding the server's memory is the server's
+//! set), `get` is `GETRANGE` (see 5 below). Bounding the server's memory is the server's
 //! business: give it a `maxmemory` and `maxmemory-policy allkeys-lru`. A
 //! full server with the `noeviction` policy refuses `SET`, which is a
 //! [`StoreError`] like any other.
@@ -18,7 +18,7 @@
 //!    ([`DEFAULT_CONNECT_TIMEOUT`], 50 ms: a server on the same network
 //!    answers a connect in well under a millisecond), and each command's
 //!    writes and reads wait at most the I/O timeout
-//!    ([`DEFAULT_IO_TIMEOUT`], 100 ms: a `GET` or `SET` of an entry of a
+//!    ([`DEFAULT_IO_TIMEOUT`], 100 ms: a read or `SET` of an entry of a
 //!    few kilobytes takes a round trip, under a millisecond on a local
 //!    network). Both are set with [`RedisStore::with_timeouts`]. A
 //!    JIT that waits longer than that for a cache should compile instead.
@@ -36,6 +36,15 @@
 //! 4. Connections are pooled: each operation takes an idle connection (or
 //!    makes one), so threads do not wait for each other's round trips, and
 //!    gives it back after a success.
+//! 5. **Bounded values.** A read asks the server for at most one byte more
+//!    than the largest value the store keeps ([`DEFAULT_MAX_VALUE_BYTES`],
+//!    set with [`RedisStore::with_max_value_bytes`]): `GETRANGE` rather
+//!    than `GET`, so that a value planted in the server by any of its
+//!    clients costs the reader at most that much memory, and is then
+//!    [`StoreError::TooLarge`]; `put` refuses a larger value the same way.
+//!    (A server that trickles its answer a byte at a time within each I/O
+//!    timeout is not guarded against: the timeouts bound each read, not a
+//!    whole command.)
 
 use super::{CodeStore, GET_MANY_CHUNK, StoreError, StoreKey};
 use redis::{Client, Connection};
@@ -52,6 +61,17 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_millis(100);
 /// by default.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The largest value a store keeps by default, in bytes: 16 MiB, far more
+/// than the entry of any function the shared corpora hold (their largest is
+/// under a megabyte).
+pub const DEFAULT_MAX_VALUE_BYTES: u64 = 16 << 20;
+
+/// The longest time to live Redis accepts in `PX` is below `i64::MAX`
+/// milliseconds once added to the server's clock; a longer one fails
+/// every `SET`. Longer times to live are cut to this (about 146 million
+/// years).
+const MAX_TTL_MILLIS: u64 = i64::MAX as u64 / 2;
+
 /// The prefix of every key by default.
 pub const DEFAULT_PREFIX: &str = "jitfold:code:";
 
@@ -63,6 +83,7 @@ pub struct RedisStore {
     io_timeout: Duration,
     retry_interval: Duration,
     ttl: Option<Duration>,
+    max_value_bytes: u64,
     state: Mutex<State>,
 }
 
@@ -89,6 +110,7 @@ impl RedisStore {
             io_timeout: DEFAULT_IO_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             ttl: None,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             state: Mutex::default(),
         })
     }
@@ -115,6 +137,13 @@ impl RedisStore {
         self
     }
 
+    /// This store keeping values of at most `bytes` bytes (at least 1)
+    /// instead of [`DEFAULT_MAX_VALUE_BYTES`] (see 5 in the module docs).
+    pub fn with_max_value_bytes(mut self, bytes: u64) -> Self {
+        self.max_value_bytes = bytes.max(1);
+        self
+    }
+
     /// This store with keys under `prefix` instead of [`DEFAULT_PREFIX`]
     /// (to keep several stores apart in one server).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -124,6 +153,30 @@ impl RedisStore {
 
     fn redis_key(&self, key: &StoreKey) -> String {
         format!("{}{}", self.prefix, key.hex())
+    }
+
+    /// `GETRANGE` of at most one byte more than the largest value kept
+    /// (see 5 in the module docs) of the key named `name`.
+    fn bounded_get(&self, name: &str) -> redis::Cmd {
+        let mut command = redis::cmd("GETRANGE");
+        // The range's end is inclusive.
+        command.arg(name).arg(0).arg(self.max_value_bytes);
+        command
+    }
+
+    /// What a `GETRANGE` of [`RedisStore::bounded_get`] answered, as a
+    /// value: none for an empty answer (a missing key reads as empty, and
+    /// no entry is empty), [`StoreError::TooLarge`] for one longer than
+    /// the largest value kept.
+    fn value_of(&self, answer: Vec<u8>) -> Result<Option<Vec<u8>>, StoreError> {
+        let len = answer.len() as u64;
+        if len > self.max_value_bytes {
+            return Err(StoreError::TooLarge {
+                len,
+                limit: self.max_value_bytes,
+            });
+        }
+        Ok((!answer.is_empty()).then_some(answer))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -199,42 +252,57 @@ impl RedisStore {
 
 impl CodeStore for RedisStore {
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
-        let key = self.redis_key(key);
-        self.with_connection("GET", |connection| {
-            redis::cmd("GET").arg(&key).query(connection)
-        })
+        let name = self.redis_key(key);
+        let answer = self.with_connection("GETRANGE", |connection| {
+            self.bounded_get(&name).query(connection)
+        })?;
+        self.value_of(answer)
     }
 
     fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         let mut values = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(GET_MANY_CHUNK) {
             let names: Vec<String> = chunk.iter().map(|key| self.redis_key(key)).collect();
-            let got = self.with_connection("MGET", |connection| {
-                let got: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query(connection)?;
-                // One value per key, or the answer is garbage (and the
+            let answers = self.with_connection("GETRANGE", |connection| {
+                let mut pipeline = redis::pipe();
+                for name in &names {
+                    pipeline.add_command(self.bounded_get(name));
+                }
+                let answers: Vec<Vec<u8>> = pipeline.query(connection)?;
+                // One answer per key, or the answer is garbage (and the
                 // connection is dropped).
-                if got.len() != names.len() {
+                if answers.len() != names.len() {
                     return Err(redis::RedisError::from((
                         redis::ErrorKind::UnexpectedReturnType,
-                        "MGET answered another number of values than keys asked",
+                        "a pipeline of GETRANGEs answered another number of values than keys asked",
                     )));
                 }
-                Ok(got)
+                Ok(answers)
             })?;
-            values.extend(got);
+            for answer in answers {
+                values.push(self.value_of(answer)?);
+            }
         }
         Ok(values)
     }
 
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        let len = value.len() as u64;
+        if len > self.max_value_bytes {
+            return Err(StoreError::TooLarge {
+                len,
+                limit: self.max_value_bytes,
+            });
+        }
         let key = self.redis_key(key);
         self.with_connection("SET", |connection| {
             let mut command = redis::cmd("SET");
             command.arg(&key).arg(value);
             if let Some(ttl) = self.ttl {
-                command
-                    .arg("PX")
-                    .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+                command.arg("PX").arg(
+                    u64::try_from(ttl.as_millis())
+                        .map_or(MAX_TTL_MILLIS, |ms| ms.min(MAX_TTL_MILLIS)),
+                );
             }
             command.query::<()>(connection)
         })
@@ -253,6 +321,7 @@ impl std::fmt::Debug for RedisStore {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("ttl", &self.ttl)
+            .field("max_value_bytes", &self.max_value_bytes)
             .finish_non_exhaustive()
     }
 }

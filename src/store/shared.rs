@@ -20,12 +20,21 @@
 //!    reserved only while it has no value: as long as no reservation is
 //!    given up, each template is compiled once in total, whatever the
 //!    number of threads and their timing.
-//! 2. A waiting thread holds no reservation (a module holds at most one,
-//!    from lookup to `put` or release), so waiting cannot deadlock.
+//! 2. Waiting is bounded: a thread waits for another's reservation at most
+//!    [`DEFAULT_MAX_WAIT`] (set with [`SharedStore::with_max_wait`]), then
+//!    takes the reservation over and compiles the template itself (which
+//!    costs a compile, never a wrong value: both threads' values are code
+//!    for the same template). A reservation is held from lookup to `put`
+//!    or release, and a module holds one at a time but while it defines
+//!    the merged body of similar functions for the member it reserved
+//!    (eager mode, `similar.rs`), whose template has more parameters than
+//!    any member's: waits cannot form a cycle, and the bound covers a
+//!    reservation a module never gives up (a panic it did not catch, and
+//!    its module kept alive and idle).
 //! 3. A reservation given up ([`CodeStore::release`], called by the module
 //!    when its compile fails, panics or makes no entry) wakes the waiters,
 //!    and one of them reserves the key in turn: an error on one thread
-//!    never leaves another waiting forever.
+//!    does not leave another waiting.
 //! 4. Lookups of keys in different shards (the map is split by key into
 //!    64 independently locked parts) never wait for one another's lock.
 //! 5. Values are copied in and out; nothing in the map is executed. A
@@ -46,6 +55,11 @@ enum Slot {
     Ready(Arc<[u8]>),
 }
 
+/// How long a lookup waits for another thread's reservation by default
+/// before taking it over (see 2 in the module docs): far longer than
+/// Cranelift takes to compile any function of the shared corpora.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
+
 /// How many independently locked parts the map has: lookups of different
 /// keys from different threads rarely wait for one another.
 const SHARDS: usize = 64;
@@ -64,6 +78,7 @@ struct Shard {
 pub struct SharedStore {
     shards: Box<[Shard]>,
     backing: Option<Arc<dyn CodeStore>>,
+    max_wait: Duration,
     waits: AtomicU64,
     waited_nanos: AtomicU64,
     reservations: AtomicU64,
@@ -88,6 +103,7 @@ impl Default for SharedStore {
         Self {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             backing: None,
+            max_wait: DEFAULT_MAX_WAIT,
             waits: AtomicU64::new(0),
             waited_nanos: AtomicU64::new(0),
             reservations: AtomicU64::new(0),
@@ -109,6 +125,13 @@ impl SharedStore {
             backing: Some(backing),
             ..Self::default()
         }
+    }
+
+    /// This store with lookups waiting at most `max_wait` for another
+    /// thread's reservation (see 2 in the module docs).
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
     }
 
     /// The shard that holds `key` (keys are hashes: any bits will do).
@@ -225,11 +248,16 @@ impl CodeStore for SharedStore {
                     return Ok(Some(value));
                 }
                 Some(Slot::Reserved) => {
-                    waited_since.get_or_insert_with(Instant::now);
+                    let since = *waited_since.get_or_insert_with(Instant::now);
+                    let Some(left) = self.max_wait.checked_sub(since.elapsed()) else {
+                        // Taken over (see 2 in the module docs).
+                        break;
+                    };
                     slots = shard
                         .changed
-                        .wait(slots)
-                        .unwrap_or_else(|poison| poison.into_inner());
+                        .wait_timeout(slots, left)
+                        .unwrap_or_else(|poison| poison.into_inner())
+                        .0;
                 }
                 None => break,
             }
@@ -313,6 +341,35 @@ mod tests {
         let stats = store.stats();
         assert_eq!(stats.reservations, 1);
         assert_eq!(stats.entries, 1);
+    }
+
+    /// A reservation never given up costs a waiter the longest wait, then
+    /// passes to it; the first holder's late release leaves the value the
+    /// waiter put.
+    #[test]
+    fn a_reservation_held_too_long_is_taken_over() {
+        let store = Arc::new(SharedStore::new().with_max_wait(Duration::from_millis(50)));
+        assert_eq!(store.get_or_reserve(&key(3)).unwrap(), None);
+        let waiter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let got = store.get_or_reserve(&key(3)).unwrap();
+                (got, start.elapsed())
+            })
+        };
+        let (got, waited) = waiter.join().unwrap();
+        assert_eq!(got, None, "taken over: the waiter compiles it");
+        assert!(waited >= Duration::from_millis(50), "{waited:?}");
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        let stats = store.stats();
+        assert_eq!((stats.reservations, stats.waits), (2, 1));
+        store.put(&key(3), b"code").unwrap();
+        store.release(&key(3));
+        assert_eq!(
+            store.get_or_reserve(&key(3)).unwrap().as_deref(),
+            Some(&b"code"[..])
+        );
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn generated(count: usize) -> Vec<Program> {
     out
 }
 
-/// Declares and defines `program` in `m`, every function exported as
+/// Declares and defines `program` in `m`, every function hidden (global to the link) as
 /// `{prefix}{index}`; returns the ids in function order.
 fn define<M: Module>(m: &mut M, program: &Program, prefix: &str) -> Vec<FuncId> {
     let mut names: HashMap<UserFuncName, FuncId> = HashMap::new();
@@ -113,7 +113,7 @@ fn define<M: Module>(m: &mut M, program: &Program, prefix: &str) -> Vec<FuncId> 
         .enumerate()
         .map(|(i, f)| {
             let id = m
-                .declare_function(&format!("{prefix}{i}"), Linkage::Export, &f.signature)
+                .declare_function(&format!("{prefix}{i}"), Linkage::Hidden, &f.signature)
                 .unwrap();
             names.insert(f.name.clone(), id);
             id

@@ -181,7 +181,7 @@ fn batch_mode_takes_the_function_out_of_the_context() {
 /// A preemptible (weak) function may be replaced at link time by a strong
 /// definition elsewhere, so it is never merged with its twin, whichever
 /// comes first: calls to it stay calls to it, and its twin runs its own
-/// code. An exported twin defined after it is compiled too (it may not run
+/// code. A hidden twin defined after it is compiled too (it may not run
 /// the weak one's code), and two twins of the weak one still merge.
 #[test]
 fn a_preemptible_function_is_merged_with_nothing() {
@@ -195,23 +195,12 @@ fn a_preemptible_function_is_merged_with_nothing() {
             sig.params.push(AbiParam::new(I64));
             sig.returns.push(AbiParam::new(I64));
             let linkages = if weak_first {
-                [Linkage::Preemptible, Linkage::Export, Linkage::Export]
+                [Linkage::Preemptible, Linkage::Hidden, Linkage::Hidden]
             } else {
-                [Linkage::Export, Linkage::Preemptible, Linkage::Export]
+                [Linkage::Hidden, Linkage::Preemptible, Linkage::Hidden]
             };
-            let ids: Vec<FuncId> = linkages
-                .iter()
-                .enumerate()
-                .map(|(i, &linkage)| m.declare_function(&format!("f{i}"), linkage, &sig).unwrap())
-                .collect();
-            for &id in &ids {
-                define(&mut m, id, |b, _, p| {
-                    let r = b.ins().imul_imm_s(p[0], 3);
-                    b.ins().return_(&[r]);
-                })
-                .unwrap();
-            }
-            let caller = m.declare_function("caller", Linkage::Export, &sig).unwrap();
+            let ids = define_twins(&mut m, &linkages, &sig);
+            let caller = m.declare_function("caller", Linkage::Hidden, &sig).unwrap();
             let weak = ids[linkages
                 .iter()
                 .position(|&l| l == Linkage::Preemptible)
@@ -224,10 +213,10 @@ fn a_preemptible_function_is_merged_with_nothing() {
             m.flush().unwrap();
             let context = format!("{options} weak first {weak_first}");
             assert_eq!(m.canonical(weak), Some(weak), "{context}");
-            // The two exported twins merge, the first being canonical.
-            let exported: Vec<FuncId> = ids.iter().copied().filter(|&id| id != weak).collect();
-            assert_eq!(m.canonical(exported[0]), Some(exported[0]), "{context}");
-            assert_eq!(m.canonical(exported[1]), Some(exported[0]), "{context}");
+            // The two hidden twins merge, the first being canonical.
+            let twins: Vec<FuncId> = ids.iter().copied().filter(|&id| id != weak).collect();
+            assert_eq!(m.canonical(twins[0]), Some(twins[0]), "{context}");
+            assert_eq!(m.canonical(twins[1]), Some(twins[0]), "{context}");
             assert_eq!(m.stats().compiled, 3, "{context}: {:?}", m.stats());
             assert!(!m.into_inner().finish().emit().unwrap().is_empty());
         }
@@ -290,4 +279,133 @@ fn a_defined_function_cannot_become_preemptible() {
         assert_eq!(m.canonical(ids[1]), Some(ids[0]), "{options}");
         assert_eq!(m.canonical(ids[2]), Some(ids[2]), "{options}");
     }
+}
+
+/// Declares and defines twins `f0`, `f1`, ... with `linkages` and
+/// signature `sig` (one `i64` in and out: they return it times 3).
+fn define_twins<M: Module>(
+    m: &mut DedupModule<M>,
+    linkages: &[Linkage],
+    sig: &cranelift_codegen::ir::Signature,
+) -> Vec<FuncId> {
+    let ids: Vec<FuncId> = linkages
+        .iter()
+        .enumerate()
+        .map(|(i, &linkage)| m.declare_function(&format!("f{i}"), linkage, sig).unwrap())
+        .collect();
+    for &id in &ids {
+        define(m, id, |b, _, p| {
+            let r = b.ins().imul_imm_s(p[0], 3);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    ids
+}
+
+/// Defines three twins (`f0` to `f2`, with `linkages`) and a caller of
+/// the exported one in `m`, flushes, and returns the twins' canonical
+/// functions, by index, and the functions compiled.
+fn twins_with_an_export<M: Module>(
+    m: &mut DedupModule<M>,
+    linkages: [Linkage; 3],
+) -> ([usize; 3], u64) {
+    let mut sig = m.make_signature();
+    sig.params.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    let ids = define_twins(m, &linkages, &sig);
+    let exported = ids[linkages.iter().position(|&l| l == Linkage::Export).unwrap()];
+    let caller = m.declare_function("caller", Linkage::Hidden, &sig).unwrap();
+    define(m, caller, |fb, m, p| {
+        let r = emit_call(fb, m, exported, p[0]);
+        fb.ins().return_(&[r]);
+    })
+    .unwrap();
+    m.flush().unwrap();
+    let canonical = |i: usize| {
+        let c = m.canonical(ids[i]).unwrap();
+        ids.iter().position(|&id| id == c).unwrap()
+    };
+    (
+        [canonical(0), canonical(1), canonical(2)],
+        m.stats().compiled,
+    )
+}
+
+/// In an object file an exported symbol may be interposed (in a shared
+/// library, the dynamic linker may bind it to a definition elsewhere), so
+/// an exported function is merged with nothing there: its twins neither
+/// run its code nor does it run theirs, whichever comes first, while the
+/// other twins still merge. With `interposable_exports` off, and in a JIT
+/// (wrapped or not), it merges as any function does.
+#[test]
+fn an_exported_function_is_merged_with_nothing_where_it_may_be_interposed() {
+    use jitfold::DedupOptions;
+    let (e, h) = (Linkage::Export, Linkage::Hidden);
+    for options in [DedupOptions::eager(), DedupOptions::batch()] {
+        for (linkages, alone) in [
+            ([e, h, h], [0, 1, 1]),
+            ([h, e, h], [0, 1, 0]),
+            ([h, h, e], [0, 0, 2]),
+        ] {
+            let context = format!("{options} {linkages:?}");
+            let object = || ObjectModule::new(object_builder());
+            let mut m = DedupModule::wrap(object(), options);
+            assert_eq!(
+                twins_with_an_export(&mut m, linkages),
+                (alone, 3),
+                "{context}"
+            );
+            assert!(!m.into_inner().finish().emit().unwrap().is_empty());
+            let mut m = DedupModule::<ObjectModule>::new(object_builder());
+            if options == DedupOptions::eager() {
+                assert_eq!(
+                    twins_with_an_export(&mut m, linkages),
+                    (alone, 3),
+                    "{context}"
+                );
+            }
+            let merged = ([0, 0, 0], 2);
+            let kept_apart = options.with_interposable_exports(false);
+            let mut m = DedupModule::wrap(object(), kept_apart);
+            assert_eq!(twins_with_an_export(&mut m, linkages), merged, "{context}");
+            let jit = || JITModule::new(JITBuilder::new(default_libcall_names()).unwrap());
+            let mut m = DedupModule::wrap(jit(), options);
+            assert_eq!(twins_with_an_export(&mut m, linkages), merged, "{context}");
+            let mut m = DedupModule::wrap(jit(), options.with_interposable_exports(true));
+            assert_eq!(
+                twins_with_an_export(&mut m, linkages),
+                (alone, 3),
+                "{context}"
+            );
+        }
+    }
+}
+
+/// Declaring a defined local function exported is refused where exports
+/// may be interposed (it may already be merged), and allowed in a JIT.
+#[test]
+fn a_defined_function_cannot_become_exported_where_exports_may_be_interposed() {
+    fn declare_twice<M: Module>(m: &mut DedupModule<M>) -> ModuleResult<FuncId> {
+        let mut sig = m.make_signature();
+        sig.params.push(AbiParam::new(I64));
+        sig.returns.push(AbiParam::new(I64));
+        let id = m.declare_function("f", Linkage::Local, &sig).unwrap();
+        define(m, id, |b, _, p| {
+            b.ins().return_(&[p[0]]);
+        })
+        .unwrap();
+        m.declare_function("f", Linkage::Export, &sig)
+    }
+    let mut m = DedupModule::<ObjectModule>::new(object_builder());
+    let error = declare_twice(&mut m).unwrap_err();
+    assert!(
+        matches!(
+            jitfold::DedupError::of(&error),
+            Some(jitfold::DedupError::PreemptibleAfterDefinition { function }) if function == "f"
+        ),
+        "{error}"
+    );
+    let mut m = DedupModule::<JITModule>::new(JITBuilder::new(default_libcall_names()).unwrap());
+    assert!(declare_twice(&mut m).is_ok());
 }

@@ -33,7 +33,7 @@ fn define_twins_with<M: Module>(m: &mut M, conv: CallConv) -> [FuncId; 3] {
         .into_iter()
         .enumerate()
     {
-        let id = m.declare_function(name, Linkage::Export, &sig).unwrap();
+        let id = m.declare_function(name, Linkage::Hidden, &sig).unwrap();
         let mut ctx = m.make_context();
         ctx.func.signature = sig.clone();
         let mut fctx = FunctionBuilderContext::new();

@@ -125,7 +125,7 @@ impl Program {
                 sig.call_conv = self.conv_of(i, default);
                 sig.params.push(AbiParam::new(I64));
                 sig.returns.push(AbiParam::new(I64));
-                m.declare_function(&format!("f{i}"), Linkage::Export, &sig)
+                m.declare_function(&format!("f{i}"), Linkage::Hidden, &sig)
                     .unwrap()
             })
             .collect();

@@ -384,11 +384,21 @@ fn planted_store() -> Arc<MemoryStore> {
     let template = Fingerprint::of(&leaf0).to_template();
     let code = jitfold::compile::compile(&leaf1, m.isa()).unwrap();
     let entry = Entry::new(&template, &[], &code.code, code.time, None).unwrap();
-    let context = CodeContext::of(m.isa());
+    store_holding(m.isa(), &template, &entry)
+}
+
+/// A store in memory holding `entry`, unsigned, for `template` compiled
+/// by `isa`.
+fn store_holding(
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    template: &jitfold::Template,
+    entry: &Entry,
+) -> Arc<MemoryStore> {
+    let context = CodeContext::of(isa);
     let store = Arc::new(MemoryStore::new());
     store
         .put(
-            &StoreKey::of(&context, &template),
+            &StoreKey::of(&context, template),
             &entry.encode(&context, None),
         )
         .unwrap();
@@ -462,4 +472,120 @@ fn the_store_is_never_asked_for_a_function_with_a_stale_constant_pool() {
             );
         }
     }
+}
+
+/// `leaf` of [`planted_with`]: returns its argument times 7.
+fn leaf7<M: Module>(m: &mut M, id: FuncId) -> cranelift_codegen::ir::Function {
+    common::build::built(m, id, |b, _, p| {
+        let r = b.ins().imul_imm_s(p[0], 7);
+        b.ins().return_(&[r]);
+    })
+}
+
+/// A store holding an entry for [`leaf7`]'s template: its own code for
+/// `isa` (with its unwind information), changed by `alter`.
+fn planted_with(
+    isa: &cranelift_codegen::isa::OwnedTargetIsa,
+    alter: impl FnOnce(&mut jitfold::code::MachineCode),
+) -> Arc<MemoryStore> {
+    let mut m = JITModule::new(JITBuilder::with_isa(isa.clone(), default_libcall_names()));
+    let id = declare(&mut m, "leaf", isa.default_call_conv());
+    let func = leaf7(&mut m, id);
+    let template = Fingerprint::of(&func).to_template();
+    let mut ctx = cranelift_codegen::Context::for_function(func);
+    ctx.compile(&**isa, &mut Default::default()).unwrap();
+    let mut code = jitfold::code::MachineCode::of(&ctx).unwrap();
+    let unwind = ctx
+        .compiled_code()
+        .unwrap()
+        .create_unwind_info(&**isa)
+        .unwrap();
+    alter(&mut code);
+    let entry = Entry::new(&template, &[], &code, Default::default(), unwind.as_ref()).unwrap();
+    store_holding(&**isa, &template, &entry)
+}
+
+/// Defines [`leaf7`] in a module made by `make` with `store`: the
+/// statistics (loaded, rejected, compiled).
+fn define_leaf7<M: Module>(
+    m: DedupModule<M>,
+    store: Arc<MemoryStore>,
+) -> (DedupModule<M>, (u64, u64, u64)) {
+    let mut m = m.with_store(store, None);
+    let conv = m.isa().default_call_conv();
+    let id = declare(&mut m, "leaf", conv);
+    let mut ctx = m.make_context();
+    ctx.func = leaf7(&mut m, id);
+    m.define_function(id, &mut ctx).unwrap();
+    let stats = m.stats();
+    let counts = (stats.loaded, stats.store_rejected, stats.compiled);
+    (m, counts)
+}
+
+/// An entry whose code asks for an alignment a compile for this ISA never
+/// gives (below the flags' minimum, or beyond what constants ask: the
+/// JIT's memory would overrun its region) is rejected and the function
+/// compiled; the same code with the alignment a compile gives is used.
+#[test]
+fn an_entry_with_an_alignment_no_compile_gives_is_rejected() {
+    let flags = jitfold::isa::flags(&[("log2_min_function_alignment", "5")]).unwrap();
+    let isa = jitfold::isa::host_isa(flags).unwrap();
+    for (alignment, used) in [(16, false), (32, true), (1 << 20, false)] {
+        let store = planted_with(&isa, |code| {
+            assert_eq!(code.alignment, 32);
+            code.alignment = alignment;
+        });
+        let builder = JITBuilder::with_isa(isa.clone(), default_libcall_names());
+        let (mut m, counts) = define_leaf7(
+            DedupModule::with_options(builder, DedupOptions::default()),
+            store,
+        );
+        assert_eq!(
+            counts,
+            if used { (1, 0, 0) } else { (0, 1, 1) },
+            "alignment {alignment}"
+        );
+        m.finalize_definitions().unwrap();
+        let id = m.get_name("leaf").unwrap();
+        let cranelift_module::FuncOrDataId::Func(id) = id else {
+            unreachable!()
+        };
+        assert_eq!(call1(m.get_finalized_function(id), 6), 42);
+    }
+}
+
+/// An entry with a relocation of a kind no compile for this architecture
+/// emits (one the JIT would panic on at finalize, cranelift-object when it
+/// is defined) is rejected and the function compiled, in either module.
+#[test]
+fn an_entry_with_a_relocation_of_another_architecture_is_rejected() {
+    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
+    let foreign = |code: &mut jitfold::code::MachineCode| {
+        code.relocs.push(jitfold::code::Relocation {
+            offset: 0,
+            kind: cranelift_codegen::binemit::Reloc::Arm32Call,
+            addend: 0,
+            target: jitfold::code::RelocTarget::OwnOffset(0),
+        });
+    };
+    // Unaltered, the entry is used (so the rejection is the relocation's).
+    let builder = || JITBuilder::with_isa(isa.clone(), default_libcall_names());
+    let (_, counts) = define_leaf7(
+        DedupModule::with_options(builder(), DedupOptions::default()),
+        planted_with(&isa, |_| {}),
+    );
+    assert_eq!(counts, (1, 0, 0));
+    let (mut m, counts) = define_leaf7(
+        DedupModule::with_options(builder(), DedupOptions::default()),
+        planted_with(&isa, foreign),
+    );
+    assert_eq!(counts, (0, 1, 1));
+    m.finalize_definitions().unwrap();
+    let object =
+        cranelift_object::ObjectBuilder::new(isa.clone(), "foreign", default_libcall_names())
+            .unwrap();
+    let m = DedupModule::<cranelift_object::ObjectModule>::new(object);
+    let (m, counts) = define_leaf7(m, planted_with(&isa, foreign));
+    assert_eq!(counts, (0, 1, 1));
+    m.finish().emit().unwrap();
 }

@@ -378,6 +378,14 @@ fn entries_of_another_context_or_template_are_rejected() {
         "{}",
         s.context.text()
     );
+    // Another version of jitfold does not read this one's entries.
+    assert!(
+        s.context
+            .text()
+            .contains(&format!("\njitfold {}\n", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        s.context.text()
+    );
 
     // Another template (a key collision, as far as decoding can tell).
     let h = compiled(H, &s.isa);
@@ -1011,6 +1019,61 @@ mod redis_store {
     /// catches a hang.
     const HANG: Duration = Duration::from_secs(10);
 
+    /// A value planted larger than the store keeps is read only up to one
+    /// byte past the limit and is an error, alone or in a batch; one of
+    /// exactly the limit is read whole; a larger `put` is refused; a time
+    /// to live too long for Redis is cut, not refused by the server.
+    #[test]
+    fn values_are_bounded_and_long_times_to_live_are_cut() {
+        let Some(server) = Server::start("bounded", &[]) else {
+            return;
+        };
+        let store = RedisStore::new(&server.url())
+            .unwrap()
+            .with_max_value_bytes(1000);
+        let mut raw = server.raw();
+        let name = |k: u32| format!("jitfold:code:{}", key(k).hex());
+        redis::cmd("SET")
+            .arg(name(1))
+            .arg(vec![7u8; 5_000_000])
+            .query::<()>(&mut raw)
+            .unwrap();
+        match store.get(&key(1)) {
+            Err(StoreError::TooLarge { len, limit }) => assert_eq!((len, limit), (1001, 1000)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            store.get_many(&[key(2), key(1)]),
+            Err(StoreError::TooLarge { .. })
+        ));
+        redis::cmd("SET")
+            .arg(name(2))
+            .arg(vec![9u8; 1000])
+            .query::<()>(&mut raw)
+            .unwrap();
+        assert_eq!(store.get(&key(2)).unwrap(), Some(vec![9u8; 1000]));
+        assert_eq!(
+            store.get_many(&[key(2), key(3)]).unwrap(),
+            vec![Some(vec![9u8; 1000]), None]
+        );
+        assert!(matches!(
+            store.put(&key(3), &[1u8; 1001]),
+            Err(StoreError::TooLarge {
+                len: 1001,
+                limit: 1000
+            })
+        ));
+        assert_eq!(store.get(&key(3)).unwrap(), None);
+        // The store is still usable after those errors.
+        store.put(&key(3), &[1u8; 1000]).unwrap();
+        assert_eq!(store.get(&key(3)).unwrap(), Some(vec![1u8; 1000]));
+        let forever = RedisStore::new(&server.url())
+            .unwrap()
+            .with_ttl(Duration::MAX);
+        forever.put(&key(4), b"x").unwrap();
+        assert_eq!(forever.get(&key(4)).unwrap().as_deref(), Some(&b"x"[..]));
+    }
+
     #[test]
     fn round_trip_overwrite_and_ttl() {
         let Some(server) = Server::start("round-trip", &[]) else {
@@ -1083,7 +1146,7 @@ mod redis_store {
             }
         }
         assert!(store.get_many(&[]).unwrap().is_empty());
-        // Two `MGET`s (256 keys, then 44), no `GET`.
+        // Bounded reads only (in two pipelines: 256 keys, then 44).
         let mut raw = server.raw();
         let stats: String = redis::cmd("INFO")
             .arg("commandstats")
@@ -1097,7 +1160,11 @@ mod redis_store {
                 .and_then(|l| l.split(',').next())
                 .map_or(0, |n| n.parse::<u64>().unwrap())
         };
-        assert_eq!((calls("mget"), calls("get")), (2, 0), "{stats}");
+        assert_eq!(
+            (calls("getrange"), calls("mget"), calls("get")),
+            (300, 0, 0),
+            "{stats}"
+        );
         // A server that is gone is an error, not a hang.
         let mut server = server;
         server.kill();
@@ -1177,11 +1244,16 @@ mod redis_store {
         for bytes in corruptions {
             let _: () = redis::cmd("SET")
                 .arg(&redis_key)
-                .arg(bytes)
+                .arg(&bytes)
                 .query(&mut raw)
                 .unwrap();
-            let got = store.get(&k).unwrap().unwrap();
-            assert!(Entry::decode(&got, &s.context, &s.f.template, Some(&s.secret)).is_err());
+            // An empty value reads as missing (a missing key reads empty).
+            match store.get(&k).unwrap() {
+                Some(got) => assert!(
+                    Entry::decode(&got, &s.context, &s.f.template, Some(&s.secret)).is_err()
+                ),
+                None => assert!(bytes.is_empty()),
+            }
         }
         store.put(&k, &s.signed).unwrap();
         let got = store.get(&k).unwrap().unwrap();
@@ -1313,7 +1385,7 @@ mod redis_store {
         let StoreError::Redis { operation, source } = &error else {
             panic!("{error}");
         };
-        assert_eq!(*operation, "GET");
+        assert_eq!(*operation, "GETRANGE");
         assert!(source.is_timeout(), "{error}");
         // A new connection cannot be set up either.
         assert!(store.get(&key(1)).is_err());
@@ -1321,7 +1393,7 @@ mod redis_store {
         // connect is: the next operations answer at once.
         let error = patient.get(&key(2)).unwrap_err();
         assert!(
-            matches!(&error, StoreError::Redis { operation: "GET", source } if source.is_timeout()),
+            matches!(&error, StoreError::Redis { operation: "GETRANGE", source } if source.is_timeout()),
             "{error}"
         );
         for _ in 0..3 {

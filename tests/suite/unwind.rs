@@ -27,7 +27,7 @@ fn program<M: Module>(m: &mut M) -> Vec<FuncId> {
         s
     };
     let declare = |m: &mut M, name: &str, conv: CallConv| {
-        m.declare_function(name, Linkage::Export, &sig(conv))
+        m.declare_function(name, Linkage::Hidden, &sig(conv))
             .unwrap()
     };
     let [leaf_a, leaf_b, twin_a, twin_b, call_a, call_b] =
