@@ -97,9 +97,10 @@ pub enum DedupError {
         message: String,
     },
     /// A function already defined (or recorded, in batch mode) was
-    /// declared again so as to become preemptible: it may already be
-    /// merged with another, which a weak symbol must never be. Declare it
-    /// preemptible before defining it.
+    /// declared again so as to become preemptible, or exported where
+    /// exports may be interposed (see 14 in the [module docs](crate::module)):
+    /// it may already be merged with another, which such a symbol must
+    /// never be. Declare it so before defining it.
     PreemptibleAfterDefinition {
         /// The function's linkage name.
         function: String,
@@ -176,8 +177,9 @@ impl fmt::Display for DedupError {
             ),
             DedupError::PreemptibleAfterDefinition { function } => write!(
                 f,
-                "{function} cannot become preemptible after it was defined \
-                 (it may be merged already): declare it preemptible first"
+                "{function} cannot become preemptible, or exported where exports may be \
+                 interposed, after it was defined (it may be merged already): declare it so \
+                 first"
             ),
             DedupError::Unresolved { name, message } => {
                 write!(f, "cannot resolve {name}: {message}")

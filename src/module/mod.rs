@@ -94,8 +94,10 @@
 //!     outside the cache: it is never a duplicate, no duplicate runs its
 //!     code, and calls to it are never rewritten. That is a function
 //!     declared [`Linkage::Preemptible`](cranelift_module::Linkage) (a weak
-//!     symbol), and, in an object module (or any module given to
-//!     [`DedupModule::wrap`]), one declared `Linkage::Export`:
+//!     symbol), and, in an object module (or any module but a `JITModule`
+//!     given to [`DedupModule::wrap`]; see
+//!     [`DedupOptions::interposable_exports`]), one declared
+//!     `Linkage::Export`:
 //!     cranelift-object gives it dynamic scope, so in a shared library
 //!     calls to it go through the PLT and bind to whichever definition the
 //!     dynamic linker finds first (`LD_PRELOAD`, an earlier library). A
@@ -332,7 +334,11 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// The wrapped module, mutably. Definitions made on it directly bypass
-    /// deduplication and are not known to the wrapper.
+    /// deduplication and are not known to the wrapper, and declarations
+    /// made on it bypass the wrapper's checks (a function declared there
+    /// anew is not known either, and one redeclared so that it becomes
+    /// preemptible or an interposable export is not refused: see 14 in
+    /// the module docs).
     pub fn inner_mut(&mut self) -> &mut M {
         &mut self.inner
     }

@@ -40,7 +40,6 @@
 //!    flush ends.
 
 use super::batch::KnownWalks;
-use super::define::compile_panic;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
 use super::trampoline::code_alignments;
@@ -53,7 +52,9 @@ use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, GET_MANY_CHUNK, S
 use cranelift_codegen::Context;
 use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::Function;
+use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::isa::unwind::UnwindInfo;
+use cranelift_codegen::settings::TlsModel;
 use cranelift_module::{FuncId, Module, ModuleResult};
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -210,8 +211,8 @@ impl<M: Module> DedupModule<M> {
                 return Ok(None);
             }
         };
-        let alignments = code_alignments(self.inner.isa());
-        let architecture = self.inner.isa().triple().architecture;
+        let isa = self.inner.isa();
+        let alignments = code_alignments(isa);
         let entry = Entry::decode(&bytes, &stored.context, &template, stored.secret.as_ref());
         let usable = entry.ok().and_then(|entry| {
             let unwind = match entry.unwind() {
@@ -241,7 +242,7 @@ impl<M: Module> DedupModule<M> {
             // Relocations of kinds a compile for this architecture emits,
             // or not used: the inner module may panic on another kind
             // (cranelift-object on one its file format cannot express).
-            if !code.relocs.iter().all(|r| emitted_on(architecture, r.kind)) {
+            if !code.relocs.iter().all(|r| emitted_on(isa, r.kind)) {
                 return None;
             }
             let relocs = reuse::module_relocs(&code, id)?;
@@ -270,13 +271,26 @@ impl<M: Module> DedupModule<M> {
         } else {
             None
         };
-        // A panic of the inner module (cranelift-object's for a relocation
-        // kind its format cannot hold) is the error it would be compiling.
+        // Should the inner module still panic on the entry's relocations
+        // (cranelift-object does on a kind its file format cannot express,
+        // before it records anything), the entry is not used.
         let inner = &mut self.inner;
-        catch_unwind(AssertUnwindSafe(|| {
+        let defined = catch_unwind(AssertUnwindSafe(|| {
             inner.define_function_bytes(id, u64::from(code.alignment), &code.bytes, &relocs)
-        }))
-        .unwrap_or_else(|panic| Err(compile_panic(self.function_name(id), panic)))?;
+        }));
+        match defined {
+            Ok(result) => result?,
+            Err(panic) => {
+                log::warn!(
+                    "code store: the inner module panicked on the entry {key} of {} ({id}): {}; \
+                     compiling",
+                    self.function_name(id),
+                    crate::compile::panic_message(&panic)
+                );
+                self.stats.store_rejected += 1;
+                return Ok(None);
+            }
+        }
         for reloc in &relocs {
             self.ids.note_reference(&reloc.name);
         }
@@ -423,31 +437,40 @@ impl Drop for Stored {
     }
 }
 
-/// Whether Cranelift's backend for `architecture` may emit a relocation of
-/// `kind` (absolute addresses on every one; each backend its own family:
-/// `machinst` emission in cranelift-codegen 0.135.8, `isa/*/inst/emit.rs`).
-/// An entry with any other kind is not used (see 1 in the module docs).
-fn emitted_on(architecture: Architecture, kind: Reloc) -> bool {
+/// Whether Cranelift's backend for `isa` may emit a relocation of `kind`
+/// with `isa`'s flags: the kinds of its architecture (`isa/*/inst/emit.rs`
+/// in cranelift-codegen 0.135.8), those through a GOT or PLT only with
+/// `is_pic`, those of thread-local storage only with the matching
+/// `tls_model`. An entry with any other kind is not used (see 1 in the
+/// module docs): cranelift-jit panics on GOT kinds (it requires `is_pic`
+/// off) and on kinds it does not know, cranelift-object on kinds its file
+/// format cannot express.
+fn emitted_on(isa: &dyn TargetIsa, kind: Reloc) -> bool {
+    let architecture = isa.triple().architecture;
+    let (x86_64, aarch64) = (
+        architecture == Architecture::X86_64,
+        matches!(architecture, Architecture::Aarch64(_)),
+    );
+    let pic = isa.flags().is_pic();
+    let tls = isa.flags().tls_model();
     match kind {
-        Reloc::Abs4 | Reloc::Abs8 => true,
-        Reloc::X86PCRel4
-        | Reloc::X86CallPCRel4
-        | Reloc::X86CallPLTRel4
-        | Reloc::X86GOTPCRel4
-        | Reloc::X86SecRel
-        | Reloc::ElfX86_64TlsGd
-        | Reloc::MachOX86_64Tlv => architecture == Architecture::X86_64,
-        Reloc::Arm64Call
-        | Reloc::MachOAarch64TlsAdrPage21
-        | Reloc::MachOAarch64TlsAdrPageOff12
-        | Reloc::Aarch64TlsDescAdrPage21
+        Reloc::Abs8 => true,
+        // Pointer-sized on 32-bit targets only (Pulley's).
+        Reloc::Abs4 => isa.pointer_bits() == 32,
+        Reloc::X86PCRel4 | Reloc::X86CallPCRel4 => x86_64,
+        Reloc::X86CallPLTRel4 | Reloc::X86GOTPCRel4 => x86_64 && pic,
+        Reloc::ElfX86_64TlsGd => x86_64 && tls == TlsModel::ElfGd,
+        Reloc::MachOX86_64Tlv => x86_64 && tls == TlsModel::Macho,
+        Reloc::X86SecRel => x86_64 && tls == TlsModel::Coff,
+        Reloc::Arm64Call | Reloc::Aarch64AdrPrelPgHi21 | Reloc::Aarch64AddAbsLo12Nc => aarch64,
+        Reloc::Aarch64AdrGotPage21 | Reloc::Aarch64Ld64GotLo12Nc => aarch64 && pic,
+        Reloc::Aarch64TlsDescAdrPage21
         | Reloc::Aarch64TlsDescLd64Lo12
         | Reloc::Aarch64TlsDescAddLo12
-        | Reloc::Aarch64TlsDescCall
-        | Reloc::Aarch64AdrGotPage21
-        | Reloc::Aarch64AdrPrelPgHi21
-        | Reloc::Aarch64AddAbsLo12Nc
-        | Reloc::Aarch64Ld64GotLo12Nc => matches!(architecture, Architecture::Aarch64(_)),
+        | Reloc::Aarch64TlsDescCall => aarch64 && tls == TlsModel::ElfGd,
+        Reloc::MachOAarch64TlsAdrPage21 | Reloc::MachOAarch64TlsAdrPageOff12 => {
+            aarch64 && tls == TlsModel::Macho
+        }
         Reloc::RiscvCallPlt
         | Reloc::RiscvTlsGdHi20
         | Reloc::RiscvPCRelLo12I

@@ -123,7 +123,8 @@ pub trait CodeStore: Send + Sync {
     /// `put` it if there is none. A store shared by threads
     /// ([`SharedStore`]) reserves the key for the caller then, and makes
     /// other callers wait for its `put` instead of compiling the same
-    /// value; the caller must end the reservation with `put` or
+    /// value (for a while: see [`SharedStore::with_max_wait`]); the
+    /// caller must end the reservation with `put` or
     /// [`CodeStore::release`]. By default, `get`.
     fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         self.get(key)

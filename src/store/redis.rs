@@ -41,7 +41,10 @@
 //!    set with [`RedisStore::with_max_value_bytes`]): `GETRANGE` rather
 //!    than `GET`, so that a value planted in the server by any of its
 //!    clients costs the reader at most that much memory, and is then
-//!    [`StoreError::TooLarge`]; `put` refuses a larger value the same way.
+//!    [`StoreError::TooLarge`] (in `get_many`, a miss of that key: a
+//!    batch call holds at most [`GET_MANY_CHUNK`] values of that size);
+//!    `put` refuses a larger value the same way. A key holding something
+//!    else than a string is an error of `get`, a miss in `get_many`.
 //!    (A server that trickles its answer a byte at a time within each I/O
 //!    timeout is not guarded against: the timeouts bound each read, not a
 //!    whole command.)
@@ -137,10 +140,11 @@ impl RedisStore {
         self
     }
 
-    /// This store keeping values of at most `bytes` bytes (at least 1)
-    /// instead of [`DEFAULT_MAX_VALUE_BYTES`] (see 5 in the module docs).
+    /// This store keeping values of at most `bytes` bytes (at least 1, and
+    /// at most the 512 MiB a Redis string holds) instead of
+    /// [`DEFAULT_MAX_VALUE_BYTES`] (see 5 in the module docs).
     pub fn with_max_value_bytes(mut self, bytes: u64) -> Self {
-        self.max_value_bytes = bytes.max(1);
+        self.max_value_bytes = bytes.clamp(1, 512 << 20);
         self
     }
 
@@ -265,10 +269,13 @@ impl CodeStore for RedisStore {
             let names: Vec<String> = chunk.iter().map(|key| self.redis_key(key)).collect();
             let answers = self.with_connection("GETRANGE", |connection| {
                 let mut pipeline = redis::pipe();
+                // A key's own error (another type than a string) is that
+                // key's miss, not the call's failure.
+                pipeline.ignore_errors();
                 for name in &names {
                     pipeline.add_command(self.bounded_get(name));
                 }
-                let answers: Vec<Vec<u8>> = pipeline.query(connection)?;
+                let answers: Vec<redis::RedisResult<Vec<u8>>> = pipeline.query(connection)?;
                 // One answer per key, or the answer is garbage (and the
                 // connection is dropped).
                 if answers.len() != names.len() {
@@ -279,8 +286,17 @@ impl CodeStore for RedisStore {
                 }
                 Ok(answers)
             })?;
-            for answer in answers {
-                values.push(self.value_of(answer)?);
+            for (name, answer) in names.iter().zip(answers) {
+                let value = answer
+                    .map_err(|source| StoreError::Redis {
+                        operation: "GETRANGE",
+                        source,
+                    })
+                    .and_then(|answer| self.value_of(answer));
+                values.push(value.unwrap_or_else(|e| {
+                    log::warn!("code store: {name}: {e}; a miss");
+                    None
+                }));
             }
         }
         Ok(values)

@@ -18,8 +18,12 @@
 //!
 //! 1. At most one reservation of a key exists at a time, and a key is
 //!    reserved only while it has no value: as long as no reservation is
-//!    given up, each template is compiled once in total, whatever the
-//!    number of threads and their timing.
+//!    given up or outlasts the longest wait (see 2), each template is
+//!    compiled once in total, whatever the number of threads and their
+//!    timing. (A reservation taken over is the new holder's; the first
+//!    holder's later `put` is a value like any other, and its later
+//!    release ends the new holder's reservation, so a third thread may
+//!    compile the template too: a compile more, never a wrong value.)
 //! 2. Waiting is bounded: a thread waits for another's reservation at most
 //!    [`DEFAULT_MAX_WAIT`] (set with [`SharedStore::with_max_wait`]), then
 //!    takes the reservation over and compiles the template itself (which

@@ -357,8 +357,9 @@ fn an_exported_function_is_merged_with_nothing_where_it_may_be_interposed() {
                 "{context}"
             );
             assert!(!m.into_inner().finish().emit().unwrap().is_empty());
-            let mut m = DedupModule::<ObjectModule>::new(object_builder());
+            // (`new` makes an eager module.)
             if options == DedupOptions::eager() {
+                let mut m = DedupModule::<ObjectModule>::new(object_builder());
                 assert_eq!(
                     twins_with_an_export(&mut m, linkages),
                     (alone, 3),
@@ -382,30 +383,41 @@ fn an_exported_function_is_merged_with_nothing_where_it_may_be_interposed() {
     }
 }
 
-/// Declaring a defined local function exported is refused where exports
-/// may be interposed (it may already be merged), and allowed in a JIT.
+/// Declaring a defined (or, in batch mode, recorded) local or hidden
+/// function exported is refused where exports may be interposed (it may
+/// already be merged), and allowed in a JIT.
 #[test]
 fn a_defined_function_cannot_become_exported_where_exports_may_be_interposed() {
-    fn declare_twice<M: Module>(m: &mut DedupModule<M>) -> ModuleResult<FuncId> {
+    use jitfold::DedupOptions;
+    fn declare_twice<M: Module>(m: &mut DedupModule<M>, first: Linkage) -> ModuleResult<FuncId> {
         let mut sig = m.make_signature();
         sig.params.push(AbiParam::new(I64));
         sig.returns.push(AbiParam::new(I64));
-        let id = m.declare_function("f", Linkage::Local, &sig).unwrap();
+        let id = m.declare_function("f", first, &sig).unwrap();
         define(m, id, |b, _, p| {
             b.ins().return_(&[p[0]]);
         })
         .unwrap();
         m.declare_function("f", Linkage::Export, &sig)
     }
+    for options in [DedupOptions::eager(), DedupOptions::batch()] {
+        for first in [Linkage::Local, Linkage::Hidden] {
+            let context = format!("{options} {first:?}");
+            let mut m = DedupModule::wrap(ObjectModule::new(object_builder()), options);
+            let error = declare_twice(&mut m, first).unwrap_err();
+            assert!(
+                matches!(
+                    jitfold::DedupError::of(&error),
+                    Some(jitfold::DedupError::PreemptibleAfterDefinition { function }) if function == "f"
+                ),
+                "{context}: {error}"
+            );
+            let mut m = DedupModule::wrap(JITModule::new(jit_builder()), options);
+            assert!(declare_twice(&mut m, first).is_ok(), "{context}");
+        }
+    }
     let mut m = DedupModule::<ObjectModule>::new(object_builder());
-    let error = declare_twice(&mut m).unwrap_err();
-    assert!(
-        matches!(
-            jitfold::DedupError::of(&error),
-            Some(jitfold::DedupError::PreemptibleAfterDefinition { function }) if function == "f"
-        ),
-        "{error}"
-    );
-    let mut m = DedupModule::<JITModule>::new(JITBuilder::new(default_libcall_names()).unwrap());
-    assert!(declare_twice(&mut m).is_ok());
+    assert!(declare_twice(&mut m, Linkage::Local).is_err());
+    let mut m = DedupModule::<JITModule>::new(jit_builder());
+    assert!(declare_twice(&mut m, Linkage::Local).is_ok());
 }

@@ -1042,19 +1042,23 @@ mod redis_store {
             Err(StoreError::TooLarge { len, limit }) => assert_eq!((len, limit), (1001, 1000)),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            store.get_many(&[key(2), key(1)]),
-            Err(StoreError::TooLarge { .. })
-        ));
         redis::cmd("SET")
             .arg(name(2))
             .arg(vec![9u8; 1000])
             .query::<()>(&mut raw)
             .unwrap();
         assert_eq!(store.get(&key(2)).unwrap(), Some(vec![9u8; 1000]));
+        // In a batch, a value too large or of another type is that key's
+        // miss; the others are read.
+        redis::cmd("LPUSH")
+            .arg(name(5))
+            .arg("x")
+            .query::<()>(&mut raw)
+            .unwrap();
+        assert!(matches!(store.get(&key(5)), Err(StoreError::Redis { .. })));
         assert_eq!(
-            store.get_many(&[key(2), key(3)]).unwrap(),
-            vec![Some(vec![9u8; 1000]), None]
+            store.get_many(&[key(1), key(2), key(5), key(3)]).unwrap(),
+            vec![None, Some(vec![9u8; 1000]), None, None]
         );
         assert!(matches!(
             store.put(&key(3), &[1u8; 1001]),
@@ -1067,6 +1071,12 @@ mod redis_store {
         // The store is still usable after those errors.
         store.put(&key(3), &[1u8; 1000]).unwrap();
         assert_eq!(store.get(&key(3)).unwrap(), Some(vec![1u8; 1000]));
+        // A limit beyond what Redis holds is cut to it, not refused by
+        // the server.
+        let unbounded = RedisStore::new(&server.url())
+            .unwrap()
+            .with_max_value_bytes(u64::MAX);
+        assert_eq!(unbounded.get(&key(2)).unwrap(), Some(vec![9u8; 1000]));
         let forever = RedisStore::new(&server.url())
             .unwrap()
             .with_ttl(Duration::MAX);
