@@ -239,9 +239,9 @@ impl<M: Module> DedupModule<M> {
             if !alignments.is_some_and(|a| a.contains(&code.alignment)) {
                 return None;
             }
-            // Relocations of kinds a compile for this architecture emits,
-            // or not used: the inner module may panic on another kind
-            // (cranelift-object on one its file format cannot express).
+            // Relocations of kinds a compile for this ISA and its flags
+            // emits, or not used: the inner module may panic on another
+            // kind (see `emitted_on`).
             if !code.relocs.iter().all(|r| emitted_on(isa, r.kind)) {
                 return None;
             }
