@@ -471,9 +471,11 @@ impl Fingerprinter {
     /// `machinst/abi.rs`) and makes every dynamic type concrete
     /// (`Callee::new`, which panics on a base type too wide), so one it
     /// cannot handle fails the compile while the verifier accepts the
-    /// function. Nothing else reads them, so which there are, in what order
-    /// and how many times, changes nothing but whether the compile
-    /// succeeds. Left out, since they succeed whenever the function
+    /// function. Otherwise, signatures are read only for that, and
+    /// dynamic types only for that and for the size of a spill slot (the
+    /// largest over every declared dynamic type, `Callee::get_spillslot_size`),
+    /// which only their base types decide: so which there are (as a set of
+    /// contents), not their order or count, changes the code. Left out, since they succeed whenever the function
     /// compiles: a signature equal to the function's own or to a used one,
     /// or empty (no parameters or returns: the CLIF parser fills gaps in
     /// `sigN` numbering with such), whose lowering reads nothing but its
@@ -911,8 +913,9 @@ impl Fingerprinter {
     /// each gap in `ssN` numbering) moves nothing: its start is rounded up
     /// to the word size, as the next slot's start and the frame's end are
     /// anyway. It is left out; if an instruction uses it, the use is
-    /// written as the number of slots before it (its address is where the
-    /// next slot would start).
+    /// written as the number of slots before it (its address is the end
+    /// of the slots before it rounded up to the word size, which those
+    /// slots, all in the key, fix).
     fn frame_layout(&mut self, func: &Function) {
         self.slot_codes.clear();
         let count_at = self.out.len();
