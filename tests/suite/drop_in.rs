@@ -4,7 +4,7 @@
 //! signature (as a function pointer), so a wrapper method whose signature
 //! drifts fails to compile here.
 
-use crate::common::build::{call1, define, emit_call};
+use crate::common::build::{call1, define, emit_call, sig};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
@@ -191,9 +191,7 @@ fn a_preemptible_function_is_merged_with_nothing() {
     ] {
         for weak_first in [false, true] {
             let mut m = DedupModule::wrap(ObjectModule::new(object_builder()), options);
-            let mut sig = m.make_signature();
-            sig.params.push(AbiParam::new(I64));
-            sig.returns.push(AbiParam::new(I64));
+            let sig = sig(&m, m.isa().default_call_conv());
             let linkages = if weak_first {
                 [Linkage::Preemptible, Linkage::Hidden, Linkage::Hidden]
             } else {
@@ -235,9 +233,7 @@ fn a_defined_function_cannot_become_preemptible() {
         jitfold::DedupOptions::batch(),
     ] {
         let mut m = DedupModule::wrap(ObjectModule::new(object_builder()), options);
-        let mut sig = m.make_signature();
-        sig.params.push(AbiParam::new(I64));
-        sig.returns.push(AbiParam::new(I64));
+        let sig = sig(&m, m.isa().default_call_conv());
         let ids: Vec<FuncId> = (0..3)
             .map(|i| {
                 m.declare_function(&format!("f{i}"), Linkage::Local, &sig)
@@ -310,9 +306,7 @@ fn twins_with_an_export<M: Module>(
     m: &mut DedupModule<M>,
     linkages: [Linkage; 3],
 ) -> ([usize; 3], u64) {
-    let mut sig = m.make_signature();
-    sig.params.push(AbiParam::new(I64));
-    sig.returns.push(AbiParam::new(I64));
+    let sig = sig(m, m.isa().default_call_conv());
     let ids = define_twins(m, &linkages, &sig);
     let exported = ids[linkages.iter().position(|&l| l == Linkage::Export).unwrap()];
     let caller = m.declare_function("caller", Linkage::Hidden, &sig).unwrap();
@@ -390,9 +384,7 @@ fn an_exported_function_is_merged_with_nothing_where_it_may_be_interposed() {
 fn a_defined_function_cannot_become_exported_where_exports_may_be_interposed() {
     use jitfold::DedupOptions;
     fn declare_twice<M: Module>(m: &mut DedupModule<M>, first: Linkage) -> ModuleResult<FuncId> {
-        let mut sig = m.make_signature();
-        sig.params.push(AbiParam::new(I64));
-        sig.returns.push(AbiParam::new(I64));
+        let sig = sig(m, m.isa().default_call_conv());
         let id = m.declare_function("f", first, &sig).unwrap();
         define(m, id, |b, _, p| {
             b.ins().return_(&[p[0]]);

@@ -509,6 +509,21 @@ fn planted_with(
     store_holding(&**isa, &template, &entry)
 }
 
+/// An alteration for [`planted_with`]: one more relocation, of `kind`, at
+/// the start of the code (to the code's own start).
+fn with_reloc(
+    kind: cranelift_codegen::binemit::Reloc,
+) -> impl FnOnce(&mut jitfold::code::MachineCode) {
+    move |code| {
+        code.relocs.push(jitfold::code::Relocation {
+            offset: 0,
+            kind,
+            addend: 0,
+            target: jitfold::code::RelocTarget::OwnOffset(0),
+        });
+    }
+}
+
 /// Defines [`leaf7`] in a module made by `make` with `store`: the
 /// statistics (loaded, rejected, compiled).
 fn define_leaf7<M: Module>(
@@ -565,16 +580,6 @@ fn an_entry_with_an_alignment_no_compile_gives_is_rejected() {
 fn an_entry_with_a_relocation_of_another_architecture_is_rejected() {
     use cranelift_codegen::binemit::Reloc;
     let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
-    let with = |kind: Reloc| {
-        move |code: &mut jitfold::code::MachineCode| {
-            code.relocs.push(jitfold::code::Relocation {
-                offset: 0,
-                kind,
-                addend: 0,
-                target: jitfold::code::RelocTarget::OwnOffset(0),
-            });
-        }
-    };
     // Unaltered, the entry is used (so the rejections are the relocations').
     let builder = || JITBuilder::with_isa(isa.clone(), default_libcall_names());
     let jit = || DedupModule::with_options(builder(), DedupOptions::default());
@@ -589,14 +594,14 @@ fn an_entry_with_a_relocation_of_another_architecture_is_rejected() {
         Reloc::X86SecRel,
     ];
     for kind in foreign {
-        let (mut m, counts) = define_leaf7(jit(), planted_with(&isa, with(kind)));
+        let (mut m, counts) = define_leaf7(jit(), planted_with(&isa, with_reloc(kind)));
         assert_eq!(counts, (0, 1, 1), "{kind:?}");
         m.finalize_definitions().unwrap();
         let object =
             cranelift_object::ObjectBuilder::new(isa.clone(), "foreign", default_libcall_names())
                 .unwrap();
         let m = DedupModule::<cranelift_object::ObjectModule>::new(object);
-        let (m, counts) = define_leaf7(m, planted_with(&isa, with(kind)));
+        let (m, counts) = define_leaf7(m, planted_with(&isa, with_reloc(kind)));
         assert_eq!(counts, (0, 1, 1), "{kind:?}");
         m.finish().emit().unwrap();
     }
@@ -610,14 +615,6 @@ fn an_entry_with_a_relocation_of_another_architecture_is_rejected() {
 fn an_entry_the_inner_module_panics_on_is_not_used() {
     let flags = jitfold::isa::flags(&[]).unwrap();
     let isa = jitfold::isa::isa_by_name("aarch64-pc-windows-msvc", flags).unwrap();
-    let near = |code: &mut jitfold::code::MachineCode| {
-        code.relocs.push(jitfold::code::Relocation {
-            offset: 0,
-            kind: cranelift_codegen::binemit::Reloc::Aarch64AdrPrelPgHi21,
-            addend: 0,
-            target: jitfold::code::RelocTarget::OwnOffset(0),
-        });
-    };
     let object = || {
         let builder =
             cranelift_object::ObjectBuilder::new(isa.clone(), "coff", default_libcall_names());
@@ -625,7 +622,13 @@ fn an_entry_the_inner_module_panics_on_is_not_used() {
     };
     let (_, counts) = define_leaf7(object(), planted_with(&isa, |_| {}));
     assert_eq!(counts, (1, 0, 0));
-    let (m, counts) = define_leaf7(object(), planted_with(&isa, near));
+    let (m, counts) = define_leaf7(
+        object(),
+        planted_with(
+            &isa,
+            with_reloc(cranelift_codegen::binemit::Reloc::Aarch64AdrPrelPgHi21),
+        ),
+    );
     assert_eq!(counts, (0, 1, 1));
     m.finish().emit().unwrap();
 }
