@@ -160,6 +160,11 @@ impl<M: Module> Module for DedupModule<M> {
         self.ids
             .check_definable(self.inner.declarations(), id, Some(&ctx.func.signature))?;
         self.batch.forget_failure(id);
+        // What an earlier compile left in the context is another
+        // function's code: dropped, so that afterwards
+        // `ctx.compiled_code()` is this function's code if it was compiled
+        // now, and `None` otherwise (see "Where the wrapper sits").
+        drop(ctx.take_compiled_code());
         self.canonicalize_references(&mut ctx.func);
         // Counted now; taken back if the definition fails (in batch mode,
         // when `flush` finds out).

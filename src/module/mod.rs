@@ -110,11 +110,14 @@
 //!
 //! # Where the wrapper sits
 //!
-//! On a cache hit, and when code is reused, nothing is compiled, so
-//! `define_function` leaves `ctx.compiled_code()` as it found it: `None`
-//! for a new or cleared context, what an earlier compile left otherwise
-//! (Cranelift keeps that field private to its crate, so it can be neither
-//! filled in from the canonical function nor reset alone). Wrappers that read
+//! On a cache hit, and when code is reused or loaded, nothing is compiled,
+//! so after `define_function` the context holds no compiled code:
+//! `ctx.compiled_code()` is `None`, as it is after every definition in
+//! batch mode. (What an earlier compile left there is dropped first, so it
+//! is never another function's code; Cranelift keeps that field private to
+//! its crate, so it cannot be filled in from the canonical function.)
+//! After a definition that did compile, it is that compile's code, as
+//! with the inner module alone. Wrappers that read
 //! the compiled code after each definition (unwind info, disassembly) must
 //! therefore be the *inner* module of a `DedupModule`, not wrap it; they then
 //! see every function that is actually compiled, and only those (except,

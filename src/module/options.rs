@@ -16,7 +16,7 @@ pub enum Mode {
     /// At `finalize_definitions` (or [`DedupModule::flush`]).
     /// `define_function` takes the function out of the context (as
     /// compiling it there would rewrite it), leaving an empty function with
-    /// its name and signature, and does not set `ctx.compiled_code()`.
+    /// its name and signature, and leaves `ctx.compiled_code()` `None`.
     Batch,
 }
 

@@ -178,6 +178,54 @@ fn batch_mode_takes_the_function_out_of_the_context() {
     }
 }
 
+/// After a definition, the context holds the compiled code of that
+/// function if it was compiled then, and none otherwise: a duplicate
+/// (nothing compiled) and a definition in batch mode leave
+/// `ctx.compiled_code()` `None`, never what an earlier compile in the same
+/// context left there.
+#[test]
+fn the_context_holds_compiled_code_only_of_a_function_compiled_now() {
+    use crate::common::build::{built, declare};
+    use cranelift_codegen::isa::CallConv;
+    let add = |k: i64| {
+        move |b: &mut cranelift_frontend::FunctionBuilder, _: &mut _, p: &[_]| {
+            let r = b.ins().iadd_imm_s(p[0], k);
+            b.ins().return_(&[r]);
+        }
+    };
+    let code_size =
+        |ctx: &cranelift_codegen::Context| ctx.compiled_code().map(|c| c.code_info().total_size);
+    // Eager: one context for all three, never cleared.
+    let mut m = DedupModule::<JITModule>::new(jit_builder());
+    let [f, twin, other] = ["f", "twin", "other"].map(|n| declare(&mut m, n, CallConv::SystemV));
+    let mut ctx = m.make_context();
+    ctx.func = built(&mut m, f, add(7));
+    m.define_function(f, &mut ctx).unwrap();
+    assert!(code_size(&ctx).is_some_and(|size| size > 0));
+    ctx.func = built(&mut m, twin, add(7));
+    m.define_function(twin, &mut ctx).unwrap();
+    assert_eq!(code_size(&ctx), None, "a duplicate compiles nothing");
+    ctx.func = built(&mut m, other, add(8));
+    m.define_function(other, &mut ctx).unwrap();
+    assert!(code_size(&ctx).is_some_and(|size| size > 0));
+    m.finalize_definitions().unwrap();
+    assert_eq!(call1(m.get_finalized_function(twin), 5), 12);
+
+    // Batch: the context holds code compiled before the definition.
+    let mut m =
+        DedupModule::<JITModule>::with_options(jit_builder(), jitfold::DedupOptions::batch());
+    let f = declare(&mut m, "f", CallConv::SystemV);
+    let mut ctx = m.make_context();
+    ctx.func = built(&mut m, f, add(7));
+    ctx.compile(m.isa(), &mut Default::default()).unwrap();
+    ctx.func = built(&mut m, f, add(7));
+    assert!(code_size(&ctx).is_some());
+    m.define_function(f, &mut ctx).unwrap();
+    assert_eq!(code_size(&ctx), None, "batch mode compiles nothing yet");
+    m.finalize_definitions().unwrap();
+    assert_eq!(call1(m.get_finalized_function(f), 5), 12);
+}
+
 /// A preemptible (weak) function may be replaced at link time by a strong
 /// definition elsewhere, so it is never merged with its twin, whichever
 /// comes first: calls to it stay calls to it, and its twin runs its own
