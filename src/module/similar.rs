@@ -318,7 +318,13 @@ impl<M: Module> DedupModule<M> {
         derived: &Derived,
         mut ctrl_plane: ControlPlane,
     ) -> Option<Body> {
-        let mut body = match similar::merged_body(first, &shape.sites, derived) {
+        // Building it reads only `first` (a panic on a malformed function
+        // the checks missed merges nothing).
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            similar::merged_body(first, &shape.sites, derived)
+        }))
+        .unwrap_or_else(|_| Err("building it panicked".to_string()));
+        let mut body = match built {
             Ok(body) => body,
             Err(e) => {
                 log::debug!(

@@ -30,7 +30,10 @@
 //!    ([`Walk::constant_sites`](crate::fingerprint::Walk::constant_sites)). A member that calls itself passes its
 //!    own name, so its body's recursive call goes through its own thunk
 //!    (outside the `tail` convention, where the thunk tail-calls the body,
-//!    that is one more frame per level of recursion).
+//!    that is one more frame per level of recursion, and the body's frame
+//!    can be larger than the member's, so a recursion that ends just
+//!    short of the stack's end unmerged overflows it merged; functions
+//!    with a stack limit are not merged).
 //! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
 //!    site whose value is equal in every member stays a constant; sites
 //!    with equal value vectors (and types) share one parameter.
@@ -72,7 +75,11 @@
 //! into immediates and strength-reduce them, but only where the result is
 //! the same (float folds, for one, only fold results that are not NaN,
 //! "what the instruction would have at run-time", `opts/cprop.isle` from
-//! line 392). What a parameter changes is the code, not its meaning:
+//! line 392). That holds in the default floating-point environment
+//! (round to nearest, no flush-to-zero), which CLIF assumes: under
+//! another, a member's float arithmetic on two constants, folded at
+//! compile time, and the body's, done at run time, can differ. What a
+//! parameter changes is the code, not its meaning:
 //! `iadd x, iconst` lowers to `add r, imm32` (`isa/x64/lower.isle`, the
 //! `simm32_from_value` rules, e.g. `band` at line 341, `bor` at 467, `bxor`
 //! at 538), and with a parameter to `add r, r`. So the rule is chosen to
@@ -180,12 +187,15 @@ mod tests {
     }
 
     fn shape(text: &str) -> (Function, ShapeOf, crate::Fingerprint) {
-        let func = parse(text);
+        shape_of(&parse(text))
+    }
+
+    fn shape_of(func: &Function) -> (Function, ShapeOf, crate::Fingerprint) {
         let mut walker = Fingerprinter::new();
-        let walk = walker.walk(&func);
+        let walk = walker.walk(func);
         let fp = walk.fingerprint();
-        let shape = Shaper::new().shape(&walk, &func);
-        (func, shape, fp)
+        let shape = Shaper::new().shape(&walk, func);
+        (func.clone(), shape, fp)
     }
 
     const FRONTEND: cranelift_codegen::isa::TargetFrontendConfig =
@@ -439,6 +449,50 @@ mod tests {
         // The body refuses a site that is not a callee of the function.
         let other = vec![Site::Callee(crate::SymbolName::TestCase(b"x"[..].into()))];
         assert!(merged_body(&f, &other, &d).is_err());
+    }
+
+    /// A block the walk does not reach may name a function reference that
+    /// is not declared (built through the API, with the verifier off):
+    /// building the body refuses the function instead of panicking.
+    #[test]
+    fn a_reference_to_nothing_in_unreachable_code_refuses_the_body() {
+        use cranelift_codegen::entity::EntityRef;
+        use cranelift_codegen::ir::{InstructionData, Opcode, TrapCode, ValueList};
+        let (f, a, _) = shape(&calling("g", "call"));
+        let (_, b, _) = shape(&calling("h", "call"));
+        let d = derive(&[&a.values, &b.values]).unwrap();
+        for opcode in [Opcode::Call, Opcode::FuncAddr] {
+            let mut g = f.clone();
+            let missing = ir::FuncRef::new(7);
+            let block = g.dfg.make_block();
+            g.layout.append_block(block);
+            let arg = g.dfg.append_block_param(block, ir::types::I64);
+            let data = match opcode {
+                Opcode::Call => InstructionData::Call {
+                    opcode,
+                    args: ValueList::from_slice(&[arg], &mut g.dfg.value_lists),
+                    func_ref: missing,
+                },
+                _ => InstructionData::FuncAddr {
+                    opcode,
+                    func_ref: missing,
+                },
+            };
+            let inst = g.dfg.make_inst(data);
+            g.layout.append_inst(inst, block);
+            let trap = g.dfg.make_inst(InstructionData::Trap {
+                opcode: Opcode::Trap,
+                code: TrapCode::unwrap_user(1),
+            });
+            g.layout.append_inst(trap, block);
+            let (_, shaped, _) = shape_of(&g);
+            assert_eq!(
+                shaped.shape, a.shape,
+                "{opcode}: unreachable code is not shaped"
+            );
+            let built = merged_body(&g, &shaped.sites, &d);
+            assert!(built.is_err(), "{opcode}: a body was built");
+        }
     }
 
     #[test]
