@@ -106,31 +106,42 @@ impl<M: Module> DedupModule<M> {
         None
     }
 
+    /// What a reference to `id` becomes (see
+    /// [`DedupModule::canonicalize_references`]); `as_data` when the name is
+    /// used as data.
+    fn reference_target(&self, id: FuncId, as_data: bool) -> FuncId {
+        let id = match self.ids.state(id) {
+            State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
+            _ => id,
+        };
+        // Functions found equal after both were compiled: calls only,
+        // never addresses (their entry points differ).
+        match self.joins.call_target(id) {
+            Some(target) if !as_data => target,
+            _ => id,
+        }
+    }
+
+    /// Whether [`DedupModule::canonicalize_references`] would rewrite a
+    /// reference of `func` now.
+    pub(super) fn rewrites_references(&self, func: &Function) -> bool {
+        // A name used as data is rewritten only if a call of it would be.
+        func.params.user_named_funcs().iter().any(|(_, name)| {
+            let id = FuncId::from_u32(name.index);
+            name.namespace == 0 && self.reference_target(id, false) != id
+        })
+    }
+
     /// Rewrites `func`'s references to known duplicates into references to
     /// their canonical functions: calls always, names used as data only
     /// where the duplicate shares its canonical function's address.
     /// Returns whether it rewrote any.
     pub(super) fn canonicalize_references(&self, func: &mut Function) -> bool {
-        let target_of = |id: FuncId, as_data: bool| {
-            let id = match self.ids.state(id) {
-                State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
-                _ => id,
-            };
-            // Functions found equal after both were compiled: calls only,
-            // never addresses (their entry points differ).
-            match self.joins.call_target(id) {
-                Some(target) if !as_data => target,
-                _ => id,
-            }
-        };
-        let named = func.params.user_named_funcs();
-        let any = named.iter().any(|(_, name)| {
-            let id = FuncId::from_u32(name.index);
-            name.namespace == 0 && target_of(id, false) != id
-        });
-        if !any {
+        let target_of = |id: FuncId, as_data: bool| self.reference_target(id, as_data);
+        if !self.rewrites_references(func) {
             return false;
         }
+        let named = func.params.user_named_funcs();
         let used_as_data = names_used_as_data(func);
         let rewrites: Vec<(UserExternalNameRef, FuncId)> = named
             .iter()

@@ -14,10 +14,9 @@
 //!    is verified first when the ISA's flags enable the verifier (see
 //!    `verify.rs`), and so is the first member of every class with
 //!    duplicates, before references to its duplicates are rewritten to it:
-//!    a caller is never redirected to a function that fails to verify. (One
-//!    that verifies but then fails to compile takes its duplicates with it,
-//!    since they have the same reachable code; callers redirected to it
-//!    call it under its own id once it is defined again.)
+//!    a caller is never redirected to a function that fails to verify (nor,
+//!    see 7, defined with a reference redirected to one that failed to
+//!    compile).
 //! 4. A failure does not stop the flush: a function that fails to verify,
 //!    fingerprint or compile is left undefined (it may be defined again),
 //!    and every other function is defined, duplicates of a failed function
@@ -35,6 +34,22 @@
 //!    the function (its references to duplicates, or the function itself
 //!    into a thunk), so every pass plans the function as it is. (Similar
 //!    merging walks its candidates again for their shapes.)
+//! 7. What a planned duplicate runs (its root) is defined before anything
+//!    that counts on it: the roots first, each after the roots named by
+//!    its references that planning rewrote, then the other functions, then
+//!    the duplicates. If a root fails, whatever is not defined yet is put
+//!    back as it was before this flush rewrote it (each function is kept
+//!    as it was before its first rewrite), planned duplicates are pending
+//!    again, the failed root's duplicates are left alone (neither
+//!    duplicates nor roots), and the flush plans again. So a function is
+//!    never defined calling a root in place of its duplicate unless the
+//!    root is defined: otherwise the call would run whatever is defined
+//!    under the root's id later, however the duplicate is. Left: roots
+//!    whose rewritten references name each other in a cycle are defined in
+//!    definition order, so the first may be defined before a root it names
+//!    fails. A panic while planning puts back every function the same way,
+//!    and plans nothing more in that flush. Failures are listed in
+//!    definition order.
 
 use super::ids::State;
 use super::parallel::Precompiled;
@@ -71,6 +86,14 @@ pub(super) struct Batch {
     /// Definitions that failed and are still undefined, with their errors'
     /// text (see 5 above).
     failed: Vec<(FuncId, String)>,
+    /// During a flush: each pending function this flush rewrote (its
+    /// references to its planned duplicates), as it was before (see 7
+    /// above).
+    originals: HashMap<FuncId, Function>,
+    /// During a flush: the pending functions planned neither as a
+    /// duplicate nor as what one runs, since the function they duplicated
+    /// failed (see 7 above).
+    alone: hashbrown::HashSet<FuncId>,
 }
 
 impl Batch {
@@ -103,7 +126,9 @@ impl<M: Module> DedupModule<M> {
     ///
     /// With more than one [thread](super::DedupOptions::threads), the
     /// functions it compiles are compiled on that many threads first, then
-    /// every function is defined in definition order, as on one thread:
+    /// every function is defined in the order one thread defines them
+    /// (what planned duplicates run first, then the rest in definition
+    /// order):
     /// the inner module gets the same code in the same order (the same
     /// bytes and symbol offsets), failures are the same, listed in the same
     /// order. What differs: the inner module is handed that code with
@@ -153,24 +178,22 @@ impl<M: Module> DedupModule<M> {
     /// each failure to `failures`.
     fn define_pending(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
         let mut walks: KnownWalks = vec![None; pending.len()];
-        // Without a trampoline form for this ISA every function is compiled.
-        if self.machine_trampolines {
-            let planned = catch_unwind(AssertUnwindSafe(|| {
-                self.plan_refined(pending, &mut walks, failures);
-                self.plan_duplicates(pending, &mut walks, failures);
-            }));
-            if planned.is_err() {
-                for (id, _) in pending.iter() {
-                    if let State::Duplicate { .. } = self.ids.state(*id) {
-                        self.ids.plan(*id, State::Pending);
-                    }
-                }
-            }
-        }
+        self.batch.originals.clear();
+        self.batch.alone.clear();
+        self.plan(pending, &mut walks, &mut [], failures);
         // One round trip to the code store for the whole flush.
         self.prefetch_stored(pending, &mut walks);
         self.merge_similar(pending, &mut walks);
-        // Compile the first of each group, then define the duplicates that
+        // With several threads, what is to be compiled is compiled first
+        // (see `parallel.rs`), and defined below in its turn.
+        let mut precompiled = self.compile_in_parallel(pending, &mut walks);
+        // What planned duplicates run is defined first (see 7 above).
+        while !self.define_roots(pending, &mut walks, &mut precompiled, failures) {
+            self.plan(pending, &mut walks, &mut precompiled, failures);
+        }
+        self.batch.originals.clear();
+        self.batch.alone.clear();
+        // Then the other functions to compile, then the duplicates that
         // were planned (`define_now` may define more duplicates itself).
         let planned: Vec<(usize, FuncId)> = pending
             .iter()
@@ -180,9 +203,6 @@ impl<M: Module> DedupModule<M> {
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
             })
             .collect();
-        // With several threads, what is to be compiled is compiled first
-        // (see `parallel.rs`), and defined below in its turn.
-        let mut precompiled = self.compile_in_parallel(pending, &mut walks);
         for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
                 let code = precompiled.get_mut(i).and_then(Option::take);
@@ -217,6 +237,145 @@ impl<M: Module> DedupModule<M> {
             }
         }
         self.end_prefetch();
+        // Listed in definition order, whatever order they were defined in.
+        let position: HashMap<FuncId, usize> = pending
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (*id, i))
+            .collect();
+        failures.sort_by_key(|(id, _)| position.get(id).copied());
+    }
+
+    /// Plans this flush's duplicates among the pending functions (see 1 to
+    /// 3 above); a panic while planning plans none (and undoes the
+    /// rewrites made so far).
+    fn plan(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+        failures: &mut Failures,
+    ) {
+        // Without a trampoline form for this ISA every function is compiled.
+        if !self.machine_trampolines {
+            return;
+        }
+        let planned = catch_unwind(AssertUnwindSafe(|| {
+            self.plan_refined(pending, walks, failures);
+            self.plan_duplicates(pending, walks, failures);
+        }));
+        if planned.is_err() {
+            log::debug!("batch flush: planning panicked; nothing merged");
+            self.undo_plan(pending, walks, precompiled);
+            // Planning again could panic again.
+            for (id, _) in pending.iter() {
+                if self.ids.state(*id) == State::Pending {
+                    self.batch.alone.insert(*id);
+                }
+            }
+        }
+    }
+
+    /// Defines the roots of the planned duplicates (the pending functions
+    /// they are defined as trampolines to), each after the roots its
+    /// rewritten references name where they do not name each other in a
+    /// cycle. Returns `false` if one failed: its duplicates are then left
+    /// alone, and the plan is undone for every function not defined yet,
+    /// to be made again.
+    fn define_roots(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+        failures: &mut Failures,
+    ) -> bool {
+        let index_of: HashMap<FuncId, usize> = pending
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (*id, i))
+            .collect();
+        // By index, so in definition order.
+        let mut roots = std::collections::BTreeSet::new();
+        for (id, _) in pending.iter() {
+            if let State::Duplicate { canonical } = self.ids.state(*id) {
+                let root = self.ids.root_of(canonical);
+                if let Some(&i) = index_of.get(&root)
+                    && self.ids.state(root) == State::Pending
+                {
+                    roots.insert(i);
+                }
+            }
+        }
+        // Per root: the roots its rewritten references name.
+        let named: HashMap<usize, Vec<usize>> = roots
+            .iter()
+            .map(|&i| {
+                let (id, func) = &pending[i];
+                let names = rewritten_names(self.batch.originals.get(id), func);
+                let named = names.filter_map(|id| index_of.get(&id).copied());
+                (i, named.filter(|j| *j != i && roots.contains(j)).collect())
+            })
+            .collect();
+        let mut failed = false;
+        while !roots.is_empty() && !failed {
+            // The first root that names no root left, or, in a cycle, the
+            // first.
+            let first = *roots.first().expect("not empty");
+            let i = roots
+                .iter()
+                .copied()
+                .find(|i| !named[i].iter().any(|j| roots.contains(j)))
+                .unwrap_or(first);
+            roots.remove(&i);
+            let (id, func) = &mut pending[i];
+            let code = precompiled.get_mut(i).and_then(Option::take);
+            self.define_own(*id, func, code, walks[i].take(), failures);
+            failed = self.ids.state(*id) == State::Undefined;
+        }
+        if !failed {
+            return true;
+        }
+        let mut alone = Vec::new();
+        for (id, _) in pending.iter() {
+            if let State::Duplicate { canonical } = self.ids.state(*id)
+                && self.ids.state(self.ids.root_of(canonical)) == State::Undefined
+            {
+                alone.push(*id);
+            }
+        }
+        log::debug!(
+            "batch flush: a function planned duplicates run failed; {} left alone, planning again",
+            alone.len()
+        );
+        self.batch.alone.extend(alone);
+        self.undo_plan(pending, walks, precompiled);
+        false
+    }
+
+    /// Undoes this flush's plan for every pending function not defined
+    /// yet: planned duplicates are pending again, and functions this flush
+    /// rewrote are as they were before (their walks and code compiled on
+    /// other threads are dropped).
+    fn undo_plan(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+    ) {
+        for (i, (id, func)) in pending.iter_mut().enumerate() {
+            match self.ids.state(*id) {
+                State::Duplicate { .. } => self.ids.plan(*id, State::Pending),
+                State::Pending => {}
+                State::Undefined | State::Compiled(_) | State::Bytes => continue,
+            }
+            if let Some(original) = self.batch.originals.remove(id) {
+                *func = original;
+                walks[i] = None;
+                if let Some(code) = precompiled.get_mut(i) {
+                    self.discard_precompiled(*id, code.take());
+                }
+            }
+        }
     }
 
     /// Defines `id` as `define_now` does in eager mode (`func` is taken),
@@ -327,11 +486,11 @@ impl<M: Module> DedupModule<M> {
         let mut graph = CallGraph::with_capacity(pending.len());
         let mut node_of = Vec::with_capacity(pending.len());
         for (i, (id, func)) in pending.iter_mut().enumerate() {
-            if self.ids.state(*id) != State::Pending {
+            if self.ids.state(*id) != State::Pending || self.batch.alone.contains(id) {
                 node_of.push(None);
                 continue;
             }
-            let walk = match self.walk_pending(func, &mut walks[i]) {
+            let walk = match self.walk_pending(*id, func, &mut walks[i]) {
                 Ok(walk) => walk,
                 Err(e) => {
                     self.fail(*id, e, failures);
@@ -405,10 +564,10 @@ impl<M: Module> DedupModule<M> {
             let mut changed = false;
             for i in 0..pending.len() {
                 let id = pending[i].0;
-                if self.ids.state(id) != State::Pending {
+                if self.ids.state(id) != State::Pending || self.batch.alone.contains(&id) {
                     continue;
                 }
-                let fp = match self.walk_pending(&mut pending[i].1, &mut walks[i]) {
+                let fp = match self.walk_pending(id, &mut pending[i].1, &mut walks[i]) {
                     Ok(walk) => walk.fingerprint.clone(),
                     Err(e) => {
                         self.fail(id, e, failures);
@@ -452,13 +611,14 @@ impl<M: Module> DedupModule<M> {
     /// changed nothing and it holds one, or a new walk, kept in `known`.
     pub(super) fn walk_pending<'w>(
         &mut self,
+        id: FuncId,
         func: &mut Function,
         known: &'w mut Option<Walk>,
     ) -> ModuleResult<&'w Walk> {
         // Taken out first, so that a rewrite cut short (a panic) leaves
         // no walk of the function as it was.
         let kept = known.take();
-        if !self.canonicalize_references(func) {
+        if !self.canonicalize_pending(id, func) {
             *known = kept;
         }
         if known.is_none() {
@@ -467,6 +627,34 @@ impl<M: Module> DedupModule<M> {
         }
         Ok(known.as_ref().expect("walked"))
     }
+}
+
+impl<M: Module> DedupModule<M> {
+    /// [`DedupModule::canonicalize_references`] of the pending function
+    /// `id` during a flush, keeping it as it was before the flush first
+    /// rewrites it (see 7 above).
+    pub(super) fn canonicalize_pending(&mut self, id: FuncId, func: &mut Function) -> bool {
+        if !self.batch.originals.contains_key(&id) && self.rewrites_references(func) {
+            self.batch.originals.insert(id, func.clone());
+        }
+        self.canonicalize_references(func)
+    }
+}
+
+/// The functions that references of `func` name where `original` (`func`
+/// before this flush rewrote it, if it did) names another.
+fn rewritten_names<'a>(
+    original: Option<&'a Function>,
+    func: &'a Function,
+) -> impl Iterator<Item = FuncId> + 'a {
+    let before = original.map(|f| f.params.user_named_funcs());
+    func.params
+        .user_named_funcs()
+        .iter()
+        .filter(move |(r, name)| {
+            name.namespace == 0 && before.is_some_and(|b| b.get(*r).is_some_and(|old| old != *name))
+        })
+        .map(|(_, name)| FuncId::from_u32(name.index))
 }
 
 /// The fast hash of the exact key of `walk`, if walked.

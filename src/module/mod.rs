@@ -142,8 +142,8 @@
 //! of a compiled id never changes afterwards.
 //!
 //! In batch mode, [`DedupOptions::threads`] above 1 compiles the functions
-//! a flush compiles on that many threads, then defines them in
-//! definition order: the module is the same, byte for byte, as with one
+//! a flush compiles on that many threads, then defines them in the order
+//! a flush on one thread does: the module is the same, byte for byte, as with one
 //! thread (see `parallel.rs` for what else differs: where object files
 //! keep their frame descriptions, and the statistics of time).
 //!

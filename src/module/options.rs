@@ -66,7 +66,8 @@ pub struct DedupOptions {
     /// function after the other; 0 counts as 1. With more, the functions a
     /// flush compiles are compiled on that many threads (the caller's and
     /// `threads - 1` scoped threads started for the flush), then defined
-    /// in the inner module in definition order, so that the module is the
+    /// in the inner module in the order one thread defines them, so that
+    /// the module is the
     /// same, byte for byte, as with one thread; see
     /// [`DedupModule::flush`] for what differs (nothing in the code).
     pub threads: usize,

@@ -1,8 +1,9 @@
 //! Parallel compilation in batch mode: with more than one
 //! [thread](super::DedupOptions::threads), a flush compiles the functions
 //! it is going to compile on that many threads first, then defines every
-//! function in the inner module in definition order, as a flush on one
-//! thread does.
+//! function in the inner module in the order a flush on one thread does
+//! (see 7 in `batch.rs`: what planned duplicates run first, then the rest
+//! in definition order).
 //!
 //! # How
 //!
@@ -23,7 +24,7 @@
 //! `threads - 1` scoped threads (with the 8 MiB stack of a main thread),
 //! each taking the next function from an atomic counter, each with its own
 //! `Context`, reused from one function to the next. Then the define pass
-//! (`batch.rs`) goes through the functions in definition order as before,
+//! (`batch.rs`) goes through the functions in its order as before,
 //! and where a function's plan is to compile it, defines the code compiled
 //! for it instead of compiling it in the inner module.
 //!

@@ -234,7 +234,7 @@ impl<M: Module> DedupModule<M> {
             // As the define pass will see it (its walk is taken out first,
             // as in `walk_pending`).
             let kept = walks[index].take();
-            if !self.canonicalize_references(func) {
+            if !self.canonicalize_pending(*id, func) {
                 walks[index] = kept;
             }
             let isa = self.inner.isa();

@@ -128,7 +128,7 @@ impl<M: Module> DedupModule<M> {
                 continue;
             }
             // A function that cannot be walked fails in its define.
-            let Ok(walk) = self.walk_pending(func, known) else {
+            let Ok(walk) = self.walk_pending(*id, func, known) else {
                 continue;
             };
             let walk = walk.as_ref();

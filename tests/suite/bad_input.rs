@@ -379,6 +379,69 @@ fn the_twin_of_a_function_that_fails_to_compile_reports_its_own_failure() {
     }
 }
 
+/// A call of a planned duplicate becomes a call of the function it
+/// duplicates only once that function is defined. Here the twins `f0` and
+/// `f1` fail to compile (as above): `c`, which calls `f1`, still calls
+/// `f1`; `b`, which calls `f1` and was planned as a duplicate of `a`
+/// (which calls `f0`), is not one; and `x`, which calls `f1` and has a
+/// twin `x2`, is not compiled calling `f0` even when it is defined before
+/// the twins. So when the twins are defined again, differently, every
+/// caller runs the body it names.
+#[test]
+fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    for options in batch_options() {
+        for callers_first in [false, true] {
+            let mut m = dedup(options);
+            let conv = m.isa().default_call_conv();
+            let callee = declare(&mut m, "callee", CallConv::Tail);
+            let [f0, f1] = ["f0", "f1"].map(|n| declare(&mut m, n, CallConv::Tail));
+            let [a, b, c, d, x, x2] =
+                ["a", "b", "c", "d", "x", "x2"].map(|n| declare(&mut m, n, conv));
+            define(&mut m, callee, add(1)).unwrap();
+            let twins = |m: &mut DedupModule<JITModule>| {
+                for f in [f0, f1] {
+                    define(m, f, |b, m, p| {
+                        let v = chain(b, p[0]);
+                        let callee = m.declare_func_in_func(callee, b.func);
+                        b.ins().return_call(callee, &[v]);
+                    })
+                    .unwrap();
+                }
+            };
+            if !callers_first {
+                twins(&mut m);
+            }
+            let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
+            for (caller, f, k) in calls.into_iter().chain([(d, b, 9)]) {
+                define(&mut m, caller, |fb, m, p| {
+                    let r = emit_call(fb, m, f, p[0]);
+                    let r = fb.ins().iadd_imm_s(r, k);
+                    fb.ins().return_(&[r]);
+                })
+                .unwrap();
+            }
+            if callers_first {
+                twins(&mut m);
+            }
+            let error = m.flush().unwrap_err().to_string();
+            let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+            assert_eq!(failed, [f0, f1], "{options:?}: {error}");
+            define(&mut m, f0, add(100)).unwrap();
+            define(&mut m, f1, add(200)).unwrap();
+            m.finalize_definitions().unwrap();
+            let run = |id| call1(m.get_finalized_function(id), 1);
+            assert_eq!(
+                [f0, f1, a, b, c, d, x, x2].map(run),
+                [101, 201, 108, 208, 206, 217, 204, 204],
+                "{options:?}, callers first: {callers_first}"
+            );
+        }
+    }
+}
+
 /// Cranelift computes an ABI for every declared signature and a concrete
 /// type for every dynamic type, used or not (`SigSet::new` and
 /// `Callee::new` in `machinst/abi.rs`), so one it cannot handle fails the
