@@ -34,22 +34,9 @@
 //!    the function (its references to duplicates, or the function itself
 //!    into a thunk), so every pass plans the function as it is. (Similar
 //!    merging walks its candidates again for their shapes.)
-//! 7. What a planned duplicate runs (its root) is defined before anything
-//!    that counts on it: the roots first, each after the roots named by
-//!    its references that planning rewrote, then the other functions, then
-//!    the duplicates. If a root fails, whatever is not defined yet is put
-//!    back as it was before this flush rewrote it (each function is kept
-//!    as it was before its first rewrite), planned duplicates are pending
-//!    again, the failed root's duplicates are left alone (neither
-//!    duplicates nor roots), and the flush plans again. So a function is
-//!    never defined calling a root in place of its duplicate unless the
-//!    root is defined: otherwise the call would run whatever is defined
-//!    under the root's id later, however the duplicate is. Left: roots
-//!    whose rewritten references name each other in a cycle are defined in
-//!    definition order, so the first may be defined before a root it names
-//!    fails. A panic while planning puts back every function the same way,
-//!    and plans nothing more in that flush. Failures are listed in
-//!    definition order.
+//! 7. What a planned duplicate runs is defined before anything that
+//!    counts on it, and a failure of it undoes the plan that counted on
+//!    it (see `roots.rs`). Failures are listed in definition order.
 
 use super::ids::State;
 use super::parallel::Precompiled;
@@ -66,7 +53,7 @@ use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Functions that failed in this flush, with their errors.
-type Failures = Vec<(FuncId, ModuleError)>;
+pub(super) type Failures = Vec<(FuncId, ModuleError)>;
 
 /// The walk of each pending function of a flush (at its index), kept
 /// from one pass of the flush to the next while the function is unchanged:
@@ -87,13 +74,13 @@ pub(super) struct Batch {
     /// text (see 5 above).
     failed: Vec<(FuncId, String)>,
     /// During a flush: each pending function this flush rewrote (its
-    /// references to its planned duplicates), as it was before (see 7
-    /// above).
-    originals: HashMap<FuncId, Function>,
+    /// references to its planned duplicates), as it was before (see
+    /// `roots.rs`).
+    pub(super) originals: HashMap<FuncId, Function>,
     /// During a flush: the pending functions planned neither as a
     /// duplicate nor as what one runs, since the function they duplicated
-    /// failed (see 7 above).
-    alone: hashbrown::HashSet<FuncId>,
+    /// failed (see `roots.rs`).
+    pub(super) alone: hashbrown::HashSet<FuncId>,
 }
 
 impl Batch {
@@ -276,113 +263,11 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Defines the roots of the planned duplicates (the pending functions
-    /// they are defined as trampolines to), each after the roots its
-    /// rewritten references name where they do not name each other in a
-    /// cycle. Returns `false` if one failed: its duplicates are then left
-    /// alone, and the plan is undone for every function not defined yet,
-    /// to be made again.
-    fn define_roots(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-        failures: &mut Failures,
-    ) -> bool {
-        let index_of: HashMap<FuncId, usize> = pending
-            .iter()
-            .enumerate()
-            .map(|(i, (id, _))| (*id, i))
-            .collect();
-        // By index, so in definition order.
-        let mut roots = std::collections::BTreeSet::new();
-        for (id, _) in pending.iter() {
-            if let State::Duplicate { canonical } = self.ids.state(*id) {
-                let root = self.ids.root_of(canonical);
-                if let Some(&i) = index_of.get(&root)
-                    && self.ids.state(root) == State::Pending
-                {
-                    roots.insert(i);
-                }
-            }
-        }
-        // Per root: the roots its rewritten references name.
-        let named: HashMap<usize, Vec<usize>> = roots
-            .iter()
-            .map(|&i| {
-                let (id, func) = &pending[i];
-                let names = rewritten_names(self.batch.originals.get(id), func);
-                let named = names.filter_map(|id| index_of.get(&id).copied());
-                (i, named.filter(|j| *j != i && roots.contains(j)).collect())
-            })
-            .collect();
-        let mut failed = false;
-        while !roots.is_empty() && !failed {
-            // The first root that names no root left, or, in a cycle, the
-            // first.
-            let first = *roots.first().expect("not empty");
-            let i = roots
-                .iter()
-                .copied()
-                .find(|i| !named[i].iter().any(|j| roots.contains(j)))
-                .unwrap_or(first);
-            roots.remove(&i);
-            let (id, func) = &mut pending[i];
-            let code = precompiled.get_mut(i).and_then(Option::take);
-            self.define_own(*id, func, code, walks[i].take(), failures);
-            failed = self.ids.state(*id) == State::Undefined;
-        }
-        if !failed {
-            return true;
-        }
-        let mut alone = Vec::new();
-        for (id, _) in pending.iter() {
-            if let State::Duplicate { canonical } = self.ids.state(*id)
-                && self.ids.state(self.ids.root_of(canonical)) == State::Undefined
-            {
-                alone.push(*id);
-            }
-        }
-        log::debug!(
-            "batch flush: a function planned duplicates run failed; {} left alone, planning again",
-            alone.len()
-        );
-        self.batch.alone.extend(alone);
-        self.undo_plan(pending, walks, precompiled);
-        false
-    }
-
-    /// Undoes this flush's plan for every pending function not defined
-    /// yet: planned duplicates are pending again, and functions this flush
-    /// rewrote are as they were before (their walks and code compiled on
-    /// other threads are dropped).
-    fn undo_plan(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-    ) {
-        for (i, (id, func)) in pending.iter_mut().enumerate() {
-            match self.ids.state(*id) {
-                State::Duplicate { .. } => self.ids.plan(*id, State::Pending),
-                State::Pending => {}
-                State::Undefined | State::Compiled(_) | State::Bytes => continue,
-            }
-            if let Some(original) = self.batch.originals.remove(id) {
-                *func = original;
-                walks[i] = None;
-                if let Some(code) = precompiled.get_mut(i) {
-                    self.discard_precompiled(*id, code.take());
-                }
-            }
-        }
-    }
-
     /// Defines `id` as `define_now` does in eager mode (`func` is taken),
     /// with `code` compiled for it on another thread, if any (used only if
     /// `func` is still what was compiled, see `parallel.rs`), and `walk`,
     /// the walk of `func` kept from planning, if any.
-    fn define_own(
+    pub(super) fn define_own(
         &mut self,
         id: FuncId,
         func: &mut Function,
@@ -409,7 +294,7 @@ impl<M: Module> DedupModule<M> {
 
     /// Drops `code`, compiled for `id` on another thread, if any: `id` was
     /// not defined from it (see 3 in `parallel.rs`).
-    fn discard_precompiled(&mut self, id: FuncId, code: Option<Precompiled>) {
+    pub(super) fn discard_precompiled(&mut self, id: FuncId, code: Option<Precompiled>) {
         if code.is_some() {
             log::debug!(
                 "{} ({id}): code compiled on another thread not used",
@@ -627,34 +512,6 @@ impl<M: Module> DedupModule<M> {
         }
         Ok(known.as_ref().expect("walked"))
     }
-}
-
-impl<M: Module> DedupModule<M> {
-    /// [`DedupModule::canonicalize_references`] of the pending function
-    /// `id` during a flush, keeping it as it was before the flush first
-    /// rewrites it (see 7 above).
-    pub(super) fn canonicalize_pending(&mut self, id: FuncId, func: &mut Function) -> bool {
-        if !self.batch.originals.contains_key(&id) && self.rewrites_references(func) {
-            self.batch.originals.insert(id, func.clone());
-        }
-        self.canonicalize_references(func)
-    }
-}
-
-/// The functions that references of `func` name where `original` (`func`
-/// before this flush rewrote it, if it did) names another.
-fn rewritten_names<'a>(
-    original: Option<&'a Function>,
-    func: &'a Function,
-) -> impl Iterator<Item = FuncId> + 'a {
-    let before = original.map(|f| f.params.user_named_funcs());
-    func.params
-        .user_named_funcs()
-        .iter()
-        .filter(move |(r, name)| {
-            name.namespace == 0 && before.is_some_and(|b| b.get(*r).is_some_and(|old| old != *name))
-        })
-        .map(|(_, name)| FuncId::from_u32(name.index))
 }
 
 /// The fast hash of the exact key of `walk`, if walked.

@@ -192,6 +192,7 @@ mod object;
 mod options;
 mod parallel;
 pub mod reuse;
+mod roots;
 mod similar;
 pub mod stats;
 mod stored;

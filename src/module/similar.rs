@@ -237,6 +237,11 @@ impl<M: Module> DedupModule<M> {
             if !self.canonicalize_pending(*id, func) {
                 walks[index] = kept;
             }
+            // Its body or thunk would be defined calling a function not
+            // defined yet (see `roots.rs`).
+            if self.names_undefined_root(*id, func) {
+                continue;
+            }
             let isa = self.inner.isa();
             let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
                 continue;

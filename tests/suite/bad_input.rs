@@ -442,6 +442,56 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
     }
 }
 
+/// As above, with similar-function merging: `r1` (twin `r1x`) and `m`
+/// call the failing twin `d2` of `r2` after different constants, so they
+/// are similar, but a merged body would be defined calling `r2` before
+/// `r2` fails: they are not merged, and once the twins are defined again,
+/// differently, `r1`, `r1x` and `m` call `d2`.
+#[test]
+fn similar_callers_of_a_twin_whose_original_fails_stay_its_own() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let options = DedupOptions::batch().with_similar(jitfold::similar::SimilarOptions::default());
+    let mut m = dedup(options);
+    let conv = m.isa().default_call_conv();
+    let callee = declare(&mut m, "callee", CallConv::Tail);
+    let [r2, d2] = ["r2", "d2"].map(|n| declare(&mut m, n, CallConv::Tail));
+    let [r1, r1x, mid, steps] = ["r1", "r1x", "m", "steps"].map(|n| declare(&mut m, n, conv));
+    define(&mut m, callee, add(1)).unwrap();
+    define(&mut m, steps, |b, _, p| {
+        let v = chain(b, p[0]);
+        b.ins().return_(&[v]);
+    })
+    .unwrap();
+    for (caller, k) in [(r1, 3), (r1x, 3), (mid, 4)] {
+        define(&mut m, caller, |fb, m, p| {
+            let v = chain(fb, p[0]);
+            let v = fb.ins().iadd_imm_s(v, k);
+            let r = emit_call(fb, m, d2, v);
+            fb.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    for f in [r2, d2] {
+        define(&mut m, f, |b, m, p| {
+            let v = chain(b, p[0]);
+            let callee = m.declare_func_in_func(callee, b.func);
+            b.ins().return_call(callee, &[v]);
+        })
+        .unwrap();
+    }
+    let error = m.flush().unwrap_err().to_string();
+    let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+    assert_eq!(failed, [r2, d2], "{error}");
+    define(&mut m, r2, add(100)).unwrap();
+    define(&mut m, d2, add(200)).unwrap();
+    m.finalize_definitions().unwrap();
+    let run = |id| call1(m.get_finalized_function(id), 1);
+    let s = run(steps);
+    assert_eq!([r1, r1x, mid].map(run), [s + 203, s + 203, s + 204]);
+}
+
 /// Cranelift computes an ABI for every declared signature and a concrete
 /// type for every dynamic type, used or not (`SigSet::new` and
 /// `Callee::new` in `machinst/abi.rs`), so one it cannot handle fails the
