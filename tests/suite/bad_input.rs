@@ -247,6 +247,21 @@ fn add(k: i64) -> impl FnOnce(&mut FunctionBuilder, &mut DedupModule<JITModule>,
     }
 }
 
+/// Defines each of `twins` (of the `tail` convention) as a function the
+/// verifier accepts but Cranelift cannot compile on x86-64: a
+/// `return_call` of `callee` without `preserve_frame_pointers` panics at
+/// emission.
+fn define_uncompilable(m: &mut DedupModule<JITModule>, callee: FuncId, twins: &[FuncId]) {
+    for &f in twins {
+        define(m, f, |b, m, p| {
+            let v = chain(b, p[0]);
+            let callee = m.declare_func_in_func(callee, b.func);
+            b.ins().return_call(callee, &[v]);
+        })
+        .unwrap();
+    }
+}
+
 #[test]
 fn a_failed_flush_defines_the_valid_functions_and_reports_every_failure() {
     for options in batch_options() {
@@ -365,14 +380,7 @@ fn the_twin_of_a_function_that_fails_to_compile_reports_its_own_failure() {
         let callee = declare(&mut m, "callee", CallConv::Tail);
         let twins = ["f0", "f1"].map(|n| declare(&mut m, n, CallConv::Tail));
         define(&mut m, callee, add(1)).unwrap();
-        for f in twins {
-            define(&mut m, f, |b, m, p| {
-                let v = chain(b, p[0]);
-                let callee = m.declare_func_in_func(callee, b.func);
-                b.ins().return_call(callee, &[v]);
-            })
-            .unwrap();
-        }
+        define_uncompilable(&mut m, callee, &twins);
         let error = m.flush().unwrap_err().to_string();
         let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
         assert_eq!(failed, twins, "{options:?}: {error}");
@@ -401,18 +409,8 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
             let [a, b, c, d, x, x2] =
                 ["a", "b", "c", "d", "x", "x2"].map(|n| declare(&mut m, n, conv));
             define(&mut m, callee, add(1)).unwrap();
-            let twins = |m: &mut DedupModule<JITModule>| {
-                for f in [f0, f1] {
-                    define(m, f, |b, m, p| {
-                        let v = chain(b, p[0]);
-                        let callee = m.declare_func_in_func(callee, b.func);
-                        b.ins().return_call(callee, &[v]);
-                    })
-                    .unwrap();
-                }
-            };
             if !callers_first {
-                twins(&mut m);
+                define_uncompilable(&mut m, callee, &[f0, f1]);
             }
             let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
             for (caller, f, k) in calls.into_iter().chain([(d, b, 9)]) {
@@ -424,7 +422,7 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
                 .unwrap();
             }
             if callers_first {
-                twins(&mut m);
+                define_uncompilable(&mut m, callee, &[f0, f1]);
             }
             let error = m.flush().unwrap_err().to_string();
             let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
@@ -473,14 +471,7 @@ fn similar_callers_of_a_twin_whose_original_fails_stay_its_own() {
         })
         .unwrap();
     }
-    for f in [r2, d2] {
-        define(&mut m, f, |b, m, p| {
-            let v = chain(b, p[0]);
-            let callee = m.declare_func_in_func(callee, b.func);
-            b.ins().return_call(callee, &[v]);
-        })
-        .unwrap();
-    }
+    define_uncompilable(&mut m, callee, &[r2, d2]);
     let error = m.flush().unwrap_err().to_string();
     let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
     assert_eq!(failed, [r2, d2], "{error}");
