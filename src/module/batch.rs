@@ -81,6 +81,9 @@ pub(super) struct Batch {
     /// duplicate nor as what one runs, since the function they duplicated
     /// failed (see `roots.rs`).
     pub(super) alone: hashbrown::HashSet<FuncId>,
+    /// During a flush: the roots put back as the user wrote them (see
+    /// `roots.rs`), which it rewrites no more.
+    pub(super) as_written: hashbrown::HashSet<FuncId>,
 }
 
 impl Batch {
@@ -167,7 +170,9 @@ impl<M: Module> DedupModule<M> {
         let mut walks: KnownWalks = vec![None; pending.len()];
         self.batch.originals.clear();
         self.batch.alone.clear();
+        self.batch.as_written.clear();
         self.plan(pending, &mut walks, &mut [], failures);
+        self.write_roots_as_written(pending, &mut walks, &mut []);
         // One round trip to the code store for the whole flush.
         self.prefetch_stored(pending, &mut walks);
         self.merge_similar(pending, &mut walks);
@@ -177,14 +182,17 @@ impl<M: Module> DedupModule<M> {
         // What planned duplicates run is defined first (see 7 above).
         while !self.define_roots(pending, &mut walks, &mut precompiled, failures) {
             self.plan(pending, &mut walks, &mut precompiled, failures);
+            self.write_roots_as_written(pending, &mut walks, &mut precompiled);
         }
         self.batch.originals.clear();
         self.batch.alone.clear();
+        self.batch.as_written.clear();
         // Then the other functions to compile, then the duplicates that
         // were planned (`define_now` may define more duplicates itself).
         let planned: Vec<(usize, FuncId)> = pending
             .iter()
             .enumerate()
+            .filter(|(_, (id, _))| !self.ids.is_defined(*id))
             .filter_map(|(i, (id, _))| match self.ids.state(*id) {
                 State::Duplicate { canonical } => Some((i, canonical)),
                 State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
@@ -193,7 +201,7 @@ impl<M: Module> DedupModule<M> {
         for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
                 let code = precompiled.get_mut(i).and_then(Option::take);
-                self.define_own(*id, func, code, walks[i].take(), failures);
+                self.define_own(*id, func, code, walks[i].take(), true, failures);
             }
         }
         for (i, canonical) in planned {
@@ -220,7 +228,7 @@ impl<M: Module> DedupModule<M> {
                 }
             } else {
                 // Its class's compiled function failed: it is on its own.
-                self.define_own(*id, func, None, walks[i].take(), failures);
+                self.define_own(*id, func, None, walks[i].take(), true, failures);
             }
         }
         self.end_prefetch();
@@ -266,19 +274,22 @@ impl<M: Module> DedupModule<M> {
     /// Defines `id` as `define_now` does in eager mode (`func` is taken),
     /// with `code` compiled for it on another thread, if any (used only if
     /// `func` is still what was compiled, see `parallel.rs`), and `walk`,
-    /// the walk of `func` kept from planning, if any.
+    /// the walk of `func` kept from planning, if any; its references to
+    /// duplicates are rewritten first if `rewrite` (not for a root put back
+    /// as the user wrote it, see `roots.rs`).
     pub(super) fn define_own(
         &mut self,
         id: FuncId,
         func: &mut Function,
         mut code: Option<Precompiled>,
         mut walk: Option<Walk>,
+        rewrite: bool,
         failures: &mut Failures,
     ) {
         self.ids.plan(id, State::Undefined);
         // Planning may have found duplicates since `func` was last
         // rewritten (a failed class's members are defined here too).
-        if self.canonicalize_references(func) {
+        if rewrite && self.canonicalize_references(func) {
             // Not the function that was compiled, nor walked.
             self.discard_precompiled(id, code.take());
             walk = None;
@@ -351,7 +362,9 @@ impl<M: Module> DedupModule<M> {
     ) {
         while !self.try_plan_refined(pending, walks, failures) {
             for (id, _) in pending.iter() {
-                if let State::Duplicate { .. } = self.ids.state(*id) {
+                if let State::Duplicate { .. } = self.ids.state(*id)
+                    && !self.ids.is_defined(*id)
+                {
                     self.ids.plan(*id, State::Pending);
                 }
             }

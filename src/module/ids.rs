@@ -66,6 +66,8 @@ pub(super) struct Ids {
     defined_data: SecondaryMap<DataId, bool>,
     /// Ids defined in the inner module since the last finalization.
     unfinalized: Vec<FuncId>,
+    /// Ids defined in the inner module.
+    defined: SecondaryMap<FuncId, bool>,
     finalized: SecondaryMap<FuncId, bool>,
     /// Data objects defined since the last finalization, and those
     /// finalized.
@@ -134,6 +136,13 @@ impl Ids {
         self.functions[id] = state;
         self.code_size[id] = code_size as u32;
         self.unfinalized.push(id);
+        self.defined[id] = true;
+    }
+
+    /// Whether `id` is defined in the inner module (a duplicate planned
+    /// in batch mode is not).
+    pub(super) fn is_defined(&self, id: FuncId) -> bool {
+        self.defined[id]
     }
 
     /// The size of `id`'s own code.

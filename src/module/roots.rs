@@ -1,34 +1,40 @@
 //! In a batch flush, what planned duplicates run (their *roots*) is defined
-//! before anything that counts on it.
+//! before anything that counts on the plan.
 //!
 //! Planning (`batch.rs`) rewrites references to a planned duplicate into
-//! references to its root before the root is compiled. Were a function
-//! defined with such a reference and the root then failed, the reference
-//! would bind to whatever the user later defines under the root's id,
-//! however the duplicate is defined.
+//! references to its root, and plans functions as duplicates of others on
+//! the strength of such rewrites and of refinement, before any root is
+//! compiled. Were a function defined counting on that and a root then
+//! failed, its reference would bind to whatever the user later defines
+//! under the root's id, however the duplicate is defined.
 //!
 //! # What this module guarantees
 //!
-//! 1. The roots are defined first, in an order where each comes after the
-//!    roots named by its references that planning rewrote (definition
-//!    order among those that are ready); where such references form a
-//!    cycle, a root on the cycle goes first.
+//! 1. Right after planning, every root that planning rewrote (its
+//!    references to planned duplicates, or to anything: a rewrite counts on
+//!    the duplicate it replaces being planned right) is put back as the
+//!    user wrote it ([`Batch::originals`](super::batch::Batch), kept by
+//!    [`DedupModule::canonicalize_pending`]; its walk and any code compiled
+//!    for it dropped) and rewritten no more in the flush, so a root's code
+//!    counts on nothing this flush planned (its calls of planned
+//!    duplicates go through their trampolines). The roots are then
+//!    defined first, in definition order.
 //! 2. If a root fails, nothing more is defined in that pass: every
 //!    pending function not defined yet is put back as it was before the
-//!    flush first rewrote it ([`Batch::originals`](super::batch::Batch),
-//!    kept by [`DedupModule::canonicalize_pending`]), with its walk and any
-//!    code compiled for it on other threads dropped; planned duplicates
-//!    are pending again; the failed root's duplicates are left alone
-//!    (planned neither as duplicates nor as roots; each is defined on its
-//!    own); and the flush plans again. Each retry leaves one more function
-//!    undefined, so the flush ends.
-//! 3. Similar merging (`similar.rs`) leaves out every function with a
-//!    reference rewritten to a function not defined yet: a merged body is
-//!    defined before the roots, and a thunk passes its callees' addresses.
+//!    flush first rewrote it, with its walk and any code compiled for it on
+//!    other threads dropped; planned duplicates are pending again; the
+//!    failed root's duplicates are left alone (planned neither as
+//!    duplicates nor as roots; each is defined on its own); and the flush
+//!    plans again (and puts the new roots back as 1 says). Each retry
+//!    leaves one more function undefined, so the flush ends.
+//! 3. Similar merging (`similar.rs`), which defines merged bodies before
+//!    the roots, leaves out every function this flush rewrote, so that no
+//!    body names a root that may yet fail. (A member rewritten would be
+//!    put back by 2 anyway; the body would stay, naming the failed root,
+//!    which finalizing then requires.)
 //!
-//! So a function is never defined with a reference rewritten to a root
-//! that fails, except that in a cycle of rewritten references between
-//! roots the root that goes first is defined before the others.
+//! So what is defined before every root is defined counts on no plan, and
+//! what is defined after counts only on a plan whose roots are all defined.
 
 use super::DedupModule;
 use super::batch::{Failures, KnownWalks};
@@ -36,28 +42,23 @@ use super::ids::State;
 use super::parallel::Precompiled;
 use cranelift_codegen::ir::Function;
 use cranelift_module::{FuncId, Module};
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashMap;
 use std::collections::BTreeSet;
 
 impl<M: Module> DedupModule<M> {
-    /// Defines the roots of this flush's planned duplicates (see 1 and 2
-    /// above). Returns `false` if one failed: the plan is then undone, to
-    /// be made again.
-    pub(super) fn define_roots(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-        failures: &mut Failures,
-    ) -> bool {
+    /// The pending functions (by index, in definition order) that this
+    /// flush's planned duplicates are to be defined as trampolines to.
+    fn roots(&self, pending: &[(FuncId, Function)]) -> BTreeSet<usize> {
         let index_of: HashMap<FuncId, usize> = pending
             .iter()
             .enumerate()
             .map(|(i, (id, _))| (*id, i))
             .collect();
         let mut roots = BTreeSet::new();
-        for (id, _) in pending.iter() {
-            if let State::Duplicate { canonical } = self.ids.state(*id) {
+        for (id, _) in pending {
+            if let State::Duplicate { canonical } = self.ids.state(*id)
+                && !self.ids.is_defined(*id)
+            {
                 let root = self.ids.root_of(canonical);
                 if let Some(&i) = index_of.get(&root)
                     && self.ids.state(root) == State::Pending
@@ -66,24 +67,47 @@ impl<M: Module> DedupModule<M> {
                 }
             }
         }
-        let named: HashMap<usize, Vec<usize>> = roots
-            .iter()
-            .map(|&i| {
-                let (id, func) = &pending[i];
-                let names = rewritten_names(self.batch.originals.get(id), func);
-                let mut named: Vec<usize> = names
-                    .filter_map(|id| index_of.get(&id).copied())
-                    .filter(|j| *j != i && roots.contains(j))
-                    .collect();
-                named.sort_unstable();
-                named.dedup();
-                (i, named)
-            })
-            .collect();
-        for i in definition_order(&roots, &named) {
+        roots
+    }
+
+    /// Puts every root this flush rewrote back as the user wrote it, for
+    /// the rest of the flush (see 1 above). Called after each planning,
+    /// before anything is compiled for what it planned.
+    pub(super) fn write_roots_as_written(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+    ) {
+        for i in self.roots(pending) {
+            let (id, func) = &mut pending[i];
+            if let Some(original) = self.batch.originals.remove(id) {
+                *func = original;
+                walks[i] = None;
+                self.batch.as_written.insert(*id);
+                if let Some(code) = precompiled.get_mut(i) {
+                    self.discard_precompiled(*id, code.take());
+                }
+            }
+        }
+    }
+
+    /// Defines the roots of this flush's planned duplicates (see 1 and 2
+    /// above), put back as the user wrote them where this flush rewrote
+    /// them. Returns `false` if one failed: the plan is then undone, to be
+    /// made again.
+    pub(super) fn define_roots(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+        failures: &mut Failures,
+    ) -> bool {
+        for i in self.roots(pending) {
             let (id, func) = &mut pending[i];
             let code = precompiled.get_mut(i).and_then(Option::take);
-            self.define_own(*id, func, code, walks[i].take(), failures);
+            let rewrite = !self.batch.as_written.contains(id);
+            self.define_own(*id, func, code, walks[i].take(), rewrite, failures);
             if self.ids.state(*id) == State::Undefined {
                 self.after_failed_root(pending, walks, precompiled);
                 return false;
@@ -126,6 +150,9 @@ impl<M: Module> DedupModule<M> {
         precompiled: &mut [Option<Precompiled>],
     ) {
         for (i, (id, func)) in pending.iter_mut().enumerate() {
+            if self.ids.is_defined(*id) {
+                continue;
+            }
             match self.ids.state(*id) {
                 State::Duplicate { .. } => self.ids.plan(*id, State::Pending),
                 State::Pending => {}
@@ -143,111 +170,21 @@ impl<M: Module> DedupModule<M> {
 
     /// [`DedupModule::canonicalize_references`] of the pending function
     /// `id` during a flush, keeping it as it was before the flush first
-    /// rewrites it (see 2 above).
+    /// rewrites it (see 2 above); nothing for a root put back as the user
+    /// wrote it.
     pub(super) fn canonicalize_pending(&mut self, id: FuncId, func: &mut Function) -> bool {
+        if self.batch.as_written.contains(&id) {
+            return false;
+        }
         if !self.batch.originals.contains_key(&id) && self.rewrites_references(func) {
             self.batch.originals.insert(id, func.clone());
         }
         self.canonicalize_references(func)
     }
 
-    /// Whether the pending function `id` (as `func` now) has a reference
-    /// that this flush rewrote to a function not defined yet (see 3 above).
-    pub(super) fn names_undefined_root(&self, id: FuncId, func: &Function) -> bool {
-        rewritten_names(self.batch.originals.get(&id), func)
-            .any(|target| !matches!(self.ids.state(target), State::Compiled(_) | State::Bytes))
-    }
-}
-
-/// The functions that references of `func` name where `original` (`func`
-/// before this flush rewrote it, if it did) names another.
-fn rewritten_names<'a>(
-    original: Option<&'a Function>,
-    func: &'a Function,
-) -> impl Iterator<Item = FuncId> + 'a {
-    let before = original.map(|f| f.params.user_named_funcs());
-    func.params
-        .user_named_funcs()
-        .iter()
-        .filter(move |(r, name)| {
-            name.namespace == 0 && before.is_some_and(|b| b.get(*r).is_some_and(|old| old != *name))
-        })
-        .map(|(_, name)| FuncId::from_u32(name.index))
-}
-
-/// `roots` (indices) in the order of 1 above: each after the roots in
-/// `named[root]`, the smallest ready first; in a cycle, one on the cycle.
-fn definition_order(roots: &BTreeSet<usize>, named: &HashMap<usize, Vec<usize>>) -> Vec<usize> {
-    let mut waiting: HashMap<usize, usize> = named.iter().map(|(&i, n)| (i, n.len())).collect();
-    let mut dependents: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (&i, n) in named {
-        for &j in n {
-            dependents.entry(j).or_default().push(i);
-        }
-    }
-    let mut ready: BTreeSet<usize> = roots.iter().copied().filter(|i| waiting[i] == 0).collect();
-    let mut left = roots.clone();
-    let mut order = Vec::with_capacity(roots.len());
-    while let Some(&first) = left.first() {
-        let next = match ready.pop_first() {
-            Some(i) => i,
-            // Every root left names one left: follow such names from the
-            // first until one repeats, which is on a cycle.
-            None => {
-                let mut seen = HashSet::new();
-                let mut at = first;
-                while seen.insert(at) {
-                    at = *named[&at]
-                        .iter()
-                        .find(|j| left.contains(*j))
-                        .expect("a root that is not ready names one left");
-                }
-                at
-            }
-        };
-        left.remove(&next);
-        order.push(next);
-        for d in dependents.get(&next).into_iter().flatten() {
-            let w = waiting.get_mut(d).expect("a root");
-            *w -= 1;
-            if *w == 0 && left.contains(d) {
-                ready.insert(*d);
-            }
-        }
-    }
-    order
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn order(roots: &[usize], edges: &[(usize, usize)]) -> Vec<usize> {
-        let roots: BTreeSet<usize> = roots.iter().copied().collect();
-        let mut named: HashMap<usize, Vec<usize>> = roots.iter().map(|&i| (i, vec![])).collect();
-        for &(from, to) in edges {
-            named.get_mut(&from).unwrap().push(to);
-        }
-        definition_order(&roots, &named)
-    }
-
-    #[test]
-    fn roots_come_after_the_roots_they_name_and_otherwise_in_definition_order() {
-        assert_eq!(order(&[1, 4, 7], &[]), [1, 4, 7]);
-        assert_eq!(order(&[1, 4, 7], &[(1, 7)]), [4, 7, 1]);
-        // A chain named callers first.
-        assert_eq!(
-            order(&[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]),
-            [4, 3, 2, 1]
-        );
-    }
-
-    #[test]
-    fn in_a_cycle_a_root_on_the_cycle_goes_first() {
-        // 2 names the cycle 5 <-> 7 but is not on it.
-        let got = order(&[2, 5, 7], &[(2, 5), (5, 7), (7, 5)]);
-        assert_eq!(got, [5, 2, 7]);
-        // A cycle through every root: the first goes first.
-        assert_eq!(order(&[1, 2, 3], &[(1, 2), (2, 3), (3, 1)]), [1, 3, 2]);
+    /// Whether this flush rewrote the pending function `id` (see 3
+    /// above): such a function counts on the plan.
+    pub(super) fn rewritten_in_flush(&self, id: FuncId) -> bool {
+        self.batch.originals.contains_key(&id)
     }
 }

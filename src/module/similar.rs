@@ -239,7 +239,7 @@ impl<M: Module> DedupModule<M> {
             }
             // Its body or thunk would be defined calling a function not
             // defined yet (see `roots.rs`).
-            if self.names_undefined_root(*id, func) {
+            if self.rewritten_in_flush(*id) {
                 continue;
             }
             let isa = self.inner.isa();

@@ -391,10 +391,11 @@ fn the_twin_of_a_function_that_fails_to_compile_reports_its_own_failure() {
 /// duplicates only once that function is defined. Here the twins `f0` and
 /// `f1` fail to compile (as above): `c`, which calls `f1`, still calls
 /// `f1`; `b`, which calls `f1` and was planned as a duplicate of `a`
-/// (which calls `f0`), is not one; and `x`, which calls `f1` and has a
-/// twin `x2`, is not compiled calling `f0` even when it is defined before
-/// the twins. So when the twins are defined again, differently, every
-/// caller runs the body it names.
+/// (which calls `f0`), is not one; `x`, which calls `f1` and has a twin
+/// `x2`, is not compiled calling `f0` even when it is defined before the
+/// twins; and `g`, which calls `b` and has a twin `gx`, does not call `a`.
+/// So when the twins are defined again, differently, every caller runs
+/// the body it names.
 #[test]
 fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
     if !cfg!(target_arch = "x86_64") {
@@ -406,14 +407,17 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
             let conv = m.isa().default_call_conv();
             let callee = declare(&mut m, "callee", CallConv::Tail);
             let [f0, f1] = ["f0", "f1"].map(|n| declare(&mut m, n, CallConv::Tail));
-            let [a, b, c, d, x, x2] =
-                ["a", "b", "c", "d", "x", "x2"].map(|n| declare(&mut m, n, conv));
+            let [a, b, c, d, x, x2, g, gx] =
+                ["a", "b", "c", "d", "x", "x2", "g", "gx"].map(|n| declare(&mut m, n, conv));
             define(&mut m, callee, add(1)).unwrap();
             if !callers_first {
                 define_uncompilable(&mut m, callee, &[f0, f1]);
             }
             let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
-            for (caller, f, k) in calls.into_iter().chain([(d, b, 9)]) {
+            for (caller, f, k) in calls
+                .into_iter()
+                .chain([(d, b, 9), (g, b, 11), (gx, b, 11)])
+            {
                 define(&mut m, caller, |fb, m, p| {
                     let r = emit_call(fb, m, f, p[0]);
                     let r = fb.ins().iadd_imm_s(r, k);
@@ -432,8 +436,8 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
             m.finalize_definitions().unwrap();
             let run = |id| call1(m.get_finalized_function(id), 1);
             assert_eq!(
-                [f0, f1, a, b, c, d, x, x2].map(run),
-                [101, 201, 108, 208, 206, 217, 204, 204],
+                [f0, f1, a, b, c, d, x, x2, g, gx].map(run),
+                [101, 201, 108, 208, 206, 217, 204, 204, 219, 219],
                 "{options:?}, callers first: {callers_first}"
             );
         }
