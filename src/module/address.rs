@@ -82,14 +82,15 @@ impl<M: Module> DedupModule<M> {
     /// Notes the functions whose addresses `func` uses as data anywhere in
     /// its layout (for a function not walked).
     pub(super) fn note_addresses_used_as_data(&mut self, func: &Function) {
-        let named = func.params.user_named_funcs();
-        for r in names_used_as_data(func) {
-            if let Some(name) = named.get(r)
-                && name.namespace == 0
-            {
-                self.address_taken[FuncId::from_u32(name.index)] = true;
-            }
+        for id in functions_used_as_data(func) {
+            self.address_taken[id] = true;
         }
+    }
+
+    /// Marks `id` as having its own address compiled into something (see
+    /// `roots.rs`).
+    pub(super) fn mark_address_taken(&mut self, id: FuncId) {
+        self.address_taken[id] = true;
     }
 
     /// The canonical function's name when `target` names a duplicate that
@@ -163,6 +164,18 @@ impl<M: Module> DedupModule<M> {
         }
         rewrote
     }
+}
+
+/// The local functions whose addresses `func` uses as data, anywhere in
+/// its layout.
+pub(super) fn functions_used_as_data(func: &Function) -> Vec<FuncId> {
+    let named = func.params.user_named_funcs();
+    names_used_as_data(func)
+        .into_iter()
+        .filter_map(|r| named.get(r))
+        .filter(|name| name.namespace == 0)
+        .map(|name| FuncId::from_u32(name.index))
+        .collect()
 }
 
 /// The external-name references of `func` that are used as data: by

@@ -36,7 +36,10 @@
 //!    merging walks its candidates again for their shapes.)
 //! 7. What a planned duplicate runs is defined before anything that
 //!    counts on it, and a failure of it undoes the plan that counted on
-//!    it (see `roots.rs`). Failures are listed in definition order.
+//!    it (see `roots.rs`). The duplicates come next, and a failure of one
+//!    undoes the plan the same way, before any function that counts on it
+//!    is defined; then the other functions. Failures are listed in
+//!    definition order.
 
 use super::ids::State;
 use super::parallel::Precompiled;
@@ -117,8 +120,8 @@ impl<M: Module> DedupModule<M> {
     /// With more than one [thread](super::DedupOptions::threads), the
     /// functions it compiles are compiled on that many threads first, then
     /// every function is defined in the order one thread defines them
-    /// (what planned duplicates run first, then the rest in definition
-    /// order):
+    /// (what planned duplicates run first, then the duplicates, then the
+    /// rest, each in definition order):
     /// the inner module gets the same code in the same order (the same
     /// bytes and symbol offsets), failures are the same, listed in the same
     /// order. What differs: the inner module is handed that code with
@@ -171,64 +174,32 @@ impl<M: Module> DedupModule<M> {
         self.batch.originals.clear();
         self.batch.alone.clear();
         self.batch.as_written.clear();
-        self.plan(pending, &mut walks, &mut [], failures);
-        self.write_roots_as_written(pending, &mut walks, &mut []);
+        self.plan_and_put_back(pending, &mut walks, &mut [], failures);
         // One round trip to the code store for the whole flush.
         self.prefetch_stored(pending, &mut walks);
         self.merge_similar(pending, &mut walks);
         // With several threads, what is to be compiled is compiled first
         // (see `parallel.rs`), and defined below in its turn.
         let mut precompiled = self.compile_in_parallel(pending, &mut walks);
-        // What planned duplicates run is defined first (see 7 above).
-        while !self.define_roots(pending, &mut walks, &mut precompiled, failures) {
-            self.plan(pending, &mut walks, &mut precompiled, failures);
-            self.write_roots_as_written(pending, &mut walks, &mut precompiled);
+        // What planned duplicates run is defined first, then the
+        // duplicates, then the rest (see 7 above).
+        loop {
+            while !self.define_roots(pending, &mut walks, &mut precompiled, failures) {
+                self.plan_and_put_back(pending, &mut walks, &mut precompiled, failures);
+            }
+            if self.define_duplicates(pending, &mut walks, &mut precompiled, failures) {
+                break;
+            }
+            self.plan_and_put_back(pending, &mut walks, &mut precompiled, failures);
         }
         self.batch.originals.clear();
         self.batch.alone.clear();
         self.batch.as_written.clear();
-        // Then the other functions to compile, then the duplicates that
-        // were planned (`define_now` may define more duplicates itself).
-        let planned: Vec<(usize, FuncId)> = pending
-            .iter()
-            .enumerate()
-            .filter(|(_, (id, _))| !self.ids.is_defined(*id))
-            .filter_map(|(i, (id, _))| match self.ids.state(*id) {
-                State::Duplicate { canonical } => Some((i, canonical)),
-                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
-            })
-            .collect();
+        // (`define_now` may define more duplicates itself.)
         for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
                 let code = precompiled.get_mut(i).and_then(Option::take);
                 self.define_own(*id, func, code, walks[i].take(), true, failures);
-            }
-        }
-        for (i, canonical) in planned {
-            let (id, func) = &mut pending[i];
-            // Planning may chain duplicates (a group's first member can turn
-            // out to be a duplicate in a later round); follow to the root.
-            let root = self.ids.root_of(canonical);
-            let root_defined = matches!(self.ids.state(root), State::Compiled(_) | State::Bytes);
-            // Checked while still planned as a duplicate, so that its own
-            // name maps to the root's.
-            let checked = if root_defined && self.options.check {
-                self.check_duplicate(*id, func, root)
-            } else {
-                Ok(())
-            };
-            self.ids.plan(*id, State::Undefined);
-            if let Err(e) = checked {
-                failures.push((*id, e));
-            } else if root_defined {
-                match self.define_trampoline(*id, root) {
-                    Ok(Some(outcome)) => self.stats.count(&outcome),
-                    Ok(None) => unreachable!("duplicates are planned only with trampolines"),
-                    Err(e) => failures.push((*id, e)),
-                }
-            } else {
-                // Its class's compiled function failed: it is on its own.
-                self.define_own(*id, func, None, walks[i].take(), true, failures);
             }
         }
         self.end_prefetch();
@@ -239,6 +210,76 @@ impl<M: Module> DedupModule<M> {
             .map(|(i, (id, _))| (*id, i))
             .collect();
         failures.sort_by_key(|(id, _)| position.get(id).copied());
+    }
+
+    /// Defines the planned duplicates of this flush, once what they run is
+    /// defined. Returns `false` if one failed: the plan is then undone for
+    /// what is not defined yet (see `roots.rs`), to be made again, since
+    /// functions not defined yet may count on that duplicate.
+    fn define_duplicates(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+        failures: &mut Failures,
+    ) -> bool {
+        let planned: Vec<(usize, FuncId)> = pending
+            .iter()
+            .enumerate()
+            .filter(|(_, (id, _))| !self.ids.is_defined(*id))
+            .filter_map(|(i, (id, _))| match self.ids.state(*id) {
+                State::Duplicate { canonical } => Some((i, canonical)),
+                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+            })
+            .collect();
+        for (i, canonical) in planned {
+            let (id, func) = &mut pending[i];
+            // Planning may chain duplicates (a group's first member can turn
+            // out to be a duplicate in a later round); follow to the root.
+            let root = self.ids.root_of(canonical);
+            let root_defined = matches!(self.ids.state(root), State::Compiled(_) | State::Bytes);
+            if !root_defined {
+                // Its class's compiled function failed: it is on its own.
+                self.define_own(*id, func, None, walks[i].take(), true, failures);
+                continue;
+            }
+            // Checked while still planned as a duplicate, so that its own
+            // name maps to the root's.
+            let checked = if self.options.check {
+                self.check_duplicate(*id, func, root)
+            } else {
+                Ok(())
+            };
+            self.ids.plan(*id, State::Undefined);
+            let defined = checked.and_then(|()| self.define_trampoline(*id, root));
+            match defined {
+                Ok(Some(outcome)) => self.stats.count(&outcome),
+                Ok(None) => unreachable!("duplicates are planned only with trampolines"),
+                Err(e) => {
+                    failures.push((*id, e));
+                    self.undo_plan(pending, walks, precompiled);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Plans, then puts the roots back as the user wrote them (see
+    /// `roots.rs`), planning again while that would change an address.
+    fn plan_and_put_back(
+        &mut self,
+        pending: &mut [(FuncId, Function)],
+        walks: &mut KnownWalks,
+        precompiled: &mut [Option<Precompiled>],
+        failures: &mut Failures,
+    ) {
+        loop {
+            self.plan(pending, walks, precompiled, failures);
+            if self.write_roots_as_written(pending, walks, precompiled) {
+                break;
+            }
+        }
     }
 
     /// Plans this flush's duplicates among the pending functions (see 1 to

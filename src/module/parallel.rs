@@ -2,8 +2,8 @@
 //! [thread](super::DedupOptions::threads), a flush compiles the functions
 //! it is going to compile on that many threads first, then defines every
 //! function in the inner module in the order a flush on one thread does
-//! (see 7 in `batch.rs`: what planned duplicates run first, then the rest
-//! in definition order).
+//! (see 7 in `batch.rs`: what planned duplicates run first, then the
+//! duplicates, then the rest, each in definition order).
 //!
 //! # How
 //!

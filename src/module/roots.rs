@@ -29,14 +29,22 @@
 //!    leaves one more function undefined, so the flush ends.
 //! 3. Similar merging (`similar.rs`), which defines merged bodies before
 //!    the roots, leaves out every function this flush rewrote, so that no
-//!    body names a root that may yet fail. (A member rewritten would be
-//!    put back by 2 anyway; the body would stay, naming the failed root,
-//!    which finalizing then requires.)
+//!    body names a root that may yet fail (a member rewritten would be put
+//!    back by 2 anyway; the body would stay, naming the failed root, which
+//!    finalizing then requires), and every root put back, whose thunk
+//!    would take the addresses of the planned duplicates it calls.
+//! 4. Putting a root back changes no address: if it would use as data
+//!    the address of a planned duplicate that planning let share its
+//!    root's (and so rewrote others' references to), that duplicate is
+//!    marked as having its own address (see 2 in `address.rs`), the plan
+//!    is undone and made again, before anything is defined. Each round
+//!    marks one more function, so this ends.
 //!
 //! So what is defined before every root is defined counts on no plan, and
 //! what is defined after counts only on a plan whose roots are all defined.
 
 use super::DedupModule;
+use super::address::functions_used_as_data;
 use super::batch::{Failures, KnownWalks};
 use super::ids::State;
 use super::parallel::Precompiled;
@@ -72,14 +80,37 @@ impl<M: Module> DedupModule<M> {
 
     /// Puts every root this flush rewrote back as the user wrote it, for
     /// the rest of the flush (see 1 above). Called after each planning,
-    /// before anything is compiled for what it planned.
+    /// before anything is compiled for what it planned. Returns `false`,
+    /// having put back nothing, if a root put back would use as data the
+    /// address of a planned duplicate that planning let share its root's
+    /// (see 4 above): that duplicate is marked, and the plan undone, to be
+    /// made again.
     pub(super) fn write_roots_as_written(
         &mut self,
         pending: &mut [(FuncId, Function)],
         walks: &mut KnownWalks,
         precompiled: &mut [Option<Precompiled>],
-    ) {
-        for i in self.roots(pending) {
+    ) -> bool {
+        let roots = self.roots(pending);
+        let mut marked = false;
+        for &i in &roots {
+            let Some(original) = self.batch.originals.get(&pending[i].0) else {
+                continue;
+            };
+            for target in functions_used_as_data(original) {
+                let planned = matches!(self.ids.state(target), State::Duplicate { .. })
+                    && !self.ids.is_defined(target);
+                if planned && self.shares_address(target) {
+                    self.mark_address_taken(target);
+                    marked = true;
+                }
+            }
+        }
+        if marked {
+            self.undo_plan(pending, walks, precompiled);
+            return false;
+        }
+        for i in roots {
             let (id, func) = &mut pending[i];
             if let Some(original) = self.batch.originals.remove(id) {
                 *func = original;
@@ -90,6 +121,7 @@ impl<M: Module> DedupModule<M> {
                 }
             }
         }
+        true
     }
 
     /// Defines the roots of this flush's planned duplicates (see 1 and 2
@@ -183,8 +215,9 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// Whether this flush rewrote the pending function `id` (see 3
-    /// above): such a function counts on the plan.
+    /// above), or put it back as the user wrote it: such a function counts
+    /// on the plan, or names planned duplicates.
     pub(super) fn rewritten_in_flush(&self, id: FuncId) -> bool {
-        self.batch.originals.contains_key(&id)
+        self.batch.originals.contains_key(&id) || self.batch.as_written.contains(&id)
     }
 }

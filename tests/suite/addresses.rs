@@ -410,3 +410,30 @@ fn a_duplicate_is_as_aligned_as_the_flags_ask() {
         }
     }
 }
+
+/// Batch mode with shared addresses: `d` is a copy of `q`, `x` returns the
+/// address of `d` and `z` that of `q`, all in one flush. Each returns the
+/// address its own body names, the one `get_finalized_function` gives: `x`
+/// is not merged with `z` on the strength of `d` sharing `q`'s address,
+/// since `x` uses `d`'s address (its own from then on).
+#[test]
+fn a_function_taking_a_planned_duplicates_address_gets_that_address() {
+    for options in all_options() {
+        if options.mode != Mode::Batch {
+            continue;
+        }
+        let mut m = DedupModule::wrap(jit(), options);
+        let [q, d, x, z] = ["q", "d", "x", "z"].map(|n| declare(&mut m, n, CallConv::SystemV));
+        for f in [q, d] {
+            define(&mut m, f, |b, _, p| body(b, p[0])).unwrap();
+        }
+        address_of(&mut m, x, d);
+        address_of(&mut m, z, q);
+        m.finalize_definitions().unwrap();
+        let entry = |id| m.get_finalized_function(id) as i64;
+        let returned = |id| call1(m.get_finalized_function(id), 0);
+        assert_eq!(returned(x), entry(d), "{options:?}");
+        assert_eq!(returned(z), entry(q), "{options:?}");
+        assert_eq!(call1(m.get_finalized_function(d), 3), 23);
+    }
+}
