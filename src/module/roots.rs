@@ -19,7 +19,9 @@
 //!    counts on nothing this flush planned (its calls of planned
 //!    duplicates go through their trampolines). The roots are then
 //!    defined first, in definition order.
-//! 2. If a root fails, nothing more is defined in that pass: every
+//! 2. If a root fails (or, once every root is defined, a planned
+//!    duplicate: see 7 in `batch.rs`), nothing more is defined in that
+//!    pass: every
 //!    pending function not defined yet is put back as it was before the
 //!    flush first rewrote it, with its walk and any code compiled for it on
 //!    other threads dropped; planned duplicates are pending again; the
@@ -41,7 +43,8 @@
 //!    marks one more function, so this ends.
 //!
 //! So what is defined before every root is defined counts on no plan, and
-//! what is defined after counts only on a plan whose roots are all defined.
+//! what is defined after counts only on a plan whose roots are all
+//! defined, and, after the duplicates, whose duplicates are too.
 
 use super::DedupModule;
 use super::address::functions_used_as_data;
