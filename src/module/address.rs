@@ -83,7 +83,7 @@ impl<M: Module> DedupModule<M> {
     /// its layout (for a function not walked).
     pub(super) fn note_addresses_used_as_data(&mut self, func: &Function) {
         for id in functions_used_as_data(func) {
-            self.address_taken[id] = true;
+            self.mark_address_taken(id);
         }
     }
 

@@ -103,6 +103,13 @@ impl Batch {
         self.pending_control.get(&id).cloned().unwrap_or_default()
     }
 
+    /// Forgets what a flush kept about its plan (see `roots.rs`).
+    fn forget_plan(&mut self) {
+        self.originals.clear();
+        self.alone.clear();
+        self.as_written.clear();
+    }
+
     /// Forgets that a definition of `id` failed: it is being defined again.
     pub(super) fn forget_failure(&mut self, id: FuncId) {
         if !self.failed.is_empty() {
@@ -171,9 +178,7 @@ impl<M: Module> DedupModule<M> {
     /// each failure to `failures`.
     fn define_pending(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
         let mut walks: KnownWalks = vec![None; pending.len()];
-        self.batch.originals.clear();
-        self.batch.alone.clear();
-        self.batch.as_written.clear();
+        self.batch.forget_plan();
         self.plan_and_put_back(pending, &mut walks, &mut [], failures);
         // One round trip to the code store for the whole flush.
         self.prefetch_stored(pending, &mut walks);
@@ -192,9 +197,7 @@ impl<M: Module> DedupModule<M> {
             }
             self.plan_and_put_back(pending, &mut walks, &mut precompiled, failures);
         }
-        self.batch.originals.clear();
-        self.batch.alone.clear();
-        self.batch.as_written.clear();
+        self.batch.forget_plan();
         // (`define_now` may define more duplicates itself.)
         for (i, (id, func)) in pending.iter_mut().enumerate() {
             if self.ids.state(*id) == State::Pending {
@@ -223,16 +226,7 @@ impl<M: Module> DedupModule<M> {
         precompiled: &mut [Option<Precompiled>],
         failures: &mut Failures,
     ) -> bool {
-        let planned: Vec<(usize, FuncId)> = pending
-            .iter()
-            .enumerate()
-            .filter(|(_, (id, _))| !self.ids.is_defined(*id))
-            .filter_map(|(i, (id, _))| match self.ids.state(*id) {
-                State::Duplicate { canonical } => Some((i, canonical)),
-                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
-            })
-            .collect();
-        for (i, canonical) in planned {
+        for (i, canonical) in self.planned_duplicates(pending) {
             let (id, func) = &mut pending[i];
             // Planning may chain duplicates (a group's first member can turn
             // out to be a duplicate in a later round); follow to the root.

@@ -57,6 +57,24 @@ use hashbrown::HashMap;
 use std::collections::BTreeSet;
 
 impl<M: Module> DedupModule<M> {
+    /// The planned duplicates among `pending` (not defined yet), by index
+    /// in definition order, each with the function it was planned as a
+    /// duplicate of.
+    pub(super) fn planned_duplicates(
+        &self,
+        pending: &[(FuncId, Function)],
+    ) -> Vec<(usize, FuncId)> {
+        pending
+            .iter()
+            .enumerate()
+            .filter(|(_, (id, _))| !self.ids.is_defined(*id))
+            .filter_map(|(i, (id, _))| match self.ids.state(*id) {
+                State::Duplicate { canonical } => Some((i, canonical)),
+                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+            })
+            .collect()
+    }
+
     /// The pending functions (by index, in definition order) that this
     /// flush's planned duplicates are to be defined as trampolines to.
     fn roots(&self, pending: &[(FuncId, Function)]) -> BTreeSet<usize> {
@@ -65,20 +83,12 @@ impl<M: Module> DedupModule<M> {
             .enumerate()
             .map(|(i, (id, _))| (*id, i))
             .collect();
-        let mut roots = BTreeSet::new();
-        for (id, _) in pending {
-            if let State::Duplicate { canonical } = self.ids.state(*id)
-                && !self.ids.is_defined(*id)
-            {
-                let root = self.ids.root_of(canonical);
-                if let Some(&i) = index_of.get(&root)
-                    && self.ids.state(root) == State::Pending
-                {
-                    roots.insert(i);
-                }
-            }
-        }
-        roots
+        self.planned_duplicates(pending)
+            .into_iter()
+            .map(|(_, canonical)| self.ids.root_of(canonical))
+            .filter(|root| self.ids.state(*root) == State::Pending)
+            .filter_map(|root| index_of.get(&root).copied())
+            .collect()
     }
 
     /// Puts every root this flush rewrote back as the user wrote it, for
@@ -158,14 +168,14 @@ impl<M: Module> DedupModule<M> {
         walks: &mut KnownWalks,
         precompiled: &mut [Option<Precompiled>],
     ) {
-        let mut alone = Vec::new();
-        for (id, _) in pending.iter() {
-            if let State::Duplicate { canonical } = self.ids.state(*id)
-                && self.ids.state(self.ids.root_of(canonical)) == State::Undefined
-            {
-                alone.push(*id);
-            }
-        }
+        let alone: Vec<FuncId> = self
+            .planned_duplicates(pending)
+            .into_iter()
+            .filter(|&(_, canonical)| {
+                self.ids.state(self.ids.root_of(canonical)) == State::Undefined
+            })
+            .map(|(i, _)| pending[i].0)
+            .collect();
         log::debug!(
             "batch flush: a function planned duplicates run failed; {} left alone, planning again",
             alone.len()
