@@ -30,7 +30,7 @@ use crate::fingerprint::Fingerprinter;
 use crate::plan::{ClassFacts, Outcome, Plan, Step, Walk, WalkRef};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::EntityRef;
-use cranelift_codegen::ir::Function;
+use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{Context, isa};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleRelocTarget, ModuleResult};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -421,26 +421,31 @@ impl<M: Module> DedupModule<M> {
         }))
     }
 
-    /// The calling convention `id` was declared with.
-    pub(super) fn call_conv(&self, id: FuncId) -> isa::CallConv {
-        self.inner
-            .declarations()
-            .get_function_decl(id)
-            .signature
-            .call_conv
+    /// The signature `id` was defined (or recorded) with, which need not
+    /// be the declared one (see `ids.rs`).
+    pub(super) fn signature(&self, id: FuncId) -> &ir::Signature {
+        self.ids.signature(self.inner.declarations(), id)
     }
 
-    /// Defines `id` in the inner module as an [`adapter`] (with `id`'s
-    /// declared signature) calling `target`. Returns the result, the
-    /// compile time and the code size.
+    /// The calling convention `id` was defined (or recorded) with.
+    pub(super) fn call_conv(&self, id: FuncId) -> isa::CallConv {
+        self.signature(id).call_conv
+    }
+
+    /// Defines `id` in the inner module as an [`adapter`] (with the
+    /// signature `id` is defined with) calling `target` (with its own).
+    /// Returns the result, the compile time and the code size.
     fn compile_adapter(&mut self, id: FuncId, target: FuncId) -> (ModuleResult<()>, Duration, u64) {
-        let decls = self.inner.declarations();
-        let own = decls.get_function_decl(id).signature.clone();
-        let target_sig = decls.get_function_decl(target).signature.clone();
+        let own = self.signature(id).clone();
+        let target_sig = self.signature(target).clone();
         let config = self.inner.target_config();
         let inner = &mut self.inner;
         let func = adapter::adapter(&own, &target_sig, config, |f| {
-            inner.declare_func_in_func(target, f)
+            // Called with the signature it was defined with, not the
+            // declared one `declare_func_in_func` imports.
+            let callee = inner.declare_func_in_func(target, f);
+            f.dfg.ext_funcs[callee].signature = f.import_signature(target_sig.clone());
+            callee
         });
         let mut ctx = Context::for_function(func);
         let start = Instant::now();

@@ -26,7 +26,7 @@ impl<M: Module> DedupModule<M> {
     /// definition when the code is linked (see 14 in the module docs).
     fn replaceable(&self, linkage: Linkage) -> bool {
         match linkage {
-            Linkage::Preemptible => true,
+            Linkage::Preemptible => self.preemptible_replaceable,
             Linkage::Export => self.exports_interposable,
             Linkage::Import | Linkage::Local | Linkage::Hidden => false,
         }
@@ -157,8 +157,9 @@ impl<M: Module> Module for DedupModule<M> {
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
+        self.ids.check_definable(self.inner.declarations(), id)?;
         self.ids
-            .check_definable(self.inner.declarations(), id, Some(&ctx.func.signature))?;
+            .note_signature(self.inner.declarations(), id, Some(&ctx.func.signature));
         self.batch.forget_failure(id);
         // What an earlier compile left in the context is another
         // function's code: dropped, so that afterwards
@@ -213,9 +214,9 @@ impl<M: Module> Module for DedupModule<M> {
         bytes: &[u8],
         relocs: &[ModuleReloc],
     ) -> ModuleResult<()> {
-        // Raw bytes carry no signature to compare.
-        self.ids
-            .check_definable(self.inner.declarations(), id, None)?;
+        self.ids.check_definable(self.inner.declarations(), id)?;
+        // Raw bytes carry no signature: the declared one stands for them.
+        self.ids.note_signature(self.inner.declarations(), id, None);
         self.batch.forget_failure(id);
         // A relocation may take an address: one to a duplicate sharing its
         // canonical function's address is made to that function; any other

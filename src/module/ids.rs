@@ -6,8 +6,14 @@
 //!
 //! 1. An id the wrapper never saw declared is [`State::Undefined`] and is
 //!    not definable: [`Ids::check_definable`] gives the error Cranelift's
-//!    modules give for it (undeclared, an import, defined twice, another
-//!    signature) instead of a panic.
+//!    modules give for it (an import, defined twice), and `Undeclared`
+//!    where they panic (an id never declared). A definition's signature
+//!    is not checked against the declaration, as `JITModule` and
+//!    `ObjectModule` do not check it (cranelift-module 0.135.8 raises
+//!    `IncompatibleSignature` only when a name is declared again): the
+//!    signature a function was defined with is what [`Ids::signature`]
+//!    gives from then on, and what every trampoline, adapter and stored
+//!    entry is built for.
 //! 2. Only [`Ids::defined`] makes an id defined (compiled, a duplicate or
 //!    bytes), and it queues the id for the next finalization; only
 //!    [`Ids::finalize`] takes the queue, marking the ids finalized.
@@ -28,7 +34,7 @@ use cranelift_codegen::ir;
 use cranelift_module::{
     DataId, FuncId, Linkage, ModuleDeclarations, ModuleError, ModuleRelocTarget, ModuleResult,
 };
-use hashbrown::HashSet;
+use hashbrown::{HashMap, HashSet};
 
 /// What a function id is to the wrapper.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,6 +75,9 @@ pub(super) struct Ids {
     /// Ids defined in the inner module.
     defined: SecondaryMap<FuncId, bool>,
     finalized: SecondaryMap<FuncId, bool>,
+    /// The signature each function was last defined (or recorded) with,
+    /// where it is not the declared one (see 1 above).
+    defined_signatures: HashMap<FuncId, ir::Signature>,
     /// Data objects defined since the last finalization, and those
     /// finalized.
     unfinalized_data: Vec<DataId>,
@@ -162,13 +171,11 @@ impl Ids {
         id
     }
 
-    /// Checks that `id` may be defined now, with `signature` when given
-    /// (raw bytes carry none).
+    /// Checks that `id` may be defined now (see 1 above).
     pub(super) fn check_definable(
         &self,
         decls: &ModuleDeclarations,
         id: FuncId,
-        signature: Option<&ir::Signature>,
     ) -> ModuleResult<()> {
         if !self.is_declared(id) {
             return Err(ModuleError::Undeclared(format!("{id} (never declared)")));
@@ -181,16 +188,37 @@ impl Ids {
         if self.functions[id] != State::Undefined {
             return Err(ModuleError::DuplicateDefinition(name()));
         }
-        if let Some(signature) = signature
-            && decl.signature != *signature
-        {
-            return Err(ModuleError::IncompatibleSignature(
-                name(),
-                decl.signature.clone(),
-                signature.clone(),
-            ));
-        }
         Ok(())
+    }
+
+    /// Notes that `id` is being defined with `signature` (`None` for raw
+    /// bytes, which carry none: the declared one stands for them).
+    pub(super) fn note_signature(
+        &mut self,
+        decls: &ModuleDeclarations,
+        id: FuncId,
+        signature: Option<&ir::Signature>,
+    ) {
+        match signature {
+            Some(signature) if *signature != decls.get_function_decl(id).signature => {
+                self.defined_signatures.insert(id, signature.clone());
+            }
+            _ => {
+                self.defined_signatures.remove(&id);
+            }
+        }
+    }
+
+    /// The signature `id` was defined (or recorded) with: the declared one
+    /// unless the definition had another (see 1 above).
+    pub(super) fn signature<'a>(
+        &'a self,
+        decls: &'a ModuleDeclarations,
+        id: FuncId,
+    ) -> &'a ir::Signature {
+        self.defined_signatures
+            .get(&id)
+            .unwrap_or_else(|| &decls.get_function_decl(id).signature)
     }
 
     /// Notes the local functions and data objects the code just compiled in

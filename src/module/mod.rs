@@ -59,10 +59,16 @@
 //!    fingerprinting never panics (see `verify.rs`); in batch mode a
 //!    failure stops nothing
 //!    else and is reported until dealt with (see `batch.rs`).
-//! 8. Misuse is an error, not a panic: defining an undeclared id, an import,
-//!    an id twice, or with a signature other than the declared one; in the
-//!    JIT, finalizing while a referenced local function or data object is
-//!    undefined, and asking for the pointer of an undefined or unfinalized id.
+//! 8. What the wrapped module accepts, the wrapper accepts, with the same
+//!    effect, and what it refuses, the wrapper refuses with the same kind of
+//!    error; where the wrapped module panics on misuse, the wrapper gives an
+//!    error instead. The few differences, and why each is needed, are in
+//!    [the table below](#what-differs-from-the-wrapped-module). A function
+//!    may be defined with a signature other than the one it was declared
+//!    with (as RustPython's JIT does, learning the return type while it
+//!    translates): everything jitfold builds for it (trampolines, adapters,
+//!    thunks, stored entries) uses the signature it was defined with, and
+//!    two functions merge only if their defined signatures allow it.
 //! 9. With [`DedupOptions::check`], every duplicate, reused code and adapter
 //!    is also compiled on its own and compared with the code it is handed;
 //!    a difference is an error naming both functions (see `check.rs`).
@@ -94,7 +100,7 @@
 //!     outside the cache: it is never a duplicate, no duplicate runs its
 //!     code, and calls to it are never rewritten. That is a function
 //!     declared [`Linkage::Preemptible`](cranelift_module::Linkage) (a weak
-//!     symbol), and, in an object module (or any module but a `JITModule`
+//!     symbol) in any module but a `JITModule`, and, in an object module (or any module but a `JITModule`
 //!     given to [`DedupModule::wrap`]; see
 //!     [`DedupOptions::interposable_exports`]), one declared
 //!     `Linkage::Export`:
@@ -103,10 +109,31 @@
 //!     dynamic linker finds first (`LD_PRELOAD`, an earlier library). A
 //!     twin that jumped to it, or a caller rewritten to call it, would
 //!     then run the other definition. (A JIT module resolves its own
-//!     symbols: there, exported functions are merged like any other.) A
+//!     symbols, and always uses the code defined for an id: there,
+//!     exported and preemptible functions are merged like any other.) A
 //!     function defined (or recorded) before a declaration gives it such a
 //!     linkage may be merged already: that declaration is
 //!     [`DedupError::PreemptibleAfterDefinition`].
+//!
+//! # What differs from the wrapped module
+//!
+//! Every check the wrapper makes that `JITModule` or `ObjectModule`
+//! (cranelift 0.135.8) does not make, and every call whose outcome
+//! differs. `tests/suite/api_differential.rs` (and the fuzz target
+//! `module_api`) runs random sequences of `Module` calls against the plain
+//! module and the wrapper, in every option set of [`DedupOptions::ALL`],
+//! and fails on any difference but these.
+//!
+//! | call | `JITModule` / `ObjectModule` | `DedupModule` | why |
+//! |---|---|---|---|
+//! | `define_function*` or `define_data` of an id never declared | panics (index out of bounds; `ObjectModule` after compiling) | `ModuleError::Undeclared` | an error instead of a panic |
+//! | `define_function` of an import, or of an id defined before | `InvalidImportDefinition` / `DuplicateDefinition` (`ObjectModule` compiles first) | the same error, before anything is compiled | none: the same kind |
+//! | `define_function` with a signature other than the declared one | accepted: compiled with the signature it is defined with | the same | none (before: `IncompatibleSignature`, see 8) |
+//! | `declare_function` of a defined (or recorded) function again as preemptible, or as exported where exports may be interposed | `ObjectModule` accepts (the symbol becomes weak or dynamic); `JITModule` accepts | `ObjectModule`: [`DedupError::PreemptibleAfterDefinition`]; `JITModule`: accepted | in an object file the function may already be merged, and a definition elsewhere could then replace the code its twins run (see 14); a JIT uses the code defined for an id, so nothing can replace it |
+//! | `finalize_definitions` (`finish`) while a defined function or data object refers to a local one that is not defined | `JITModule` looks its name up among the host's symbols and panics when none is found; `ObjectModule::finish` asserts every local id is defined (in debug builds; else it writes an undefined symbol) | [`DedupError::ReferencedButNotDefined`] from `finalize_definitions` and `try_finish` (`finish` panics with it), naming each | an error instead of a panic; a local id bound to a host symbol of the same name is a mistake the wrapper does not repeat |
+//! | `get_finalized_function`, `get_finalized_data`, `get_address` of an id not defined or not finalized | panics | panics too (the `try_` methods return the error) | none |
+//! | batch mode: a definition that fails to verify or compile | `define_function` returns the error | `define_function` records it and returns `Ok`; the error comes from the next `finalize_definitions` (or [`DedupModule::flush`]), and every later one until the id is defined again or given up ([`DedupModule::take_failed_definitions`]) | batch mode compiles at the flush, by design; a failure that only one call reported could be missed |
+//! | `ctx.compiled_code()` after `define_function` | the function's code | `None` where nothing was compiled (a duplicate, reused or loaded code; every definition in batch mode) | what was not compiled has no compiled code (see below) |
 //!
 //! # Where the wrapper sits
 //!
@@ -272,6 +299,11 @@ pub struct DedupModule<M: Module> {
     /// by another definition when its object is linked into a shared
     /// library (see 14 in the module docs): unless it is known not to.
     exports_interposable: bool,
+    /// Whether a preemptible (weak) function's symbol may be replaced by
+    /// another definition when its code is linked (see 14 in the module
+    /// docs): unless the inner module is a `JITModule`, which always uses
+    /// the code defined for an id.
+    preemptible_replaceable: bool,
     stats: Stats,
 }
 
@@ -328,6 +360,7 @@ impl<M: Module> DedupModule<M> {
             exports_interposable: options
                 .interposable_exports
                 .unwrap_or(!is_jit_module::<M>()),
+            preemptible_replaceable: !is_jit_module::<M>(),
             stats: Stats::default(),
         }
     }

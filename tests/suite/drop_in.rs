@@ -325,6 +325,34 @@ fn a_defined_function_cannot_become_preemptible() {
     }
 }
 
+/// In a JIT nothing replaces the code defined for an id (`JITModule`
+/// looks a preemptible name up only while it is undefined): preemptible
+/// twins merge like any other, and, as `JITModule` does, the wrapper
+/// accepts declaring a defined function preemptible again.
+#[test]
+fn in_a_jit_preemptible_twins_merge_and_a_defined_function_may_become_preemptible() {
+    for options in [
+        jitfold::DedupOptions::eager(),
+        jitfold::DedupOptions::batch(),
+    ] {
+        let mut m = DedupModule::wrap(JITModule::new(jit_builder()), options);
+        let sig = sig(&m, m.isa().default_call_conv());
+        let ids = define_twins(&mut m, &[Linkage::Preemptible, Linkage::Local], &sig);
+        assert_eq!(
+            m.declare_function("f1", Linkage::Preemptible, &sig)
+                .unwrap(),
+            ids[1],
+            "{options}"
+        );
+        m.finalize_definitions().unwrap();
+        assert_eq!(m.canonical(ids[1]), Some(ids[0]), "{options}");
+        assert_eq!(m.stats().compiled, 1, "{options}");
+        for &id in &ids {
+            assert_eq!(call1(m.get_finalized_function(id), 5), 15, "{options}");
+        }
+    }
+}
+
 /// Declares and defines twins `f0`, `f1`, ... with `linkages` and
 /// signature `sig` (one `i64` in and out: they return it times 3).
 fn define_twins<M: Module>(

@@ -31,6 +31,7 @@ mod persistent;
 mod reuse;
 #[cfg(feature = "runtests")]
 mod runtests;
+mod signatures;
 #[cfg(target_arch = "x86_64")]
 mod similar;
 mod store;
