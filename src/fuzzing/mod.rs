@@ -3,10 +3,13 @@
 //! code behaves like unmerged code ([`differential`]) and compiles to the
 //! same machine code ([`machine_code`]), whose calls run in
 //! child processes so that a trap is an outcome ([`isolated`]; Unix only).
+//! [`api`] is the differential test of the `Module` API itself: random
+//! sequences of calls against a plain module and `DedupModule`.
 //! The cargo-fuzz targets in `fuzz/` and the seeded test in
 //! `tests/suite/fuzz_seeds.rs` are thin callers of [`differential_bytes`] and
 //! [`fingerprint_bytes`].
 
+pub mod api;
 pub mod defects;
 pub mod differential;
 pub mod isolated;

@@ -90,10 +90,13 @@ impl<M: Module> Module for DedupModule<M> {
         // preemptible (or exported, where exports are interposable) makes
         // it so (cranelift-module's `Linkage::merge`). One already defined
         // or recorded may already be merged: refused (see 14 in the module
-        // docs), before the inner module changes it.
+        // docs), before the inner module changes it. (A declaration the
+        // inner module refuses, with another signature, is its error.)
         if self.replaceable(linkage)
             && let Some(FuncOrDataId::Func(id)) = self.inner.declarations().get_name(name)
-            && let existing = self.inner.declarations().get_function_decl(id).linkage
+            && let existing = self.inner.declarations().get_function_decl(id)
+            && existing.signature == *signature
+            && let existing = existing.linkage
             && !self.replaceable(existing)
             && self.replaceable(merged_linkage(existing, linkage))
             && matches!(

@@ -127,6 +127,7 @@
 //! | call | `JITModule` / `ObjectModule` | `DedupModule` | why |
 //! |---|---|---|---|
 //! | `define_function*` or `define_data` of an id never declared | panics (index out of bounds; `ObjectModule` after compiling) | `ModuleError::Undeclared` | an error instead of a panic |
+//! | `define_function` that panics inside Cranelift (a bug: `ObjectModule` 0.135.8 panics defining a function first declared as an import, then as exported) | panics | [`DedupError::CraneliftPanic`] | an error instead of a panic |
 //! | `define_function` of an import, or of an id defined before | `InvalidImportDefinition` / `DuplicateDefinition` (`ObjectModule` compiles first) | the same error, before anything is compiled | none: the same kind |
 //! | `define_function` with a signature other than the declared one | accepted: compiled with the signature it is defined with | the same | none (before: `IncompatibleSignature`, see 8) |
 //! | `declare_function` of a defined (or recorded) function again as preemptible, or as exported where exports may be interposed | `ObjectModule` accepts (the symbol becomes weak or dynamic); `JITModule` accepts | `ObjectModule`: [`DedupError::PreemptibleAfterDefinition`]; `JITModule`: accepted | in an object file the function may already be merged, and a definition elsewhere could then replace the code its twins run (see 14); a JIT uses the code defined for an id, so nothing can replace it |

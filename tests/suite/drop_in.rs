@@ -325,6 +325,34 @@ fn a_defined_function_cannot_become_preemptible() {
     }
 }
 
+/// Declaring a defined function exported again with another signature is
+/// the inner module's `IncompatibleSignature`, as without the wrapper,
+/// not the wrapper's refusal to make it exported (found by the API
+/// differential test).
+#[test]
+fn a_declaration_with_another_signature_is_incompatible_before_it_is_refused() {
+    for options in [
+        jitfold::DedupOptions::eager(),
+        jitfold::DedupOptions::batch(),
+    ] {
+        let mut m = DedupModule::wrap(ObjectModule::new(object_builder()), options);
+        let sig = sig(&m, m.isa().default_call_conv());
+        define_twins(&mut m, &[Linkage::Local], &sig);
+        let mut other = sig.clone();
+        other.returns.clear();
+        for linkage in [Linkage::Export, Linkage::Preemptible] {
+            let error = m.declare_function("f0", linkage, &other).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    cranelift_module::ModuleError::IncompatibleSignature(..)
+                ),
+                "{options}: {error}"
+            );
+        }
+    }
+}
+
 /// In a JIT nothing replaces the code defined for an id (`JITModule`
 /// looks a preemptible name up only while it is undefined): preemptible
 /// twins merge like any other, and, as `JITModule` does, the wrapper

@@ -8,6 +8,8 @@ mod common;
 
 mod adapter;
 mod addresses;
+#[cfg(feature = "fuzzing")]
+mod api_differential;
 mod bad_input;
 mod calls;
 mod check_mode;
