@@ -240,7 +240,8 @@ use reuse::CodeTemplate;
 #[doc(hidden)]
 pub use check::Poison;
 pub use error::DedupError;
-#[cfg(feature = "jit")]
+// For `report`, which plans as a JIT would.
+#[cfg(all(feature = "jit", feature = "tools"))]
 pub(crate) use jit::records_exception_tables as jit_records_exception_tables;
 pub use options::{DedupOptions, Mode};
 pub use stats::Stats;

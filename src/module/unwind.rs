@@ -5,8 +5,8 @@
 //! for every function it compiles, and none for functions defined from
 //! bytes. jitfold defines three kinds of function from bytes: reused code,
 //! trampolines, and code compiled on the threads of a batch flush (see
-//! `parallel.rs`). This module writes their FDEs, in a CIE of its own
-//! appended to the same `.eh_frame` section.
+//! `parallel.rs`). This module writes their FDEs, appended to the same
+//! `.eh_frame` section, under the inner module's CIE (see 6).
 //!
 //! # What this module guarantees
 //!
@@ -34,12 +34,17 @@
 //! 5. Code compiled on a thread of a batch flush has the unwind information
 //!    Cranelift computed for it, which is what the inner module would have
 //!    written: every function is described as in a one-thread flush, but
-//!    its FDE is in this CIE, after the inner module's, so the bytes of
+//!    its FDE comes after the inner module's FDEs, so the bytes of
 //!    `.eh_frame` are laid out differently (the code is not). Without
 //!    unwind information the object is the one-thread object: where a
 //!    one-thread flush has no frames to write (neither reused code nor
 //!    trampolines), the section is looked for without being created,
 //!    at the cost of writing the object once more.
+//! 6. One CIE for the whole section, as `ObjectModule` alone writes: the
+//!    CIE written here is the one the inner module wrote first in the
+//!    section (both are the ISA's System V CIE), so the FDEs are appended
+//!    without it, each pointing to the inner module's. Should the two
+//!    ever differ, this CIE is appended too, and the FDEs point to it.
 
 use super::frames::Frame;
 use super::reuse::CodeTemplate;
@@ -178,13 +183,30 @@ pub(super) fn write_frames(
         .write_eh_frame(&mut eh_frame)
         .map_err(|e| backend(format!("cannot write .eh_frame: {e}")))?;
     let EhFrame(section) = eh_frame;
-    let pointer_bytes = target.pointer_bytes;
-    let base = product.object.append_section_data(
-        section_id,
-        &section.writer.into_vec(),
-        u64::from(pointer_bytes),
-    );
-    for relocation in section.relocations {
+    let mut bytes = section.writer.into_vec();
+    // Where the inner module's CIE (first in the section) is the one
+    // written here, the FDEs alone are appended, pointing to it (see 6
+    // above).
+    let align = u64::from(target.pointer_bytes);
+    let existing = product.object.section(section_id).data();
+    let shared_cie =
+        entry_len(&bytes, endian).filter(|&len| existing.get(..len) == bytes.get(..len));
+    let base = (existing.len() as u64).next_multiple_of(align);
+    let skipped = shared_cie.unwrap_or(0);
+    if shared_cie.is_some() {
+        bytes.drain(..skipped);
+        point_fdes_to_first_cie(&mut bytes, base, endian)?;
+    }
+    let appended = product
+        .object
+        .append_section_data(section_id, &bytes, align);
+    if appended != base {
+        return Err(backend(format!(
+            ".eh_frame data appended at {appended}, not at {base}"
+        )));
+    }
+    for mut relocation in section.relocations {
+        relocation.offset -= skipped;
         let RelocationTarget::Symbol(index) = relocation.target else {
             // The writer makes section-relative relocations only for
             // debugging sections, never for `.eh_frame`.
@@ -215,6 +237,40 @@ pub(super) fn write_frames(
                 },
             )
             .map_err(|e| backend(format!("cannot relocate .eh_frame: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The length of the entry (CIE or FDE) at the start of `bytes`, length
+/// field included, as gimli writes `.eh_frame` entries (32-bit DWARF).
+fn entry_len(bytes: &[u8], endian: RunTimeEndian) -> Option<usize> {
+    let field: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
+    let len = match endian {
+        RunTimeEndian::Little => u32::from_le_bytes(field),
+        RunTimeEndian::Big => u32::from_be_bytes(field),
+    };
+    // 0xffff_ffff would announce 64-bit DWARF, which gimli does not
+    // write here.
+    (len < 0xffff_fff0).then(|| 4 + len as usize)
+}
+
+/// Makes each FDE of `fdes` (FDEs only, to be appended at offset `base`
+/// of `.eh_frame`) point to the section's first CIE, at offset 0: an
+/// FDE's CIE pointer is the distance back from the pointer to its CIE.
+fn point_fdes_to_first_cie(fdes: &mut [u8], base: u64, endian: RunTimeEndian) -> ModuleResult<()> {
+    let mut at = 0;
+    while at < fdes.len() {
+        let len = entry_len(&fdes[at..], endian)
+            .filter(|&len| len >= 8 && at + len <= fdes.len())
+            .ok_or_else(|| backend(format!("a malformed .eh_frame entry at {at}")))?;
+        let distance = u32::try_from(base + at as u64 + 4)
+            .map_err(|_| backend(".eh_frame beyond 4 GiB".to_string()))?;
+        let pointer = match endian {
+            RunTimeEndian::Little => distance.to_le_bytes(),
+            RunTimeEndian::Big => distance.to_be_bytes(),
+        };
+        fdes[at + 4..at + 8].copy_from_slice(&pointer);
+        at += len;
     }
     Ok(())
 }

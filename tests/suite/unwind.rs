@@ -79,6 +79,8 @@ fn program<M: Module>(m: &mut M) -> Vec<FuncId> {
 fn read_frames(bytes: &[u8]) -> (Vec<Fde>, HashMap<String, u64>) {
     let file = ElfFile64::<object::Endianness>::parse(bytes).unwrap();
     let fdes = eh_frame::fdes(&file);
+    // One CIE, which every FDE shares, as `ObjectModule` alone writes.
+    assert_eq!(eh_frame::cies(&file), 1);
     let symbols = file
         .symbols()
         .filter(|s| s.kind() == object::SymbolKind::Text)

@@ -62,3 +62,17 @@ pub fn fdes(file: &ElfFile64<'_, object::Endianness>) -> Vec<Fde> {
     }
     fdes
 }
+
+/// How many CIEs `.eh_frame` in `file` has.
+pub fn cies(file: &ElfFile64<'_, object::Endianness>) -> usize {
+    let section = file.section_by_name(".eh_frame").expect("an .eh_frame");
+    let data = section.data().unwrap();
+    let eh_frame = gimli::EhFrame::new(data, gimli::LittleEndian);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(0);
+    let mut entries = eh_frame.entries(&bases);
+    let mut cies = 0;
+    while let Some(entry) = entries.next().unwrap() {
+        cies += usize::from(matches!(entry, gimli::CieOrFde::Cie(_)));
+    }
+    cies
+}
