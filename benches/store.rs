@@ -33,6 +33,7 @@ use criterion::Criterion;
 use jitfold::code::MachineCode;
 use jitfold::compile::{compile, with_quiet_panics};
 use jitfold::plan::Walk;
+use jitfold::store::load::{Checks, check};
 use jitfold::store::{CodeContext, CodeStore, DirectoryStore, Entry, StoreKey};
 use jitfold::{Fingerprinter, SymbolName, Template};
 use std::hint::black_box;
@@ -82,7 +83,7 @@ fn jitfold(
             .get(&key)
             .ok()
             .flatten()
-            .and_then(|bytes| code_of(&bytes, context, &template, &walk.names));
+            .and_then(|bytes| code_of(&bytes, isa, context, &template, &walk.names));
         if let Some(code) = loaded {
             black_box(code);
             hits += 1;
@@ -110,6 +111,7 @@ fn jitfold(
 #[cfg(feature = "redis")]
 fn jitfold_batched(
     funcs: &[Function],
+    isa: &dyn TargetIsa,
     store: &dyn CodeStore,
     context: &CodeContext,
 ) -> (Duration, usize) {
@@ -129,7 +131,7 @@ fn jitfold_batched(
     let values = store.get_many(&keys).unwrap_or_default();
     let mut hits = 0;
     for ((template, names), bytes) in walked.iter().zip(values) {
-        let loaded = bytes.and_then(|bytes| code_of(&bytes, context, template, names));
+        let loaded = bytes.and_then(|bytes| code_of(&bytes, isa, context, template, names));
         if let Some(code) = loaded {
             black_box(code);
             hits += 1;
@@ -139,16 +141,22 @@ fn jitfold_batched(
 }
 
 /// The code of the entry in `bytes` for `template`, retargeted to `names`,
-/// if it decodes.
+/// if it passes every check of the one load path
+/// ([`jitfold::store::load::check`], as a JIT module checks it).
 fn code_of(
     bytes: &[u8],
+    isa: &dyn TargetIsa,
     context: &CodeContext,
     template: &Template,
     names: &[SymbolName],
 ) -> Option<MachineCode> {
-    Entry::decode(bytes, context, template, None)
-        .ok()?
-        .code(names)
+    let checks = Checks {
+        context,
+        secret: None,
+        isa,
+        needs_unwind: false,
+    };
+    check(bytes, &checks, template, names).ok().map(|l| l.code)
 }
 
 /// A fresh, empty directory.
@@ -187,7 +195,7 @@ fn redis(funcs: &[Function], isa: &dyn TargetIsa, context: &CodeContext) -> Opti
     let (mut warm, mut batched) = ((Duration::MAX, 0), (Duration::MAX, 0));
     for _ in 0..ROUNDS {
         warm = warm.min(jitfold(funcs, isa, &store, context));
-        batched = batched.min(jitfold_batched(funcs, &store, context));
+        batched = batched.min(jitfold_batched(funcs, isa, &store, context));
     }
     let _ = server.kill();
     let _ = server.wait();

@@ -63,6 +63,7 @@ use crate::fingerprint::{Fingerprinter, SymbolName};
 use crate::plan::{ClassFacts, CompiledCache, Policy, Step, Walk};
 use crate::refine::{CallGraph, NodeId};
 use crate::similar::{self, ShapeOf, Shaper, SimilarOptions};
+use crate::store::load::{Checks, check};
 use crate::store::{CodeContext, CodeStore, Entry, StoreKey};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
@@ -1073,14 +1074,22 @@ impl Compiling<'_> {
         let template = planned.walk.fingerprint.to_template();
         let start = Instant::now();
         let key = StoreKey::of(context, &template);
-        let loaded = store.get(&key).ok().flatten().map(|bytes| {
-            Entry::decode(&bytes, context, &template, None)
-                .ok()
-                .and_then(|entry| entry.code(planned.names))
-        });
+        // The one load path, as a JIT module's (no secret; no frame
+        // descriptions are written).
+        let checks = Checks {
+            context,
+            secret: None,
+            isa: self.isa,
+            needs_unwind: false,
+        };
+        let loaded = store
+            .get(&key)
+            .ok()
+            .flatten()
+            .map(|bytes| check(&bytes, &checks, &template, planned.names));
         let lookup = start.elapsed();
         match loaded {
-            Some(Some(code)) if code == compiled.code => {
+            Some(Ok(loaded)) if loaded.code == compiled.code => {
                 self.summary.cache_loaded += 1;
                 return lookup;
             }

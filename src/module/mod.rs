@@ -188,12 +188,14 @@
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
 //! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike) | `Verified` |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
+//! | `roots.rs` | batch mode: what planned duplicates run is defined first; undoing the plan when it fails | |
+//! | `aliases.rs` | checks of the value aliases compiling would resolve, before a function is defined without compiling | |
 //! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
 //! | `similar.rs` | merging similar functions into a body and thunks (both modes) | `EagerShapes` |
-//! | `stored.rs` | a code store consulted before compiling, written after | `Stored` |
+//! | `stored.rs` | a code store consulted before compiling (through [`crate::store::load`]), written after | `Stored` |
 //! | [`reuse`], [`adapter`], [`trampoline`] | the code a step defines | |
 //! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` (features `jit`, `object`) | |
 //! | `code_map.rs` | which ids run the code at an address | `CodeMap` |

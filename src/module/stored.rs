@@ -4,16 +4,18 @@
 //!
 //! # What this module guarantees
 //!
-//! 1. An entry is used only if it decodes for this module's ISA, flags and
+//! 1. An entry is used only if it passes every check of the one load path,
+//!    [`crate::store::load`]: it decodes for this module's ISA, flags and
 //!    versions ([`CodeContext`]), for this function's template (a key
-//!    collision is a miss), with a valid MAC when a secret is set, and its
+//!    collision is a miss), with a valid MAC when a secret is set, its
 //!    relocations retarget to the function's names, and its code is
-//!    aligned and relocated as a compile for this ISA can give (see
-//!    `emitted_on`); anything else is a
-//!    miss, counted in [`crate::Stats`] (`store_rejected`), and the function
-//!    is compiled and its entry written again. A store that fails (down,
-//!    slow, full) is a miss too (`store_errors`): it is never an error of
-//!    the JIT's user.
+//!    aligned and relocated as a compile for this ISA can give; anything
+//!    else is a miss, counted in [`crate::Stats`] (`store_rejected`), and
+//!    the function is compiled and its entry written again. A store that
+//!    fails (down, slow, full) is a miss too (`store_errors`): it is never
+//!    an error of the JIT's user. A key the store reserved for this module
+//!    is held as a [`Reservation`], which ends with the `put` of what is
+//!    compiled or, dropped, releases the key.
 //! 2. Code from an entry is copied into the inner module
 //!    (`define_function_bytes`), never run in place, after the function is
 //!    verified as code that is not compiled always is. In check mode it is
@@ -42,28 +44,24 @@
 use super::batch::KnownWalks;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
-use super::trampoline::code_alignments;
 use super::verify::Unverified;
 use super::{DedupModule, parallel};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
-use crate::store::{CodeContext, CodeStore, Entry, EntryUnwind, GET_MANY_CHUNK, Secret, StoreKey};
+use crate::store::load::{Checks, Loaded, Miss, Rejection, Reservation, Source, load};
+use crate::store::{CodeContext, CodeStore, Entry, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
-use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::Function;
-use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::isa::unwind::UnwindInfo;
-use cranelift_codegen::settings::TlsModel;
 use cranelift_module::{FuncId, Module, ModuleResult};
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
-use target_lexicon::Architecture;
 
 /// A module's code store, with what its entries are checked against.
-/// Dropping it gives up its reservation, if any.
+/// Dropping it gives up its reservation, if any (see [`Reservation`]).
 pub(super) struct Stored {
     store: Arc<dyn CodeStore>,
     context: CodeContext,
@@ -74,9 +72,9 @@ pub(super) struct Stored {
     /// Whether the warning that entries without unwind information are
     /// not used here was logged.
     warned_frames: bool,
-    /// The key this module reserved (see [`CodeStore::get_or_reserve`])
-    /// and must end with a `put` or a release.
-    reserved: Option<StoreKey>,
+    /// The key this module reserved (see [`CodeStore::get_or_reserve`]),
+    /// which ends with a `put` or, dropped, a release.
+    reserved: Option<Reservation>,
     /// What the current batch flush fetched (see 5 above): for each key
     /// asked, its value if the store had one.
     prefetched: HashMap<StoreKey, Option<Vec<u8>>>,
@@ -191,68 +189,57 @@ impl<M: Module> DedupModule<M> {
         };
         let template = walk.fingerprint.to_template();
         let key = StoreKey::of(&stored.context, &template);
-        let fetched = match stored.prefetched.remove(&key) {
-            Some(Some(bytes)) => Ok(Some(bytes)),
-            // Missing when the flush asked: asked again only to reserve it.
-            Some(None) if !stored.store.reserves() => Ok(None),
-            Some(None) | None => stored.store.get_or_reserve(&key),
+        let source = match stored.prefetched.remove(&key) {
+            Some(fetched) => Source::Fetched(fetched),
+            None => Source::Ask,
         };
-        let bytes = match fetched {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => {
-                // Reserved (in a shared store): this module compiles it.
-                stored.reserved = Some(key);
+        let checks = Checks {
+            context: &stored.context,
+            secret: stored.secret.as_ref(),
+            isa: self.inner.isa(),
+            needs_unwind: stored.needs_frames,
+        };
+        let loaded = load(&stored.store, key, source, &checks, &template, walk.names);
+        let Loaded {
+            code,
+            unwind,
+            compile_time: saved,
+        } = match loaded {
+            Ok(loaded) => loaded,
+            Err(Miss::Absent) => {
                 self.stats.store_misses += 1;
                 return Ok(None);
             }
-            Err(e) => {
+            Err(Miss::Reserved(reservation)) => {
+                // This module compiles it.
+                stored.reserved = Some(reservation);
+                self.stats.store_misses += 1;
+                return Ok(None);
+            }
+            Err(Miss::Store(e)) => {
                 log::warn!("code store: {e}; compiling without it");
                 self.stats.store_errors += 1;
                 return Ok(None);
             }
-        };
-        let isa = self.inner.isa();
-        let alignments = code_alignments(isa);
-        let entry = Entry::decode(&bytes, &stored.context, &template, stored.secret.as_ref());
-        let usable = entry.ok().and_then(|entry| {
-            let unwind = match entry.unwind() {
-                EntryUnwind::None => None,
-                EntryUnwind::Info(info) => Some(info.clone()),
-                EntryUnwind::Omitted if stored.needs_frames => {
-                    if !stored.warned_frames {
-                        stored.warned_frames = true;
-                        log::warn!(
-                            "code store: entries without unwind information (built without \
-                             the `store-unwind` feature) are not used by a module that may \
-                             write frame descriptions (made with `DedupModule::wrap`); a JIT \
-                             module made with `DedupModule::<JITModule>::with_options` uses them"
-                        );
-                    }
-                    return None;
+            Err(Miss::Rejected(rejection)) => {
+                if rejection == Rejection::UnwindOmitted && !stored.warned_frames {
+                    stored.warned_frames = true;
+                    log::warn!(
+                        "code store: entries without unwind information (built without \
+                         the `store-unwind` feature) are not used by a module that may \
+                         write frame descriptions (made with `DedupModule::wrap`); a JIT \
+                         module made with `DedupModule::<JITModule>::with_options` uses them"
+                    );
                 }
-                EntryUnwind::Omitted => None,
-            };
-            let code = entry.code(walk.names)?;
-            // Aligned as a compile for this ISA aligns, or not used: the
-            // JIT's memory providers assume as much (the system one
-            // overruns its region for an alignment beyond a page).
-            if !alignments.is_some_and(|a| a.contains(&code.alignment)) {
-                return None;
+                log::debug!(
+                    "{} ({id}): the store's entry {key} cannot be used ({rejection}); compiling",
+                    self.function_name(id)
+                );
+                self.stats.store_rejected += 1;
+                return Ok(None);
             }
-            // Relocations of kinds a compile for this ISA and its flags
-            // emits, or not used: the inner module may panic on another
-            // kind (see `emitted_on`).
-            if !code.relocs.iter().all(|r| emitted_on(isa, r.kind)) {
-                return None;
-            }
-            let relocs = reuse::module_relocs(&code, id)?;
-            Some((code, relocs, unwind, entry.compile_time()))
-        });
-        let Some((code, relocs, unwind, saved)) = usable else {
-            log::debug!(
-                "{} ({id}): the store's entry {key} cannot be used; compiling",
-                self.function_name(id)
-            );
+        };
+        let Some(relocs) = reuse::module_relocs(&code, id) else {
             self.stats.store_rejected += 1;
             return Ok(None);
         };
@@ -356,14 +343,15 @@ impl<M: Module> DedupModule<M> {
             return;
         };
         let key = StoreKey::of(&stored.context, &template);
-        let put = stored
-            .store
-            .put(&key, &entry.encode(&stored.context, stored.secret.as_ref()));
-        if let Some(stored) = &mut self.stored
-            && stored.reserved == Some(key)
-        {
-            stored.reserved = None;
-        }
+        let value = entry.encode(&stored.context, stored.secret.as_ref());
+        let stored = self.stored.as_mut().expect("checked above");
+        let put = match stored.reserved.take() {
+            Some(reservation) if reservation.key() == key => reservation.put(&value),
+            other => {
+                stored.reserved = other;
+                stored.store.put(&key, &value)
+            }
+        };
         match put {
             Ok(()) => self.stats.store_writes += 1,
             Err(e) => {
@@ -392,7 +380,7 @@ impl<M: Module> DedupModule<M> {
     /// for a define nested in another (a merged body, defined while one of
     /// its members is), which begins and ends reservations of its own; the
     /// outer define gets it back with [`Self::restore_reservation`].
-    pub(super) fn take_reservation(&mut self) -> Option<StoreKey> {
+    pub(super) fn take_reservation(&mut self) -> Option<Reservation> {
         self.stored
             .as_mut()
             .and_then(|stored| stored.reserved.take())
@@ -401,10 +389,10 @@ impl<M: Module> DedupModule<M> {
     /// Gives back a reservation [`Self::take_reservation`] took, once the
     /// nested define is done (a reservation of its own still held, which
     /// every path of a define ends, would be released first).
-    pub(super) fn restore_reservation(&mut self, key: Option<StoreKey>) {
+    pub(super) fn restore_reservation(&mut self, reservation: Option<Reservation>) {
         self.end_reservation();
         if let Some(stored) = &mut self.stored {
-            stored.reserved = key;
+            stored.reserved = reservation;
         }
     }
 
@@ -413,10 +401,9 @@ impl<M: Module> DedupModule<M> {
     /// no entry): waiting modules may then compile it (see 3 in
     /// [`crate::store::shared`]).
     pub(super) fn end_reservation(&mut self) {
-        if let Some(stored) = &mut self.stored
-            && let Some(key) = stored.reserved.take()
-        {
-            stored.store.release(&key);
+        if let Some(stored) = &mut self.stored {
+            // Dropped: released (see `Reservation`).
+            stored.reserved = None;
         }
     }
 }
@@ -427,67 +414,4 @@ fn store_key(context: &CodeContext, walk: &WalkRef<'_>) -> StoreKey {
         context,
         &walk.fingerprint.key()[..walk.fingerprint.template_len()],
     )
-}
-
-impl Drop for Stored {
-    fn drop(&mut self) {
-        if let Some(key) = self.reserved.take() {
-            self.store.release(&key);
-        }
-    }
-}
-
-/// Whether Cranelift's backend for `isa` may emit a relocation of `kind`
-/// with `isa`'s flags: the kinds of its architecture (`isa/*/inst/emit.rs`
-/// in cranelift-codegen 0.135.8), those through a GOT or PLT only with
-/// `is_pic`, those of thread-local storage only with the matching
-/// `tls_model`. An entry with any other kind is not used (see 1 in the
-/// module docs): cranelift-jit panics on GOT kinds (it requires `is_pic`
-/// off) and on kinds it does not know, cranelift-object on kinds its file
-/// format cannot express.
-fn emitted_on(isa: &dyn TargetIsa, kind: Reloc) -> bool {
-    let architecture = isa.triple().architecture;
-    let (x86_64, aarch64) = (
-        architecture == Architecture::X86_64,
-        matches!(architecture, Architecture::Aarch64(_)),
-    );
-    let pic = isa.flags().is_pic();
-    let tls = isa.flags().tls_model();
-    match kind {
-        Reloc::Abs8 => true,
-        // Pointer-sized on 32-bit targets only (Pulley's).
-        Reloc::Abs4 => isa.pointer_bits() == 32,
-        Reloc::X86PCRel4 | Reloc::X86CallPCRel4 => x86_64,
-        Reloc::X86CallPLTRel4 | Reloc::X86GOTPCRel4 => x86_64 && pic,
-        Reloc::ElfX86_64TlsGd => x86_64 && tls == TlsModel::ElfGd,
-        Reloc::MachOX86_64Tlv => x86_64 && tls == TlsModel::Macho,
-        Reloc::X86SecRel => x86_64 && tls == TlsModel::Coff,
-        Reloc::Arm64Call | Reloc::Aarch64AdrPrelPgHi21 | Reloc::Aarch64AddAbsLo12Nc => aarch64,
-        Reloc::Aarch64AdrGotPage21 | Reloc::Aarch64Ld64GotLo12Nc => aarch64 && pic,
-        Reloc::Aarch64TlsDescAdrPage21
-        | Reloc::Aarch64TlsDescLd64Lo12
-        | Reloc::Aarch64TlsDescAddLo12
-        | Reloc::Aarch64TlsDescCall => aarch64 && tls == TlsModel::ElfGd,
-        Reloc::MachOAarch64TlsAdrPage21 | Reloc::MachOAarch64TlsAdrPageOff12 => {
-            aarch64 && tls == TlsModel::Macho
-        }
-        Reloc::RiscvCallPlt
-        | Reloc::RiscvTlsGdHi20
-        | Reloc::RiscvPCRelLo12I
-        | Reloc::RiscvGotHi20
-        | Reloc::RiscvPCRelHi20 => matches!(architecture, Architecture::Riscv64(_)),
-        Reloc::S390xPCRel32Dbl
-        | Reloc::S390xPLTRel32Dbl
-        | Reloc::S390xTlsGd64
-        | Reloc::S390xTlsGdCall => architecture == Architecture::S390x,
-        Reloc::PulleyPcRel | Reloc::PulleyCallIndirectHost => matches!(
-            architecture,
-            Architecture::Pulley32
-                | Architecture::Pulley64
-                | Architecture::Pulley32be
-                | Architecture::Pulley64be
-        ),
-        // No backend of Cranelift 0.135.8 targets 32-bit Arm.
-        Reloc::Arm32Call => false,
-    }
 }

@@ -46,7 +46,7 @@ pub struct Trampoline {
 /// further, for the constants its code holds; a trampoline holds none.)
 pub fn trampoline_to(isa: &dyn TargetIsa, target: FuncId) -> Option<Trampoline> {
     let name = ModuleRelocTarget::user(0, target.as_u32());
-    let alignment = u64::from(*code_alignments(isa)?.start());
+    let alignment = u64::from(*crate::store::load::code_alignments(isa)?.start());
     match isa.triple().architecture {
         Architecture::X86_64 => Some(Trampoline {
             // jmp rel32; the displacement is relative to the end of the
@@ -87,16 +87,4 @@ pub fn trampoline_to(isa: &dyn TargetIsa, target: FuncId) -> Option<Trampoline> 
         }
         _ => None,
     }
-}
-
-/// The alignments Cranelift gives the code of a function it compiles for
-/// `isa`: from the ISA's minimum, raised to `1 << log2_min_function_alignment`
-/// (`MachBuffer::set_log2_min_function_alignment`), up to that or 16 if
-/// larger, the most a constant in the code asks (`VCodeConstantData::alignment`
-/// in cranelift-codegen 0.135.8, `machinst/vcode.rs`: 8 or 16). `None`
-/// when the flag asks for more than 2^31 (Cranelift's compile panics then).
-pub(super) fn code_alignments(isa: &dyn TargetIsa) -> Option<std::ops::RangeInclusive<u32>> {
-    let flag = 1u32.checked_shl(u32::from(isa.flags().log2_min_function_alignment()))?;
-    let least = isa.function_alignment().minimum.max(flag);
-    Some(least..=least.max(16))
 }

@@ -16,11 +16,12 @@
 //!   function (ISA, flags, versions), and the stable hash that names an
 //!   entry in a store.
 //!
-//! A user of the store (such as [`crate::DedupModule`]) looks a template up
-//! with [`StoreKey::of`], decodes what `get` returns with
-//! [`Entry::decode`] against the same context and template, and on any
-//! rejection or store error compiles as if there were no store, then
-//! `put`s the new entry (which replaces a rejected one).
+//! A user of the store (such as [`crate::DedupModule`]) loads a template's
+//! code with [`load::load`], the one path that looks the key up
+//! ([`StoreKey::of`]), decodes the entry ([`Entry::decode`]) against the
+//! same context and template and runs every check; on any miss it compiles
+//! as if there were no store, then `put`s the new entry (which replaces a
+//! rejected one).
 //!
 //! # What this module guarantees
 //!
@@ -76,6 +77,7 @@
 pub mod directory;
 pub mod entry;
 pub mod key;
+pub mod load;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
