@@ -444,6 +444,76 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
     }
 }
 
+/// As above on every host, with an inner module that fails (with an error,
+/// or a panic) to compile the root `f0` of the twins `f0` and `f1`: the
+/// plan is undone, `f1` is compiled alone, every caller that planning
+/// pointed at `f0` is put back, and once `f0` is defined again,
+/// differently, every caller runs the body it names.
+#[test]
+fn a_root_the_inner_module_fails_to_compile_undoes_the_plan() {
+    use crate::common::failing::{FailingJit, Failure};
+    for options in batch_options() {
+        for failure in [Failure::Error, Failure::Panic] {
+            for callers_first in [false, true] {
+                let context = format!("{options:?}, {failure:?}, callers first: {callers_first}");
+                let inner = FailingJit::new(failure);
+                let failing = inner.failing.clone();
+                let mut m = DedupModule::wrap(inner, options);
+                let conv = m.isa().default_call_conv();
+                let [f0, f1, a, b, c, d, x, x2, g, gx] =
+                    ["f0", "f1", "a", "b", "c", "d", "x", "x2", "g", "gx"]
+                        .map(|n| declare(&mut m, n, conv));
+                failing.set(f0, true);
+                let twins = |m: &mut DedupModule<FailingJit>| {
+                    for f in [f0, f1] {
+                        define(m, f, |b, _, p| {
+                            let r = b.ins().iadd_imm_s(p[0], 7);
+                            b.ins().return_(&[r]);
+                        })
+                        .unwrap();
+                    }
+                };
+                if !callers_first {
+                    twins(&mut m);
+                }
+                let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
+                for (caller, f, k) in calls
+                    .into_iter()
+                    .chain([(d, b, 9), (g, b, 11), (gx, b, 11)])
+                {
+                    define(&mut m, caller, |fb, m, p| {
+                        let r = emit_call(fb, m, f, p[0]);
+                        let r = fb.ins().iadd_imm_s(r, k);
+                        fb.ins().return_(&[r]);
+                    })
+                    .unwrap();
+                }
+                if callers_first {
+                    twins(&mut m);
+                }
+                let error = m.flush().unwrap_err().to_string();
+                let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+                assert_eq!(failed, [f0], "{context}: {error}");
+                failing.set(f0, false);
+                define(&mut m, f0, |b, _, p| {
+                    let r = b.ins().iadd_imm_s(p[0], 100);
+                    b.ins().return_(&[r]);
+                })
+                .unwrap();
+                m.flush().unwrap();
+                let mut jit = m.into_inner().jit;
+                jit.finalize_definitions().unwrap();
+                let run = |id| call1(jit.get_finalized_function(id), 1);
+                assert_eq!(
+                    [f0, f1, a, b, c, d, x, x2, g, gx].map(run),
+                    [101, 8, 108, 15, 13, 24, 11, 11, 26, 26],
+                    "{context}"
+                );
+            }
+        }
+    }
+}
+
 /// As above, with similar-function merging: `r1` (twin `r1x`) and `m`
 /// call the failing twin `d2` of `r2` after different constants, so they
 /// are similar, but a merged body would be defined calling `r2` before

@@ -4,6 +4,7 @@
 pub mod build;
 pub mod canon;
 pub mod eh_frame;
+pub mod failing;
 
 use cranelift_codegen::ir::Function;
 use std::path::PathBuf;
