@@ -460,3 +460,212 @@ impl<T> CompiledCache<T> {
         self.bodies.insert(body, (class, call_conv));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(i64) -> i64` in `conv`: `steps` additions of `k`, then a call of
+    /// `callee` (none if `callee` is `None`).
+    fn function(conv: &str, steps: usize, k: i64, callee: Option<u32>) -> Function {
+        let mut text = format!("function %f(i64) -> i64 {conv} {{\n");
+        if let Some(callee) = callee {
+            text.push_str(&format!("    sig0 = (i64) -> i64\n    fn0 = u0:{callee} sig0\n"));
+        }
+        text.push_str(&format!("block0(v0: i64):\n    v1000 = iconst.i64 {k}\n"));
+        for i in 0..steps {
+            text.push_str(&format!("    v{} = iadd v{i}, v1000\n", i + 1));
+        }
+        let last = steps;
+        if callee.is_some() {
+            text.push_str(&format!("    v{} = call fn0(v{last})\n", last + 1));
+            text.push_str(&format!("    return v{}\n}}", last + 1));
+        } else {
+            text.push_str(&format!("    return v{last}\n}}"));
+        }
+        cranelift_reader::parse_functions(&text).unwrap().remove(0)
+    }
+
+    fn walk(func: &Function) -> Walk {
+        Walk::of(&mut Fingerprinter::new(), func)
+    }
+
+    const ALL_ON: Policy = Policy {
+        reuse: true,
+        machine_trampolines: true,
+        store: true,
+        compile_catching: false,
+    };
+
+    /// `func`'s walk recorded as compiled in `cache` (its code kept for
+    /// reuse and its body for adapters, as a module keeps them).
+    fn compiled(cache: &mut CompiledCache<()>, func: &Function) -> ClassId {
+        let w = walk(func);
+        let plan = cache.plan(&w.planned(func), ALL_ON);
+        let class = cache
+            .add_class(w.fingerprint.clone(), ClassFacts::default())
+            .class();
+        if let Some(template) = plan.keep_template {
+            cache.keep_template(template, ());
+        }
+        if let Some(body) = plan.keep_body {
+            cache.keep_body(body, class, func.signature.call_conv);
+        }
+        class
+    }
+
+    fn steps(plan: &Plan) -> Vec<Step> {
+        plan.steps().collect()
+    }
+
+    /// 1: the plan depends on the walk, the policy and the cache only.
+    #[test]
+    fn planning_is_pure() {
+        let mut cache = CompiledCache::new();
+        let f = function("system_v", 20, 1, Some(1));
+        compiled(&mut cache, &f);
+        let g = function("system_v", 20, 1, Some(2));
+        let w = walk(&g);
+        let first = format!("{:?}", cache.plan(&w.planned(&g), ALL_ON));
+        let again = format!("{:?}", cache.plan(&walk(&g).planned(&g), ALL_ON));
+        assert_eq!(first, again);
+    }
+
+    /// 2: a duplicate only for a key of a compiled class; with machine
+    /// trampolines it is the whole plan.
+    #[test]
+    fn a_duplicate_is_planned_for_a_compiled_key_only() {
+        let mut cache = CompiledCache::new();
+        let f = function("system_v", 3, 1, None);
+        let w = walk(&f);
+        assert_eq!(cache.plan(&w.planned(&f), ALL_ON).duplicate_of, None);
+        let class = compiled(&mut cache, &f);
+        let plan = cache.plan(&w.planned(&f), ALL_ON);
+        // Nothing else is tried, or kept (compiling, always last, is never
+        // reached: a trampoline does not decline).
+        assert_eq!(steps(&plan), [Step::Duplicate(class), Step::Compile]);
+        assert!(plan.keep_template.is_none() && plan.keep_body.is_none());
+        // Without trampolines the duplicate may decline: compiling follows.
+        let without = Policy {
+            machine_trampolines: false,
+            ..ALL_ON
+        };
+        let plan = cache.plan(&w.planned(&f), without);
+        assert_eq!(steps(&plan).first(), Some(&Step::Duplicate(class)));
+        assert_eq!(steps(&plan).last(), Some(&Step::Compile));
+        // Another constant is another key.
+        let other = function("system_v", 3, 2, None);
+        let plan = cache.plan(&walk(&other).planned(&other), ALL_ON);
+        assert_eq!(plan.duplicate_of, None);
+    }
+
+    /// 3: code is reused only with `reuse`, for the template of a function
+    /// whose code was kept; a function without names keeps none where
+    /// trampolines serve its duplicates.
+    #[test]
+    fn code_is_reused_for_a_kept_template_only() {
+        let mut cache = CompiledCache::new();
+        let f = function("system_v", 3, 1, Some(1));
+        compiled(&mut cache, &f);
+        let g = function("system_v", 3, 1, Some(2));
+        let w = walk(&g);
+        let plan = cache.plan(&w.planned(&g), ALL_ON);
+        assert_eq!(plan.duplicate_of, None);
+        assert!(matches!(steps(&plan)[0], Step::Reuse(_)), "{plan:?}");
+        assert!(plan.keep_template.is_none(), "kept already");
+        let no_reuse = Policy {
+            reuse: false,
+            ..ALL_ON
+        };
+        let plan = cache.plan(&w.planned(&g), no_reuse);
+        assert_eq!(plan.reuse, None);
+        assert!(plan.keep_template.is_none());
+        // No names: nothing to retarget, so nothing kept or looked up.
+        let leaf = function("system_v", 3, 5, None);
+        let plan = cache.plan(&walk(&leaf).planned(&leaf), ALL_ON);
+        assert!(plan.keep_template.is_none() && plan.reuse.is_none());
+        let without = Policy {
+            machine_trampolines: false,
+            ..ALL_ON
+        };
+        let plan = cache.plan(&walk(&leaf).planned(&leaf), without);
+        assert!(plan.keep_template.is_some());
+    }
+
+    /// 4: an adapter only for an adaptable function whose body, the
+    /// convention erased, was compiled in another convention.
+    #[test]
+    fn an_adapter_is_planned_for_another_convention_only() {
+        let mut cache = CompiledCache::new();
+        let long = crate::module::adapter::MIN_INSTRUCTIONS as usize;
+        let class = compiled(&mut cache, &function("system_v", long, 1, None));
+        let tail = function("tail", long, 1, None);
+        let plan = cache.plan(&walk(&tail).planned(&tail), ALL_ON);
+        assert_eq!(steps(&plan)[0], Step::Adapter(class));
+        // The same convention is a duplicate, not an adapter (also where
+        // the duplicate may decline).
+        let same = function("system_v", long, 1, None);
+        let without = Policy {
+            machine_trampolines: false,
+            ..ALL_ON
+        };
+        let plan = cache.plan(&walk(&same).planned(&same), without);
+        assert_eq!(plan.adapter_for, None);
+        assert_eq!(plan.duplicate_of, Some(class));
+        // Too short to be worth an extra call.
+        let mut cache = CompiledCache::new();
+        compiled(&mut cache, &function("system_v", 2, 1, None));
+        let short = function("tail", 2, 1, None);
+        let plan = cache.plan(&walk(&short).planned(&short), ALL_ON);
+        assert_eq!(plan.adapter_for, None);
+    }
+
+    /// 5: loading comes right before compiling, whenever compiling is
+    /// planned and the code may come from elsewhere; never for a function
+    /// a duplicate stands for alone, nor one whose code must be compiled.
+    #[test]
+    fn loading_comes_right_before_compiling() {
+        let mut cache = CompiledCache::new();
+        let f = function("system_v", 3, 1, Some(1));
+        let w = walk(&f);
+        let plan = cache.plan(&w.planned(&f), ALL_ON);
+        assert_eq!(steps(&plan), [Step::Load, Step::Compile]);
+        let no_store = Policy {
+            store: false,
+            ..ALL_ON
+        };
+        assert_eq!(steps(&cache.plan(&w.planned(&f), no_store)), [Step::Compile]);
+        // Code that must come from compiling it: neither loaded nor reused.
+        for (unique, catches) in [(true, false), (false, true)] {
+            let planned = Planned {
+                key_is_unique: unique,
+                catches,
+                ..w.planned(&f)
+            };
+            let catching = Policy {
+                compile_catching: true,
+                ..ALL_ON
+            };
+            let plan = cache.plan(&planned, catching);
+            assert_eq!(steps(&plan), [Step::Compile], "{unique} {catches}");
+            assert!(plan.keep_template.is_none());
+        }
+        compiled(&mut cache, &f);
+        let plan = cache.plan(&w.planned(&f), ALL_ON);
+        assert!(!plan.load, "a duplicate with a trampoline loads nothing");
+    }
+
+    /// 6: a class's facts are kept with it.
+    #[test]
+    fn every_class_has_its_facts() {
+        let mut cache: CompiledCache<()> = CompiledCache::new();
+        let f = function("system_v", 3, 1, None);
+        let facts = ClassFacts {
+            code_bytes: 42,
+            compile_time: Duration::from_micros(7),
+        };
+        let class = cache.add_class(walk(&f).fingerprint, facts).class();
+        assert_eq!(cache.facts(class), facts);
+        assert_eq!(cache.class_of(&walk(&f).fingerprint), Some(class));
+    }
+}
