@@ -10,9 +10,12 @@
 //!   directory (one file per key, written to a temporary file and renamed),
 //!   cold (empty directory) and warm (the directory the cold pass filled);
 //! - `jitfold`: each function walked, its template looked up in a
-//!   `DirectoryStore`, the entry decoded and retargeted to its names (a
-//!   hit), or the function compiled and its entry stored (a miss), cold and
-//!   warm.
+//!   `DirectoryStore`, the entry checked and retargeted to its names
+//!   through the one load path every user of the store takes
+//!   (`jitfold::store::load::check`, as a JIT module checks it: a hit),
+//!   or the function compiled and its entry stored (a miss), cold and
+//!   warm. Nothing is defined in a module: this measures the store, not a
+//!   warm start of `DedupModule` (the compare bench's table 4 does).
 //!
 //! Each of [`ROUNDS`] rounds runs every pass once, in turns, with fresh
 //! directories; the best time of each pass is printed with the ratios, and

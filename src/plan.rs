@@ -470,7 +470,9 @@ mod tests {
     fn function(conv: &str, steps: usize, k: i64, callee: Option<u32>) -> Function {
         let mut text = format!("function %f(i64) -> i64 {conv} {{\n");
         if let Some(callee) = callee {
-            text.push_str(&format!("    sig0 = (i64) -> i64\n    fn0 = u0:{callee} sig0\n"));
+            text.push_str(&format!(
+                "    sig0 = (i64) -> i64\n    fn0 = u0:{callee} sig0\n"
+            ));
         }
         text.push_str(&format!("block0(v0: i64):\n    v1000 = iconst.i64 {k}\n"));
         for i in 0..steps {
@@ -634,7 +636,10 @@ mod tests {
             store: false,
             ..ALL_ON
         };
-        assert_eq!(steps(&cache.plan(&w.planned(&f), no_store)), [Step::Compile]);
+        assert_eq!(
+            steps(&cache.plan(&w.planned(&f), no_store)),
+            [Step::Compile]
+        );
         // Code that must come from compiling it: neither loaded nor reused.
         for (unique, catches) in [(true, false), (false, true)] {
             let planned = Planned {

@@ -40,6 +40,11 @@
 //!    undoes the plan the same way, before any function that counts on it
 //!    is defined; then the other functions. Failures are listed in
 //!    definition order.
+//! 8. When a flush ends, every function it had to define is defined or
+//!    listed as failed (and undefined), every duplicate runs a defined
+//!    function, the flush's plan is forgotten, and no store reservation or
+//!    prefetched entry is left; debug builds check all of it
+//!    (`check_flushed`).
 
 use super::ids::State;
 use super::parallel::Precompiled;
@@ -157,8 +162,53 @@ impl<M: Module> DedupModule<M> {
                 .filter(|(id, _)| self.ids.state(*id) == State::Undefined)
                 .count();
             self.stats.defined -= undefined as u64;
+            if cfg!(debug_assertions) {
+                self.check_flushed(&pending, &failures);
+            }
         }
         self.report_failures(failures)
+    }
+
+    /// What holds once a flush has defined `pending` (see 8 above),
+    /// checked in debug builds (the tests and the fuzzer): a panic names
+    /// the broken invariant.
+    fn check_flushed(&self, pending: &[(FuncId, Function)], failures: &Failures) {
+        for (id, _) in pending {
+            let failed = failures.iter().any(|(f, _)| f == id);
+            match self.ids.state(*id) {
+                State::Undefined => assert!(failed, "{id} is undefined, and did not fail"),
+                State::Pending => panic!("{id} is still pending after the flush"),
+                State::Compiled(_) | State::Bytes => {
+                    assert!(self.ids.is_defined(*id), "{id} is not defined");
+                }
+                State::Duplicate { .. } => {
+                    assert!(self.ids.is_defined(*id), "{id} is a duplicate only planned");
+                    let root = self.ids.root_of(*id);
+                    assert!(
+                        matches!(self.ids.state(root), State::Compiled(_) | State::Bytes),
+                        "{id} runs {root}, which is not defined"
+                    );
+                }
+            }
+            assert!(
+                !failed || self.ids.state(*id) == State::Undefined,
+                "{id} failed and is defined"
+            );
+        }
+        assert!(
+            self.batch.originals.is_empty()
+                && self.batch.alone.is_empty()
+                && self.batch.as_written.is_empty(),
+            "the flush's plan is not forgotten"
+        );
+        assert!(
+            self.batch.pending.is_empty() && self.batch.pending_control.is_empty(),
+            "definitions recorded while flushing"
+        );
+        assert!(
+            !self.holds_store_state(),
+            "a store reservation or prefetched entries outlive the flush"
+        );
     }
 
     /// The batch definitions that failed and are still undefined, with

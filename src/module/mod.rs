@@ -175,6 +175,39 @@
 //! thread (see `parallel.rs` for what else differs: where object files
 //! keep their frame descriptions, and the statistics of time).
 //!
+//! # Lifecycle of an id, and of a flush
+//!
+//! An id is in one `State` at a time (`ids.rs`), and
+//! whether it is defined in the inner module is `Ids::is_defined`:
+//!
+//! | from | to | when |
+//! |---|---|---|
+//! | undefined | compiled, duplicate (defined), bytes | eager mode: `define_function` succeeds (compiled, reused, loaded or an adapter: compiled; a trampoline or alias: duplicate; `define_function_bytes`, or a merged body's trap: bytes) |
+//! | undefined | pending | batch mode: `define_function` records it |
+//! | pending | duplicate (planned) | a flush plans it as a duplicate |
+//! | duplicate (planned) | pending | a flush undoes its plan (a root or a duplicate failed) |
+//! | pending, duplicate (planned) | undefined, then defined or failed | a flush defines it |
+//! | undefined (failed) | as from undefined | defined again by the user |
+//!
+//! A defined id never changes state again (`DuplicateDefinition`).
+//!
+//! A flush (`batch.rs`, `define_pending`) runs these phases:
+//!
+//! 1. plan: refine over the call graph and plan duplicates, rewriting
+//!    references to them; put the roots back as the user wrote them, and
+//!    plan again while that would change an address (`roots.rs`);
+//! 2. fetch the store's entries for what is to be compiled, in one round
+//!    trip (`stored.rs`);
+//! 3. merge similar functions into bodies and thunks (`similar.rs`);
+//! 4. compile what is to be compiled on the flush's threads (`parallel.rs`);
+//! 5. define the roots, then the planned duplicates; a failure of either
+//!    undoes the plan for what is not defined yet and plans again. Each
+//!    failure leaves one more function failed for good in this flush, so
+//!    this ends after at most as many failures as functions;
+//! 6. define the rest, each as its own plan says (`define.rs`);
+//! 7. end the fetch, list the failures in definition order, and check in
+//!    debug builds what holds after every flush (8 in `batch.rs`).
+//!
 //! # Layout
 //!
 //! Deciding is [the planner's](crate::plan) (pure, over the module-free

@@ -163,6 +163,14 @@ impl<M: Module> DedupModule<M> {
         self.stored.as_mut().expect("checked above").prefetched = prefetched;
     }
 
+    /// Whether this module holds a store reservation or prefetched
+    /// entries (neither outlives a definition or a flush).
+    pub(super) fn holds_store_state(&self) -> bool {
+        self.stored
+            .as_ref()
+            .is_some_and(|s| s.reserved.is_some() || !s.prefetched.is_empty())
+    }
+
     /// Drops what the flush fetched (see 5 above).
     pub(super) fn end_prefetch(&mut self) {
         if let Some(stored) = &mut self.stored {

@@ -15,9 +15,11 @@
 //!    bytes, the entry has it (or the ISA gives none). Anything else is a
 //!    [`Rejection`], naming the check.
 //! 2. [`load`] never fails: a store that cannot answer is
-//!    [`Miss::Store`], a key the store does not hold is [`Miss::Absent`],
-//!    or, in a store that reserves keys, [`Miss::Reserved`] with the
-//!    [`Reservation`] the caller must end.
+//!    [`Miss::Store`]; a key the store does not hold is [`Miss::Reserved`],
+//!    with the [`Reservation`] the caller ends (a store may reserve on
+//!    `get_or_reserve` whatever [`CodeStore::reserves`] says), or, where a
+//!    batch fetched it already and the store reserves nothing,
+//!    [`Miss::Absent`].
 //! 3. A [`Reservation`] ends exactly once: with [`Reservation::put`], or,
 //!    when it is dropped unused (a compile that failed, panicked, or made
 //!    no entry), with [`CodeStore::release`], so that waiting modules may
@@ -102,10 +104,12 @@ impl fmt::Display for Rejection {
 
 /// Why [`load`] gives no code (see 2 above).
 pub enum Miss {
-    /// The store does not hold the key.
+    /// The store did not hold the key when a batch fetched it, and does
+    /// not reserve keys.
     Absent,
-    /// The store does not hold the key and reserved it for the caller,
-    /// who compiles it and ends the reservation.
+    /// The store does not hold the key, and may have reserved it for the
+    /// caller, who compiles it and ends the reservation (a no-op where the
+    /// store reserves nothing).
     Reserved(Reservation),
     /// The store could not answer.
     Store(StoreError),
@@ -174,17 +178,21 @@ pub fn load(
 ) -> Result<Loaded, Miss> {
     debug_assert!(key == StoreKey::of(checks.context, template));
     let fetched = match source {
-        Source::Fetched(Some(bytes)) => Ok(Some(bytes)),
-        Source::Fetched(None) if !store.reserves() => Ok(None),
+        Source::Fetched(Some(bytes)) => {
+            return check(&bytes, checks, template, names).map_err(Miss::Rejected);
+        }
+        Source::Fetched(None) if !store.reserves() => return Err(Miss::Absent),
         Source::Fetched(None) | Source::Ask => store.get_or_reserve(&key),
     };
     match fetched {
         Ok(Some(bytes)) => check(&bytes, checks, template, names).map_err(Miss::Rejected),
-        Ok(None) if store.reserves() => Err(Miss::Reserved(Reservation {
+        // `get_or_reserve` found nothing, and may have reserved the key
+        // whatever `reserves` says of the store (releasing is a no-op for
+        // a store that did not).
+        Ok(None) => Err(Miss::Reserved(Reservation {
             store: Some(store.clone()),
             key,
         })),
-        Ok(None) => Err(Miss::Absent),
         Err(e) => Err(Miss::Store(e)),
     }
 }
@@ -461,14 +469,23 @@ block0(v0: i64):
     }
 
     #[test]
-    fn a_store_that_does_not_reserve_misses_without_a_reservation() {
+    fn a_store_that_does_not_reserve_misses_what_a_batch_found_missing() {
         let f = fixture();
         let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
         let key = StoreKey::of(&f.context, &f.template);
-        for source in [Source::Ask, Source::Fetched(None)] {
-            let result = load(&store, key, source, &f.checks(), &f.template, &f.names);
-            assert!(matches!(result, Err(Miss::Absent)), "{result:?}");
-        }
+        let result = load(
+            &store,
+            key,
+            Source::Fetched(None),
+            &f.checks(),
+            &f.template,
+            &f.names,
+        );
+        assert!(matches!(result, Err(Miss::Absent)), "{result:?}");
+        // Asked, it may have reserved (dropping the guard releases: a
+        // no-op here).
+        let result = load(&store, key, Source::Ask, &f.checks(), &f.template, &f.names);
+        assert!(matches!(result, Err(Miss::Reserved(_))), "{result:?}");
         // Bytes a batch fetched are checked as any others.
         let fetched = Source::Fetched(Some(b"not an entry".to_vec()));
         let result = load(&store, key, fetched, &f.checks(), &f.template, &f.names);

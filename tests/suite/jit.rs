@@ -446,14 +446,9 @@ fn misuse_is_an_error_not_a_panic() {
             matches!(import, Err(ModuleError::InvalidImportDefinition(_))),
             "{import:?}"
         );
-        // Defining with another signature than declared.
-        let mut ctx = d.make_context();
-        ctx.func.signature = sig(&d, &[I32], &[I32]);
-        let wrong = d.define_function(unused, &mut ctx);
-        assert!(
-            matches!(wrong, Err(ModuleError::IncompatibleSignature(..))),
-            "{wrong:?}"
-        );
+        // (Defining with another signature than declared is no misuse:
+        // `JITModule` compiles it with the signature it is defined with;
+        // see `signatures.rs`.)
         // An id from nowhere.
         let mut ctx = d.make_context();
         ctx.func.signature = s1.clone();
