@@ -345,7 +345,9 @@ pub struct DedupModule<M: Module> {
 }
 
 /// Whether `M` is cranelift-jit's `JITModule` (whose exported functions no
-/// other definition replaces).
+/// other definition replaces). (Without the `jit` feature no module is,
+/// and `M` is unused.)
+#[cfg_attr(not(feature = "jit"), allow(clippy::extra_unused_type_parameters))]
 fn is_jit_module<M: Module>() -> bool {
     #[cfg(feature = "jit")]
     return typeid::of::<M>() == typeid::of::<cranelift_jit::JITModule>();
