@@ -43,13 +43,20 @@
 //!    time on `get` is best effort: in a directory this process may read
 //!    but not write, `get` still works (eviction order then ignores its
 //!    reads).
-//! 5. **A file planted under an entry's name costs at most a miss.** `get`
-//!    reads only a regular file (a FIFO would wait for a writer forever, a
-//!    link to a device might never end), and at most the low-water mark's
-//!    bytes (or the default store's, if higher: more than any entry a
-//!    store of either limit writes); anything else is an
-//!    [`StoreError::Io`] (a swap between the check and the open is not
-//!    guarded against).
+//! 5. **A file planted under an entry's name costs at most a miss.**
+//!    `get` looks at the name without following a link, and reads only a
+//!    regular file (a FIFO would wait for a writer forever, a device might
+//!    never end; a link could lead out of the directory) no longer than
+//!    the low-water mark (or the default store's, if higher: more than any
+//!    entry a store of either limit writes) and than [`MAX_ENTRY_BYTES`],
+//!    checked on the file it opened before anything is read (on Unix it
+//!    opens with `O_NOFOLLOW | O_NONBLOCK`, so no link is followed even if
+//!    swapped in, and no FIFO waited on). Anything else
+//!    is a [`StoreError::Io`], and nothing outside the directory is read
+//!    or touched (`get` sets the time of the file it read, eviction
+//!    deletes only regular files named as entries in it). `get_many` reads
+//!    at most [`GET_MANY_BYTES`] in all, failing otherwise (its caller then
+//!    asks for each entry on its own).
 
 use super::{CodeStore, StoreError, StoreKey};
 use std::collections::hash_map::RandomState;
@@ -76,6 +83,16 @@ const DEFAULT_LOW_WATER_BYTES: u64 = low_water(DEFAULT_MAX_BYTES);
 const fn low_water(max_bytes: u64) -> u64 {
     max_bytes / 100 * LOW_WATER_PERCENT + max_bytes % 100 * LOW_WATER_PERCENT / 100
 }
+
+/// The longest entry a store writes or reads: 32 MiB (a function with
+/// 1.25 MB of machine code makes an entry of about 3.4 MB). A longer value
+/// is not stored ([`StoreError::TooLarge`]), and a longer file is not read.
+pub const MAX_ENTRY_BYTES: u64 = 32 << 20;
+
+/// The most [`CodeStore::get_many`] reads in one call: 64 MiB. Entries
+/// adding up to more are asked for one at a time (each checked before the
+/// next is read), so that a batch never holds more unchecked bytes.
+pub const GET_MANY_BYTES: u64 = 64 << 20;
 
 /// Temporary files older than this are left over from a writer that died,
 /// and eviction deletes them.
@@ -312,51 +329,58 @@ struct Counted {
 impl CodeStore for DirectoryStore {
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.path_of(key);
-        // Only a regular file is read (see 5 above): opening a FIFO would
-        // wait for a writer, and a device may never end.
-        // No entry a store writes is longer than its low-water mark; a
-        // directory may be shared by stores of other limits, up to the
-        // default one's.
-        let limit = self.low_water_bytes().max(DEFAULT_LOW_WATER_BYTES);
-        match fs::metadata(&path) {
-            Ok(metadata) if metadata.is_file() && metadata.len() <= limit => {}
-            Ok(metadata) if metadata.is_file() => {
-                return Err(self.io_error("open", path)(not_an_entry(
-                    "longer than any entry a store writes",
-                )));
-            }
-            Ok(_) => {
-                return Err(self.io_error("open", path)(not_an_entry(
-                    "not a regular file",
-                )));
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.io_error("open", path)(e)),
-        }
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        let mut file = match open_entry(&path) {
+            Ok(Some(file)) => file,
+            Ok(None) => return Ok(None),
             Err(e) => return Err(self.io_error("open", path)(e)),
         };
-        // (No more than that is read, should it have grown since.)
-        let mut value = Vec::new();
-        Read::by_ref(&mut file)
-            .take(limit.saturating_add(1))
-            .read_to_end(&mut value)
-            .map_err(self.io_error("read", path.clone()))?;
-        if value.len() as u64 > limit {
-            return Err(self.io_error("read", path)(not_an_entry(
+        // The file opened is looked at before anything is read (see 5
+        // above): a regular file no longer than any entry.
+        let opened = file
+            .metadata()
+            .map_err(self.io_error("open", path.clone()))?;
+        if !opened.is_file() {
+            return Err(self.io_error("open", path)(not_an_entry(
+                "not a regular file",
+            )));
+        }
+        if opened.len() > self.read_limit() {
+            return Err(self.io_error("open", path)(not_an_entry(
                 "longer than any entry a store writes",
             )));
         }
+        // No more than its length is read, should it have grown since (a
+        // value cut short is an entry its checksum rejects).
+        let mut value = Vec::new();
+        Read::by_ref(&mut file)
+            .take(opened.len())
+            .read_to_end(&mut value)
+            .map_err(self.io_error("read", path.clone()))?;
         // Most recently used now. Best effort (see 4 in the module docs).
         let _ = file.set_modified(SystemTime::now());
         Ok(Some(value))
     }
 
+    /// Reads at most [`GET_MANY_BYTES`] in all (see 5 above): where the
+    /// entries' lengths add up to more, nothing is read and the call
+    /// fails, so that each is asked for on its own.
+    fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let mut total: u64 = 0;
+        for key in keys {
+            total = total.saturating_add(self.entry_len(&self.path_of(key))?.unwrap_or(0));
+        }
+        if total > GET_MANY_BYTES {
+            return Err(StoreError::TooLarge {
+                len: total,
+                limit: GET_MANY_BYTES,
+            });
+        }
+        keys.iter().map(|key| self.get(key)).collect()
+    }
+
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
         let len = value.len() as u64;
-        let limit = self.low_water_bytes();
+        let limit = self.low_water_bytes().min(MAX_ENTRY_BYTES);
         if len > limit {
             return Err(StoreError::TooLarge { len, limit });
         }
@@ -385,6 +409,36 @@ impl CodeStore for DirectoryStore {
 }
 
 impl DirectoryStore {
+    /// The longest file `get` reads: no entry a store writes is longer
+    /// than its low-water mark, and a directory may be shared by stores of
+    /// other limits, up to the default one's; never more than
+    /// [`MAX_ENTRY_BYTES`].
+    fn read_limit(&self) -> u64 {
+        self.low_water_bytes()
+            .max(DEFAULT_LOW_WATER_BYTES)
+            .min(MAX_ENTRY_BYTES)
+    }
+
+    /// The length of the entry file at `path`, looked at without following
+    /// a link: `None` if there is none, an error if it is not a regular
+    /// file (a link, a FIFO, a device) or is longer than any entry (see 5
+    /// above).
+    fn entry_len(&self, path: &Path) -> Result<Option<u64>, StoreError> {
+        match fs::symlink_metadata(path) {
+            Ok(metadata) if metadata.is_file() && metadata.len() <= self.read_limit() => {
+                Ok(Some(metadata.len()))
+            }
+            Ok(metadata) if metadata.is_file() => Err(self.io_error("open", path.to_owned())(
+                not_an_entry("longer than any entry a store writes"),
+            )),
+            Ok(_) => Err(self.io_error("open", path.to_owned())(not_an_entry(
+                "not a regular file",
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.io_error("open", path.to_owned())(e)),
+        }
+    }
+
     /// A temporary file for an entry of `key`, created by this call, and
     /// its path. Its name holds the process id, a number random per
     /// process (processes in separate PID namespaces sharing the
@@ -409,6 +463,36 @@ impl DirectoryStore {
                 Err(e) => return Err(self.io_error("create", temp)(e)),
             }
         }
+    }
+}
+
+/// Opens the file at `path` for reading without following a link there,
+/// and without waiting on a FIFO (on Unix: `O_NOFOLLOW | O_NONBLOCK`;
+/// elsewhere, a link or a file that is not regular is refused by looking
+/// first, and a swap in between is not guarded against). `None` if there
+/// is no file.
+fn open_entry(path: &Path) -> std::io::Result<Option<File>> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    #[cfg(not(unix))]
+    match fs::symlink_metadata(path) {
+        Ok(metadata) if !metadata.is_file() => return Err(not_an_entry("not a regular file")),
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    match options.open(path) {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        // A link, refused by `O_NOFOLLOW`.
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(not_an_entry("a link")),
+        Err(e) => Err(e),
     }
 }
 

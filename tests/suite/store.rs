@@ -672,6 +672,68 @@ fn a_planted_file_that_is_no_entry_is_an_error_at_once() {
     }
 }
 
+/// A link planted under an entry's name is not followed, even to a valid
+/// entry outside the directory: `get` is an error, and the file it points
+/// to is neither read nor touched (its time stays).
+#[test]
+fn a_link_out_of_the_store_is_not_followed() {
+    let dir = TempDir::new("link");
+    let outside = TempDir::new("link-target");
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    let elsewhere = DirectoryStore::new(outside.path()).unwrap();
+    elsewhere.put(&key(1), &value(1, 0, 100)).unwrap();
+    let target = elsewhere.path_of(&key(1));
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&target)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    std::os::unix::fs::symlink(&target, store.path_of(&key(1))).unwrap();
+    let error = store.get(&key(1)).unwrap_err();
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    let error = store.get_many(&[key(1)]).unwrap_err();
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    assert_eq!(std::fs::metadata(&target).unwrap().modified().unwrap(), old);
+    // Eviction deletes the link (a file of the store's), never its target.
+    assert_eq!(store.trim().unwrap().entries, 0);
+    assert!(target.exists());
+}
+
+/// `get_many` reads at most `GET_MANY_BYTES` in all: planted entries
+/// (sparse files, each no longer than an entry may be) adding up to more
+/// make it fail before reading any, while each is still read on its own.
+#[test]
+fn get_many_holds_a_bounded_number_of_bytes() {
+    use jitfold::store::directory::{GET_MANY_BYTES, MAX_ENTRY_BYTES};
+    let dir = TempDir::new("budget");
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    let n = (GET_MANY_BYTES / MAX_ENTRY_BYTES + 1) as u32;
+    let keys: Vec<StoreKey> = (0..n).map(key).collect();
+    for k in &keys {
+        let f = std::fs::File::create(store.path_of(k)).unwrap();
+        f.set_len(MAX_ENTRY_BYTES).unwrap();
+    }
+    let error = store.get_many(&keys).unwrap_err();
+    assert!(
+        matches!(error, StoreError::TooLarge { limit, .. } if limit == GET_MANY_BYTES),
+        "{error}"
+    );
+    let one = store.get(&keys[0]).unwrap().unwrap();
+    assert_eq!(one.len() as u64, MAX_ENTRY_BYTES);
+    // Longer than any entry: refused before it is read.
+    let f = std::fs::File::create(store.path_of(&keys[0])).unwrap();
+    f.set_len(MAX_ENTRY_BYTES + 1).unwrap();
+    assert!(matches!(store.get(&keys[0]), Err(StoreError::Io { .. })));
+    // And no longer value is stored.
+    let long = vec![0u8; MAX_ENTRY_BYTES as usize + 1];
+    assert!(matches!(
+        store.put(&keys[0], &long),
+        Err(StoreError::TooLarge { .. })
+    ));
+}
+
 /// Threads writing the same and different keys while others read: every
 /// read is a whole value of its key, and the last writes are all there.
 #[test]
