@@ -56,4 +56,4 @@ pub use fingerprint::{
     BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Fingerprinter, SymbolName,
     Template, Walk,
 };
-pub use module::{DedupError, DedupModule, DedupOptions, Mode, Stats};
+pub use module::{DedupError, DedupModule, DedupOptions, InnerBuilder, Mode, Stats};

@@ -97,6 +97,19 @@ fn every_outcome_is_logged() {
             .iter()
             .any(|(l, text)| *l == level && text.contains(needle))
     };
+    let records_before_store = RECORDER.0.lock().unwrap().len();
+    rejected_alike_is_said_once();
+    let store_warnings: Vec<String> = RECORDER.0.lock().unwrap()[records_before_store..]
+        .iter()
+        .filter(|(l, text)| *l == log::Level::Warn && text.contains("were all rejected"))
+        .map(|(_, text)| text.clone())
+        .collect();
+    assert_eq!(store_warnings.len(), 1, "{store_warnings:#?}");
+    assert!(
+        store_warnings[0].contains("MAC"),
+        "names the reason: {store_warnings:?}"
+    );
+
     for needle in [
         "first (funcid0): compiled",
         "twin (funcid1): duplicate of first (funcid0)",
@@ -109,4 +122,39 @@ fn every_outcome_is_logged() {
             "{needle} not in {records:#?}"
         );
     }
+}
+
+/// A store whose entries are all signed with another secret: a module
+/// using it rejects every entry, and says so once (at `warn` level), not
+/// only function by function at `debug` level.
+fn rejected_alike_is_said_once() {
+    use jitfold::store::{CodeStore, MemoryStore, Secret};
+    use std::sync::Arc;
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    let jit = || {
+        let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).unwrap();
+        JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()))
+    };
+    let program = |secret: [u8; 32]| {
+        let mut m = DedupModule::wrap(jit(), DedupOptions::default())
+            .with_store(store.clone(), Some(Secret::new(secret)));
+        for k in 0..6 {
+            let mut s = m.make_signature();
+            s.params.push(AbiParam::new(I64));
+            s.returns.push(AbiParam::new(I64));
+            let f = m
+                .declare_function(&format!("f{k}"), Linkage::Local, &s)
+                .unwrap();
+            define(&mut m, f, |b, _, p| {
+                let r = b.ins().imul_imm_s(p[0], 100 + k);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+        }
+        m.finalize_definitions().unwrap();
+        m.stats().clone()
+    };
+    assert_eq!(program([1; 32]).store_writes, 6);
+    let warm = program([2; 32]);
+    assert_eq!((warm.loaded, warm.store_rejected), (0, 6), "{warm}");
 }

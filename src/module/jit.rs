@@ -51,30 +51,19 @@ fn write_perf_map(lines: &str) {
     }
 }
 
+impl super::InnerBuilder for JITBuilder {
+    type Module = JITModule;
+    fn build(self) -> JITModule {
+        JITModule::new(self)
+    }
+}
+
 impl DedupModule<JITModule> {
     /// Like `JITModule::new`: a new JIT module, wrapped with the default
     /// [`DedupOptions`]. (To wrap a module with other options, use
     /// [`DedupModule::wrap`].)
     pub fn new(builder: JITBuilder) -> Self {
         Self::with_options(builder, DedupOptions::default())
-    }
-
-    /// A new JIT module with `options`. Unlike [`DedupModule::wrap`], it
-    /// knows that a JIT writes no frame descriptions for code defined from
-    /// bytes, so a [code store](DedupModule::with_store) may serve it
-    /// entries without unwind information.
-    ///
-    /// It also knows whether this build of cranelift-jit records the
-    /// exception tables of the functions it compiles (its
-    /// `wasmtime-unwinder` feature, which any crate of the build may turn
-    /// on): only then must functions with exception tables be compiled by
-    /// it rather than get code from bytes
-    /// ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
-    pub fn with_options(builder: JITBuilder, options: DedupOptions) -> Self {
-        let mut module = Self::wrap(JITModule::new(builder), options);
-        module.writes_frames = false;
-        module.records_exception_tables = records_exception_tables();
-        module
     }
 
     /// Compiles pending batch definitions, checks that everything referenced

@@ -344,30 +344,99 @@ pub struct DedupModule<M: Module> {
     stats: Stats,
 }
 
-/// Whether `M` is cranelift-jit's `JITModule` (whose exported functions no
-/// other definition replaces). (Without the `jit` feature no module is,
-/// and `M` is unused.)
-#[cfg_attr(not(feature = "jit"), allow(clippy::extra_unused_type_parameters))]
-fn is_jit_module<M: Module>() -> bool {
+/// What `DedupModule::wrap` knows of its inner module `M` by its type, and
+/// what follows for code defined from bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InnerKind {
+    /// cranelift-jit's `JITModule`: it writes no frame descriptions, and
+    /// records exception tables only with its `wasmtime-unwinder` feature;
+    /// it resolves its own symbols (no export or weak symbol is replaced).
+    Jit,
+    /// cranelift-object's `ObjectModule`: it writes no exception tables.
+    #[cfg_attr(not(feature = "object"), allow(dead_code))]
+    Object,
+    /// Any other: assumed to need all of it.
+    Other,
+}
+
+#[cfg_attr(
+    not(any(feature = "jit", feature = "object")),
+    allow(clippy::extra_unused_type_parameters)
+)]
+fn inner_kind<M: Module>() -> InnerKind {
     #[cfg(feature = "jit")]
-    return typeid::of::<M>() == typeid::of::<cranelift_jit::JITModule>();
-    #[cfg(not(feature = "jit"))]
-    return false;
+    if typeid::of::<M>() == typeid::of::<cranelift_jit::JITModule>() {
+        return InnerKind::Jit;
+    }
+    #[cfg(feature = "object")]
+    if typeid::of::<M>() == typeid::of::<cranelift_object::ObjectModule>() {
+        return InnerKind::Object;
+    }
+    InnerKind::Other
+}
+
+impl InnerKind {
+    /// Whether the module may write frame descriptions of code defined
+    /// from bytes, so that store entries without unwind information are
+    /// not used.
+    fn writes_frames(self) -> bool {
+        self != InnerKind::Jit
+    }
+
+    /// [`Policy::compile_catching`].
+    fn records_exception_tables(self) -> bool {
+        match self {
+            #[cfg(feature = "jit")]
+            InnerKind::Jit => jit::records_exception_tables(),
+            #[cfg(not(feature = "jit"))]
+            InnerKind::Jit => true,
+            InnerKind::Object => false,
+            InnerKind::Other => true,
+        }
+    }
+}
+
+/// The builder of a module `DedupModule` can make itself:
+/// [`DedupModule::with_options`] takes one (`JITBuilder`, feature `jit`;
+/// `ObjectBuilder`, feature `object`).
+pub trait InnerBuilder {
+    /// The module it builds.
+    type Module: Module;
+    /// Builds it, as the module's own `new` does.
+    fn build(self) -> Self::Module;
 }
 
 impl<M: Module> DedupModule<M> {
+    /// A new module made from `builder` (a `JITBuilder` or an
+    /// `ObjectBuilder`, as `JITModule::new` or `ObjectModule::new` make
+    /// theirs), with `options`: `DedupModule::wrap(builder's module,
+    /// options)`, which knows what that module needs (see
+    /// [`DedupModule::wrap`]).
+    pub fn with_options<B: InnerBuilder<Module = M>>(builder: B, options: DedupOptions) -> Self {
+        Self::wrap(builder.build(), options)
+    }
+
     /// Wraps `inner`. Declarations already made in `inner` are kept;
     /// definitions are not known to the wrapper (a function already defined
     /// in `inner` counts as undefined, so referencing it makes
     /// `finalize_definitions` fail): define through the wrapper.
     /// (`DedupModule::<JITModule>::new` and `DedupModule::<ObjectModule>::new`
     /// make the inner module from its builder, as `JITModule::new` and
-    /// `ObjectModule::new` do, with the default options.) Not knowing the
-    /// inner module, it assumes what is safe for any: that it writes frame
-    /// descriptions and records exception tables only for the functions it
-    /// compiles, so that code defined from bytes has neither (see
+    /// `ObjectModule::new` do, with the default options; `with_options`
+    /// with others.)
+    ///
+    /// What the inner module needs of code defined from bytes is decided
+    /// by its type, whichever constructor made the wrapper: a `JITModule`
+    /// writes no frame descriptions (so [store](DedupModule::with_store)
+    /// entries without unwind information serve it), records exception
+    /// tables only with cranelift-jit's `wasmtime-unwinder` feature, and
+    /// resolves its own symbols; an `ObjectModule` writes no exception
+    /// tables. Of any other module, it assumes what is safe for any: that
+    /// it writes frame descriptions and records exception tables only for
+    /// the functions it compiles, so that code defined from bytes has
+    /// neither (see
     /// [`Policy::compile_catching`](crate::plan::Policy::compile_catching)),
-    /// and, unless it is a `JITModule` or the options say otherwise
+    /// and, unless the options say otherwise
     /// ([`DedupOptions::interposable_exports`]), that an exported
     /// function's symbol may be interposed as an object file's may (see 14
     /// in the module docs).
@@ -376,6 +445,7 @@ impl<M: Module> DedupModule<M> {
         let declared_data = inner.declarations().get_data_objects().count();
         let machine_trampolines =
             trampoline::trampoline_to(inner.isa(), FuncId::from_u32(0)).is_some();
+        let kind = inner_kind::<M>();
         Self {
             inner,
             options,
@@ -394,12 +464,12 @@ impl<M: Module> DedupModule<M> {
             stored: None,
             verified: verify::Verified::default(),
             eager_shapes: similar::EagerShapes::default(),
-            writes_frames: true,
-            records_exception_tables: true,
+            writes_frames: kind.writes_frames(),
+            records_exception_tables: kind.records_exception_tables(),
             exports_interposable: options
                 .interposable_exports
-                .unwrap_or(!is_jit_module::<M>()),
-            preemptible_replaceable: !is_jit_module::<M>(),
+                .unwrap_or(kind != InnerKind::Jit),
+            preemptible_replaceable: kind != InnerKind::Jit,
             stats: Stats::default(),
         }
     }
@@ -490,5 +560,38 @@ impl<M: Module> DedupModule<M> {
     #[cfg(any(feature = "jit", feature = "object"))]
     fn check_references_defined(&self) -> cranelift_module::ModuleResult<()> {
         self.ids.check_references_defined(self.inner.declarations())
+    }
+}
+
+#[cfg(all(test, feature = "jit", feature = "object"))]
+mod tests {
+    use super::*;
+
+    /// `wrap` decides what the inner module needs by its type, as the
+    /// constructors from builders do (a JIT wrapped by hand warm-starts
+    /// from entries without unwind information).
+    #[test]
+    fn wrap_knows_the_inner_module_by_its_type() {
+        let options = DedupOptions::default();
+        let jit = || {
+            cranelift_jit::JITModule::new(
+                cranelift_jit::JITBuilder::new(cranelift_module::default_libcall_names()).unwrap(),
+            )
+        };
+        let m = DedupModule::wrap(jit(), options);
+        assert!(!m.writes_frames);
+        assert_eq!(m.records_exception_tables, jit::records_exception_tables());
+        assert!(!m.exports_interposable && !m.preemptible_replaceable);
+        let isa = crate::isa::host_isa(crate::isa::jit_flags()).unwrap();
+        let builder = cranelift_object::ObjectBuilder::new(
+            isa,
+            "kind",
+            cranelift_module::default_libcall_names(),
+        )
+        .unwrap();
+        let m = DedupModule::with_options(builder, options);
+        assert!(m.writes_frames && !m.records_exception_tables);
+        assert!(m.exports_interposable && m.preemptible_replaceable);
+        assert!(inner_kind::<DedupModule<cranelift_jit::JITModule>>() == InnerKind::Other);
     }
 }

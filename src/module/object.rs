@@ -37,18 +37,18 @@ use super::{DedupModule, DedupOptions, unwind};
 use cranelift_module::{FuncId, Module, ModuleResult};
 use cranelift_object::{ObjectBuilder, ObjectModule, ObjectProduct};
 
+impl super::InnerBuilder for ObjectBuilder {
+    type Module = ObjectModule;
+    fn build(self) -> ObjectModule {
+        ObjectModule::new(self)
+    }
+}
+
 impl DedupModule<ObjectModule> {
     /// Like `ObjectModule::new`: a new object module, wrapped with the
-    /// default [`DedupOptions`]. (To wrap a module with other options, use
-    /// [`DedupModule::wrap`].) Unlike `wrap`, it knows that
-    /// cranelift-object writes no exception tables, so that functions with
-    /// them may have code from bytes (reused, loaded from a store, compiled
-    /// on another thread) like any other
-    /// ([`Policy::compile_catching`](crate::plan::Policy::compile_catching)).
+    /// default [`DedupOptions`] ([`DedupModule::with_options`] for others).
     pub fn new(builder: ObjectBuilder) -> Self {
-        let mut module = Self::wrap(ObjectModule::new(builder), DedupOptions::default());
-        module.records_exception_tables = false;
-        module
+        Self::with_options(builder, DedupOptions::default())
     }
 
     /// Compiles what is pending and finishes the object, as

@@ -40,6 +40,10 @@
 //!    call fails, each function of its chunk asks on its own, and what the
 //!    other calls fetched is used. What was fetched is dropped when the
 //!    flush ends.
+//! 6. A module whose first [`REJECTED_ALIKE_TO_WARN`] entries found are
+//!    all rejected for one reason (another secret, another build, entries
+//!    without unwind information where they are needed), none used, says
+//!    so once at `warn` level: a store that serves nothing is not silent.
 
 use super::batch::KnownWalks;
 use super::ids::State;
@@ -72,6 +76,10 @@ pub(super) struct Stored {
     /// Whether the warning that entries without unwind information are
     /// not used here was logged.
     warned_frames: bool,
+    /// Until an entry is used: the reason the entries found were rejected
+    /// for, and how many in a row (0: none yet; see 6 above); `None` once
+    /// one is used, or once the warning is logged.
+    rejected_alike: Option<(Rejection, u32)>,
     /// The key this module reserved (see [`CodeStore::get_or_reserve`]),
     /// which ends with a `put` or, dropped, a release.
     reserved: Option<Reservation>,
@@ -98,6 +106,7 @@ impl<M: Module> DedupModule<M> {
             secret,
             needs_frames: self.writes_frames,
             warned_frames: false,
+            rejected_alike: Some((Rejection::Names, 0)),
             reserved: None,
             prefetched: HashMap::new(),
         });
@@ -239,6 +248,7 @@ impl<M: Module> DedupModule<M> {
                          module made with `DedupModule::<JITModule>::with_options` uses them"
                     );
                 }
+                stored.note_rejected(rejection.clone());
                 log::debug!(
                     "{} ({id}): the store's entry {key} cannot be used ({rejection}); compiling",
                     self.function_name(id)
@@ -247,6 +257,8 @@ impl<M: Module> DedupModule<M> {
                 return Ok(None);
             }
         };
+        // An entry is used: rejections are no longer all alike.
+        stored.rejected_alike = None;
         let Some(relocs) = reuse::module_relocs(&code, id) else {
             self.stats.store_rejected += 1;
             return Ok(None);
@@ -412,6 +424,33 @@ impl<M: Module> DedupModule<M> {
         if let Some(stored) = &mut self.stored {
             // Dropped: released (see `Reservation`).
             stored.reserved = None;
+        }
+    }
+}
+
+/// How many entries found in a row, none used, all rejected for one
+/// reason, make a module say so (see 6 above).
+const REJECTED_ALIKE_TO_WARN: u32 = 3;
+
+impl Stored {
+    /// Notes that an entry was rejected for `rejection`, and says so once
+    /// at `warn` level when the first [`REJECTED_ALIKE_TO_WARN`] entries
+    /// found were all rejected for it (see 6 above).
+    fn note_rejected(&mut self, rejection: Rejection) {
+        let Some((reason, count)) = &mut self.rejected_alike else {
+            return;
+        };
+        if *count == 0 || *reason != rejection {
+            *reason = rejection;
+            *count = 0;
+        }
+        *count += 1;
+        if *count == REJECTED_ALIKE_TO_WARN {
+            log::warn!(
+                "code store: the first {count} entries found were all rejected ({reason}); \
+                 this module compiles what they hold"
+            );
+            self.rejected_alike = None;
         }
     }
 }

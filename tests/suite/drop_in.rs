@@ -517,3 +517,19 @@ fn a_defined_function_cannot_become_exported_where_exports_may_be_interposed() {
     let mut m = DedupModule::<JITModule>::new(jit_builder());
     assert!(declare_twice(&mut m, Linkage::Local).is_ok());
 }
+
+/// Both module kinds have the same constructors from their builders, and a
+/// call names no type: the builder decides the module.
+#[test]
+fn both_module_kinds_are_made_from_their_builders_with_options() {
+    let options = jitfold::DedupOptions::batch().with_reuse(false);
+    let jit = DedupModule::with_options(jit_builder(), options);
+    let object = DedupModule::with_options(object_builder(), options);
+    let _: &DedupModule<JITModule> = &jit;
+    let _: &DedupModule<ObjectModule> = &object;
+    assert_eq!(jit.options(), options);
+    assert_eq!(object.options(), options);
+    let pinned: fn(ObjectBuilder, jitfold::DedupOptions) -> DedupModule<ObjectModule> =
+        DedupModule::with_options;
+    let _ = pinned;
+}
