@@ -119,6 +119,10 @@ impl ModeResult {
     }
 }
 
+/// What follows the baseline's message on a line a jitfold mode did not
+/// run again, since it failed under plain Cranelift.
+pub const NOT_RUN_AGAIN: &str = "(under plain Cranelift; not run again)";
+
 /// A run line that passes in the baseline and not in another mode.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Regression {
@@ -171,7 +175,7 @@ impl Suite {
                 Ok(()) => {
                     result.compiled[u] = true;
                     result.functions += unit.functions.len();
-                    let mut outcomes = program.run(&module, &[(u, unit)]);
+                    let mut outcomes = program.run(&module, &[(u, unit)], None);
                     result.outcomes[u] = outcomes.remove(0);
                 }
                 Err(e) => {
@@ -258,7 +262,8 @@ impl Suite {
                 }
             }
             let units: Vec<(usize, &Unit)> = members.iter().map(|&u| (u, &self.units[u])).collect();
-            for (&u, outcomes) in members.iter().zip(program.run(&module, &units)) {
+            let runs = program.run(&module, &units, Some(baseline));
+            for (&u, outcomes) in members.iter().zip(runs) {
                 result.outcomes[u] = outcomes;
             }
         }
@@ -452,7 +457,16 @@ impl Program {
     /// all of them run in child processes ([`invoke::call_isolated`], one
     /// child until a call ends one), so a call that traps, faults or does
     /// not end fails its own line only.
-    fn run(&self, module: &impl Executable, units: &[(usize, &Unit)]) -> Vec<Vec<LineOutcome>> {
+    /// Runs the lines of `units` in `module`. A line that failed in
+    /// `baseline` is not run again (a line that loops until its time limit
+    /// would cost that limit once more): it fails with the baseline's
+    /// message, followed by [`NOT_RUN_AGAIN`].
+    fn run(
+        &self,
+        module: &impl Executable,
+        units: &[(usize, &Unit)],
+        baseline: Option<&ModeResult>,
+    ) -> Vec<Vec<LineOutcome>> {
         let mut outcomes: Vec<Vec<LineOutcome>> = Vec::with_capacity(units.len());
         // (unit position, line index, command) of the lines to call, and
         // their calls.
@@ -461,9 +475,15 @@ impl Program {
         for (k, &(u, unit)) in units.iter().enumerate() {
             let ids = &self.functions[&u];
             let mut own = Vec::with_capacity(unit.lines.len());
-            for line in &unit.lines {
+            for (l, line) in unit.lines.iter().enumerate() {
                 if let Some(reason) = line_skip(&line.command) {
                     own.push(LineOutcome::Skipped(reason));
+                    continue;
+                }
+                if let Some(LineOutcome::Failed(message)) =
+                    baseline.and_then(|b| b.outcomes[u].get(l))
+                {
+                    own.push(LineOutcome::Failed(format!("{message} {NOT_RUN_AGAIN}")));
                     continue;
                 }
                 let Ok(command @ RunCommand::Run(invocation, ..)) = &line.command else {

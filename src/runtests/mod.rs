@@ -20,6 +20,28 @@
 //!   order in every mode.
 //! - Results are compared as Cranelift's runner compares them
 //!   (`cranelift_reader::RunCommand::run`: bitwise, `==` and `!=`).
+//! - A line that fails under plain Cranelift (its time limit included) is
+//!   run once, in the baseline: every jitfold mode takes its outcome.
+//! - [`modes`] is every option set `jitfold runtests` runs: each of
+//!   [`DedupOptions::ALL`](crate::DedupOptions::ALL), and similar merging
+//!   with code reuse (eager) and on two batch threads, which `ALL` does not
+//!   combine.
+
+use crate::DedupOptions;
+use crate::similar::SimilarOptions;
+
+/// The option sets `jitfold runtests` runs every line under (see the
+/// module docs).
+pub fn modes() -> Vec<DedupOptions> {
+    let mut modes = DedupOptions::ALL.to_vec();
+    modes.push(DedupOptions::eager().with_similar(SimilarOptions::DEFAULT));
+    modes.push(
+        DedupOptions::batch()
+            .with_threads(2)
+            .with_similar(SimilarOptions::DEFAULT),
+    );
+    modes
+}
 
 pub mod execute;
 pub mod host;

@@ -1,6 +1,5 @@
 //! `jitfold runtests`: Cranelift's run tests, plain and through jitfold.
 
-use jitfold::DedupOptions;
 use jitfold::fingerprint::CRANELIFT_VERSION;
 use jitfold::runtests::{LineOutcome, ModeResult, Regression, SkipReason, Suite, regressions};
 use serde_json::{Value, json};
@@ -37,9 +36,9 @@ pub fn main(args: &RuntestsArgs) -> ExitCode {
     // compile errors); keep their backtraces off the terminal.
     let (baseline, modes) = jitfold::compile::with_quiet_panics(|| {
         let baseline = suite.run_plain();
-        let modes: Vec<ModeResult> = DedupOptions::ALL
-            .iter()
-            .map(|&options| suite.run_jitfold(options, &baseline))
+        let modes: Vec<ModeResult> = jitfold::runtests::modes()
+            .into_iter()
+            .map(|options| suite.run_jitfold(options, &baseline))
             .collect();
         (baseline, modes)
     });
