@@ -248,11 +248,25 @@ impl<M: Module> DedupModule<M> {
             self.plan_and_put_back(pending, &mut walks, &mut precompiled, failures);
         }
         self.batch.forget_plan();
-        // (`define_now` may define more duplicates itself.)
+        // (`define_now` may define more duplicates itself.) A function whose
+        // template another module is compiling comes last (see 7 in
+        // `stored.rs`).
+        let mut deferred = Vec::new();
         for (i, (id, func)) in pending.iter_mut().enumerate() {
+            if self.ids.state(*id) != State::Pending {
+                continue;
+            }
+            let code = precompiled.get_mut(i).and_then(Option::take);
+            if code.is_none() && self.compiled_elsewhere(func, &mut walks[i]) {
+                deferred.push(i);
+                continue;
+            }
+            self.define_own(*id, func, code, walks[i].take(), true, failures);
+        }
+        for i in deferred {
+            let (id, func) = &mut pending[i];
             if self.ids.state(*id) == State::Pending {
-                let code = precompiled.get_mut(i).and_then(Option::take);
-                self.define_own(*id, func, code, walks[i].take(), true, failures);
+                self.define_own(*id, func, None, walks[i].take(), true, failures);
             }
         }
         self.end_prefetch();

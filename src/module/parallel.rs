@@ -268,8 +268,9 @@ impl<M: Module> DedupModule<M> {
             if planned.compiled_by_inner(policy) {
                 continue;
             }
-            // What the code store holds is loaded, not compiled.
-            if self.store_holds(&walk, loads) {
+            // What the code store holds, or another module compiles, is
+            // loaded, not compiled.
+            if Self::store_serves(&mut self.stored, &walk, loads) {
                 continue;
             }
             if leave_one {

@@ -44,16 +44,30 @@
 //!    all rejected for one reason (another secret, another build, entries
 //!    without unwind information where they are needed), none used, says
 //!    so once at `warn` level: a store that serves nothing is not silent.
+//! 7. Modules defining one program on a store that reserves keys (a
+//!    [`SharedStore`](crate::store::SharedStore)) divide its compiles
+//!    instead of queueing: a batch flush claims each template it is about
+//!    to compile without waiting ([`CodeStore::try_get_or_reserve`]), and
+//!    defers a function whose template another module is compiling until
+//!    its other functions are defined (in the order they were recorded;
+//!    then it waits for that module's entry, as a define always did). On
+//!    several threads, the templates it claims are compiled on them, and
+//!    those others compile are left to the store. Which function a class's
+//!    duplicates run is decided by planning, before any of this, so it
+//!    does not depend on timing; what a deferred function reuses or
+//!    loads may.
 
 use super::batch::KnownWalks;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
 use super::verify::Unverified;
-use super::{DedupModule, parallel};
+use super::{DedupModule, parallel, verify};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
-use crate::store::load::{Checks, Loaded, Miss, Rejection, Reservation, Source, load};
+use crate::store::load::{
+    Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, claim, load,
+};
 use crate::store::{CodeContext, CodeStore, Entry, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
@@ -86,6 +100,10 @@ pub(super) struct Stored {
     /// What the current batch flush fetched (see 5 above): for each key
     /// asked, its value if the store had one.
     prefetched: HashMap<StoreKey, Option<Vec<u8>>>,
+    /// The keys the current batch flush reserved ahead of their
+    /// functions' turns (see 7 above), each ended by its function's
+    /// definition or, dropped when the flush ends, released.
+    claimed: HashMap<StoreKey, Reservation>,
 }
 
 impl<M: Module> DedupModule<M> {
@@ -109,6 +127,7 @@ impl<M: Module> DedupModule<M> {
             rejected_alike: Some((Rejection::Names, 0)),
             reserved: None,
             prefetched: HashMap::new(),
+            claimed: HashMap::new(),
         });
         self
     }
@@ -175,16 +194,47 @@ impl<M: Module> DedupModule<M> {
     /// Whether this module holds a store reservation or prefetched
     /// entries (neither outlives a definition or a flush).
     pub(super) fn holds_store_state(&self) -> bool {
-        self.stored
-            .as_ref()
-            .is_some_and(|s| s.reserved.is_some() || !s.prefetched.is_empty())
+        self.stored.as_ref().is_some_and(|s| {
+            s.reserved.is_some() || !s.prefetched.is_empty() || !s.claimed.is_empty()
+        })
     }
 
-    /// Drops what the flush fetched (see 5 above).
+    /// Drops what the flush fetched (see 5 above), and gives up the keys
+    /// it claimed and did not compile (see 7 above).
     pub(super) fn end_prefetch(&mut self) {
         if let Some(stored) = &mut self.stored {
             stored.prefetched = HashMap::new();
+            stored.claimed = HashMap::new();
         }
+    }
+
+    /// Whether another module is compiling the template of pending `func`
+    /// (walked as `known`, if it was), whose code this flush would load or
+    /// compile now (see 7 above): then its definition waits until the flush's other functions
+    /// are defined. Claims the template otherwise, so that others defer it
+    /// in turn.
+    pub(super) fn compiled_elsewhere(
+        &mut self,
+        func: &Function,
+        known: &mut Option<crate::plan::Walk>,
+    ) -> bool {
+        if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+            return false;
+        }
+        // Walked as it is (its definition rewrites references to
+        // duplicates first; should that change it, what is claimed here is
+        // released when the flush ends).
+        if known.is_none() {
+            let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, func, self.inner.isa())
+            else {
+                return false;
+            };
+            *known = Some(walk.to_owned());
+        }
+        let walk = known.as_ref().expect("walked").as_ref();
+        let plan = self.compiled.plan(&walk.planned(func), self.policy());
+        let stored = self.stored.as_mut().expect("checked above");
+        stored.claim(&walk, plan.load && plan.needs_code())
     }
 
     /// Defines `id` (walked as `walk`, planned as `plan`) from the store's
@@ -206,6 +256,12 @@ impl<M: Module> DedupModule<M> {
         };
         let template = walk.fingerprint.to_template();
         let key = StoreKey::of(&stored.context, &template);
+        // Claimed by this flush ahead of its turn: this module compiles it.
+        if let Some(reservation) = stored.claimed.remove(&key) {
+            stored.reserved = Some(reservation);
+            self.stats.store_misses += 1;
+            return Ok(None);
+        }
         let source = match stored.prefetched.remove(&key) {
             Some(fetched) => Source::Fetched(fetched),
             None => Source::Ask,
@@ -382,9 +438,26 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// Whether a function walked as `walk`, whose plan loads its code from
+    /// the store if `loads` ([`Plan::load`]), is the store's to serve: it
+    /// holds an entry for its template (not checked), or, in a store that
+    /// reserves keys, another module is compiling it (see 7 above). Such a
+    /// function is not compiled on a flush's threads. A template the
+    /// store reserves for this module here is claimed until its
+    /// function's turn.
+    pub(super) fn store_serves(
+        stored: &mut Option<Stored>,
+        walk: &WalkRef<'_>,
+        loads: bool,
+    ) -> bool {
+        stored
+            .as_mut()
+            .is_some_and(|stored| loads && stored.claim(walk, true))
+    }
+
+    /// Whether a function walked as `walk`, whose plan loads its code from
     /// the store if `loads` ([`Plan::load`]), finds an entry for its
-    /// template there (not checked: a batch flush leaves such functions to
-    /// the store instead of compiling them on threads).
+    /// template there (not checked, nor claimed: similar merging leaves
+    /// such functions to the store).
     pub(super) fn store_holds(&self, walk: &WalkRef<'_>, loads: bool) -> bool {
         let Some(stored) = self.stored.as_ref().filter(|_| loads) else {
             return false;
@@ -433,6 +506,44 @@ impl<M: Module> DedupModule<M> {
 const REJECTED_ALIKE_TO_WARN: u32 = 3;
 
 impl Stored {
+    /// Claims the template of a function walked as `walk` whose code this
+    /// flush would load or compile (`needs_code`), without waiting (see 7
+    /// above); returns whether the store serves it (it holds an entry, or
+    /// another module is compiling it). An entry found is kept as fetched,
+    /// a reservation as claimed. A store that does not reserve keys is
+    /// only looked at.
+    fn claim(&mut self, walk: &WalkRef<'_>, needs_code: bool) -> bool {
+        if !needs_code {
+            return false;
+        }
+        let key = store_key(&self.context, walk);
+        match self.prefetched.get(&key) {
+            Some(Some(_)) => return true,
+            // Missing when the flush asked: asked again only to claim it.
+            Some(None) if !self.store.reserves() => return false,
+            Some(None) | None => {}
+        }
+        if self.claimed.contains_key(&key) {
+            return false;
+        }
+        if !self.store.reserves() {
+            return matches!(self.store.get(&key), Ok(Some(_)));
+        }
+        match claim(&self.store, key) {
+            Ok(Claimed::Found(value)) => {
+                self.prefetched.insert(key, Some(value));
+                true
+            }
+            Ok(Claimed::Reserved(reservation)) => {
+                self.claimed.insert(key, reservation);
+                false
+            }
+            Ok(Claimed::Busy) => true,
+            // Asked again in its turn.
+            Err(_) => false,
+        }
+    }
+
     /// Notes that an entry was rejected for `rejection`, and says so once
     /// at `warn` level when the first [`REJECTED_ALIKE_TO_WARN`] entries
     /// found were all rejected for it (see 6 above).

@@ -30,7 +30,7 @@
 //! one place (`verify.rs` in `src/module/`), after a hit here.
 
 use super::{
-    CodeContext, CodeStore, Entry, EntryRejected, EntryUnwind, Secret, StoreError, StoreKey,
+    Claim, CodeContext, CodeStore, Entry, EntryRejected, EntryUnwind, Secret, StoreError, StoreKey,
 };
 use crate::code::MachineCode;
 use crate::fingerprint::{SymbolName, Template};
@@ -153,6 +153,31 @@ impl Drop for Reservation {
             store.release(&self.key);
         }
     }
+}
+
+/// What [`claim`] found.
+pub enum Claimed {
+    /// The key's value (not checked yet: [`load`] it as
+    /// [`Source::Fetched`]).
+    Found(Vec<u8>),
+    /// The key is the caller's to compile.
+    Reserved(Reservation),
+    /// Another caller is compiling it.
+    Busy,
+}
+
+/// Claims `key` in `store` without waiting for another caller
+/// ([`CodeStore::try_get_or_reserve`]): its value, its reservation, or
+/// word that another caller is compiling it.
+pub fn claim(store: &Arc<dyn CodeStore>, key: StoreKey) -> Result<Claimed, StoreError> {
+    Ok(match store.try_get_or_reserve(&key)? {
+        Claim::Found(value) => Claimed::Found(value),
+        Claim::Reserved => Claimed::Reserved(Reservation {
+            store: Some(store.clone()),
+            key,
+        }),
+        Claim::Busy => Claimed::Busy,
+    })
 }
 
 /// Where [`load`] gets an entry's bytes from.

@@ -132,6 +132,20 @@ pub trait CodeStore: Send + Sync {
         self.get(key)
     }
 
+    /// [`CodeStore::get_or_reserve`] that never waits for another
+    /// caller: [`Claim::Busy`] where another caller holds the key's
+    /// reservation (it is compiling the value), so that the caller can do
+    /// other work first and ask again later. A batch flush defers such
+    /// functions to its end, so that runtimes defining one program divide
+    /// its compiles instead of queueing on each other. By default,
+    /// `get_or_reserve` (which then never says busy).
+    fn try_get_or_reserve(&self, key: &StoreKey) -> Result<Claim, StoreError> {
+        Ok(match self.get_or_reserve(key)? {
+            Some(value) => Claim::Found(value),
+            None => Claim::Reserved,
+        })
+    }
+
     /// Whether [`CodeStore::get_or_reserve`] reserves keys (does more than
     /// `get`). A batch flush asks again, with `get_or_reserve`, for a key
     /// that its [`CodeStore::get_many`] did not find only in a store that
@@ -148,6 +162,18 @@ pub trait CodeStore: Send + Sync {
     fn release(&self, key: &StoreKey) {
         let _ = key;
     }
+}
+
+/// What [`CodeStore::try_get_or_reserve`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The key's value.
+    Found(Vec<u8>),
+    /// No value: the key is the caller's to compile, and to end with `put`
+    /// or [`CodeStore::release`].
+    Reserved,
+    /// No value, and another caller is compiling it.
+    Busy,
 }
 
 /// The most keys a backend asks for in one command of

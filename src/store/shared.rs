@@ -44,8 +44,14 @@
 //! 5. Values are copied in and out; nothing in the map is executed. A
 //!    backing store that fails is a miss (counted in its user's
 //!    statistics only as this store's answer: a miss).
+//! 6. [`CodeStore::try_get_or_reserve`] answers as `get_or_reserve` does,
+//!    except that where another caller holds the reservation it says
+//!    [`Claim::Busy`] at once instead of waiting: a batch flush then
+//!    defines its other functions first (see `stored.rs` in
+//!    `src/module/`), so that modules defining one program divide its
+//!    compiles.
 
-use super::{CodeStore, StoreError, StoreKey};
+use super::{Claim, CodeStore, StoreError, StoreKey};
 use hashbrown::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -237,6 +243,47 @@ impl CodeStore for SharedStore {
     }
 
     fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(match self.claim(key, true) {
+            Claim::Found(value) => Some(value),
+            Claim::Reserved => None,
+            Claim::Busy => unreachable!("a claim that waits is never busy"),
+        })
+    }
+
+    /// Never waits (see 6 in the module docs).
+    fn try_get_or_reserve(&self, key: &StoreKey) -> Result<Claim, StoreError> {
+        Ok(self.claim(key, false))
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        self.fill(key, value.into());
+        match &self.backing {
+            Some(backing) => backing.put(key, value),
+            None => Ok(()),
+        }
+    }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    fn release(&self, key: &StoreKey) {
+        let shard = self.shard(key);
+        let mut slots = shard.lock();
+        if let Some(Slot::Reserved) = slots.get(key) {
+            slots.remove(key);
+        }
+        drop(slots);
+        shard.changed.notify_all();
+    }
+}
+
+impl SharedStore {
+    /// The value of `key`, or its reservation for the caller; where
+    /// another caller holds the reservation, [`Claim::Busy`] at once
+    /// unless `wait`, else waiting (at most the longest wait, then taking
+    /// it over: see 2 in the module docs).
+    fn claim(&self, key: &StoreKey, wait: bool) -> Claim {
         let shard = self.shard(key);
         let mut slots = shard.lock();
         let mut waited_since: Option<Instant> = None;
@@ -250,8 +297,9 @@ impl CodeStore for SharedStore {
                         let nanos = start.elapsed().as_nanos() as u64;
                         self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
                     }
-                    return Ok(Some(value));
+                    return Claim::Found(value);
                 }
+                Some(Slot::Reserved) if !wait => return Claim::Busy,
                 Some(Slot::Reserved) => {
                     let since = *waited_since.get_or_insert_with(Instant::now);
                     let Some(left) = self.max_wait.checked_sub(since.elapsed()) else {
@@ -281,31 +329,9 @@ impl CodeStore for SharedStore {
             && let Ok(Some(value)) = backing.get(key)
         {
             self.fill(key, value.as_slice().into());
-            return Ok(Some(value));
+            return Claim::Found(value);
         }
-        Ok(None)
-    }
-
-    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
-        self.fill(key, value.into());
-        match &self.backing {
-            Some(backing) => backing.put(key, value),
-            None => Ok(()),
-        }
-    }
-
-    fn reserves(&self) -> bool {
-        true
-    }
-
-    fn release(&self, key: &StoreKey) {
-        let shard = self.shard(key);
-        let mut slots = shard.lock();
-        if let Some(Slot::Reserved) = slots.get(key) {
-            slots.remove(key);
-        }
-        drop(slots);
-        shard.changed.notify_all();
+        Claim::Reserved
     }
 }
 

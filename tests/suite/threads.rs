@@ -144,3 +144,107 @@ fn a_panicking_compile_releases_the_threads_waiting_for_it() {
     // once).
     assert_eq!(store.stats().reservations, threads as u64 + 1);
 }
+
+/// A store that records, in order, what a module asks of a `SharedStore`.
+struct Recording {
+    shared: SharedStore,
+    log: std::sync::Mutex<Vec<(&'static str, jitfold::store::StoreKey)>>,
+}
+
+impl Recording {
+    fn note(&self, what: &'static str, key: &jitfold::store::StoreKey) {
+        self.log.lock().unwrap().push((what, *key));
+    }
+}
+
+impl CodeStore for Recording {
+    fn get(
+        &self,
+        key: &jitfold::store::StoreKey,
+    ) -> Result<Option<Vec<u8>>, jitfold::store::StoreError> {
+        self.shared.get(key)
+    }
+    fn put(
+        &self,
+        key: &jitfold::store::StoreKey,
+        value: &[u8],
+    ) -> Result<(), jitfold::store::StoreError> {
+        self.note("put", key);
+        self.shared.put(key, value)
+    }
+    fn get_or_reserve(
+        &self,
+        key: &jitfold::store::StoreKey,
+    ) -> Result<Option<Vec<u8>>, jitfold::store::StoreError> {
+        self.note("wait", key);
+        self.shared.get_or_reserve(key)
+    }
+    fn try_get_or_reserve(
+        &self,
+        key: &jitfold::store::StoreKey,
+    ) -> Result<jitfold::store::Claim, jitfold::store::StoreError> {
+        self.shared.try_get_or_reserve(key)
+    }
+    fn reserves(&self) -> bool {
+        true
+    }
+    fn release(&self, key: &jitfold::store::StoreKey) {
+        self.shared.release(key)
+    }
+}
+
+/// Batch mode divides a program's compiles between the modules sharing a
+/// store instead of queueing on each other: a function whose template
+/// another module is compiling (here, a key reserved by the test, as
+/// another runtime would) is defined after every other function of the
+/// flush, which are compiled and stored first; only then does the flush
+/// wait for it (and, the other never storing it, compile it itself once
+/// the wait ends). On one thread and on two.
+#[test]
+fn a_flush_defines_what_others_compile_last() {
+    use jitfold::plan::Walk;
+    use jitfold::store::{CodeContext, StoreKey};
+    for threads in [1, 2] {
+        let options = DedupOptions::batch().with_threads(threads);
+        let recording = Arc::new(Recording {
+            shared: SharedStore::new().with_max_wait(Duration::from_millis(200)),
+            log: Default::default(),
+        });
+        // The key of the third leaf's template (`x * 5 + 2000`, as
+        // `leaves_and_callers` defines it).
+        let mut probe = JITModule::new(builder());
+        let context = CodeContext::of(probe.isa());
+        let conv = probe.isa().default_call_conv();
+        let id = declare(&mut probe, "leaf_probe", conv);
+        let third = crate::common::build::built(&mut probe, id, |b, _, p| {
+            let t = b.ins().imul_imm_s(p[0], 3 + 2);
+            let r = b.ins().iadd_imm_s(t, 1000 * 2);
+            b.ins().return_(&[r]);
+        });
+        let walk = Walk::of(&mut jitfold::Fingerprinter::new(), &third);
+        let held = StoreKey::of(&context, &walk.fingerprint.to_template());
+        // Another runtime holds it.
+        assert_eq!(recording.shared.get_or_reserve(&held).unwrap(), None);
+        let mut m = DedupModule::with_options(builder(), options)
+            .with_store(recording.clone() as Arc<dyn CodeStore>, None);
+        let order: Vec<i64> = (0..6).collect();
+        let defined = leaves_and_callers(&mut m, &order, 1000);
+        m.finalize_definitions().unwrap();
+        let log = recording.log.lock().unwrap().clone();
+        let waited = log
+            .iter()
+            .position(|&(what, key)| what == "wait" && key == held)
+            .unwrap_or_else(|| panic!("{threads} threads: never waited for it: {log:?}"));
+        let puts_before = log[..waited].iter().filter(|(w, _)| *w == "put").count();
+        // Six leaves and one callers' template; all but the held one stored
+        // before the wait.
+        assert_eq!(puts_before, 6, "{threads} threads: {log:?}");
+        assert_eq!(m.stats().compiled, 7, "{threads} threads: {}", m.stats());
+        let expected: Vec<i64> = (0..6).map(|k| 4 * (3 + k) + 1000 * k).collect();
+        let got: Vec<i64> = defined[..6]
+            .iter()
+            .map(|&id| call1(m.get_finalized_function(id), 4))
+            .collect();
+        assert_eq!(got, expected, "{threads} threads");
+    }
+}
