@@ -10,7 +10,13 @@
 //!   both threads should be about one thread's; it is printed at the end,
 //!   with the wall times.
 //!
-//! Run with `cargo bench --features tools --bench threads`.
+//! - `runtimes`: N runtimes starting one program at once (the 1,000
+//!   functions), each with its own module: on one `SharedStore` against
+//!   each a plain `JITModule`, eager and batch, for N = 2 and the machine's
+//!   core count; the wall times, their ratio and the compiles in total.
+//!
+//! Run with `cargo bench --features tools --bench threads`
+//! (`-- runtimes` for the last alone).
 
 #[allow(dead_code)]
 mod common;
@@ -83,8 +89,30 @@ fn shared_store_lookups(c: &mut Criterion) {
 /// Defines the 1,000 functions through a module on `store`; returns the
 /// compile time the module spent.
 fn define_all(store: Arc<SharedStore>) -> Duration {
+    define_all_with(store, DedupOptions::default()).compile_time
+}
+
+/// Defines the 1,000 functions in a plain `JITModule`, finalized.
+fn define_plain() {
+    let mut m = JITModule::new(JITBuilder::new(default_libcall_names()).unwrap());
+    let conv = m.isa().default_call_conv();
+    for k in 0..FUNCTIONS {
+        let func = distinct_function(k as i64, false, conv);
+        let id = m
+            .declare_function(&format!("f{k}"), Linkage::Local, &func.signature)
+            .unwrap();
+        let mut ctx = m.make_context();
+        ctx.func = func;
+        m.define_function(id, &mut ctx).unwrap();
+    }
+    m.finalize_definitions().unwrap();
+}
+
+/// Defines the 1,000 functions through a module with `options` on
+/// `store`; returns its statistics.
+fn define_all_with(store: Arc<SharedStore>, options: DedupOptions) -> jitfold::Stats {
     let builder = JITBuilder::new(default_libcall_names()).unwrap();
-    let mut m = DedupModule::with_options(builder, DedupOptions::default())
+    let mut m = DedupModule::with_options(builder, options)
         .with_store(store as Arc<dyn CodeStore>, None);
     let conv = m.isa().default_call_conv();
     for k in 0..FUNCTIONS {
@@ -97,7 +125,7 @@ fn define_all(store: Arc<SharedStore>) -> Duration {
         m.define_function(id, &mut ctx).unwrap();
     }
     m.finalize_definitions().unwrap();
-    m.stats().compile_time
+    m.stats().clone()
 }
 
 fn same_functions(c: &mut Criterion) {
@@ -146,9 +174,64 @@ fn two_threads() -> Duration {
     handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
 
+/// N runtimes starting one program at once (the 1,000 functions), each
+/// with its own module: on one `SharedStore` against each a plain
+/// `JITModule`, for N = 2 and the machine's core count, eager and batch.
+/// Prints the wall times (best of 3 alternating rounds), their ratio and
+/// the compiles summed over the runtimes.
+fn runtimes() {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut counts = vec![2];
+    if cores > 2 {
+        counts.push(cores);
+    }
+    for n in counts {
+        for (label, options) in [
+            ("eager", DedupOptions::eager()),
+            ("batch", DedupOptions::batch()),
+        ] {
+            let (mut plain, mut shared) = (Duration::MAX, Duration::MAX);
+            let mut compiles = 0;
+            for _ in 0..3 {
+                let start = Instant::now();
+                let handles: Vec<_> = (0..n).map(|_| std::thread::spawn(define_plain)).collect();
+                handles.into_iter().for_each(|h| h.join().unwrap());
+                plain = plain.min(start.elapsed());
+                let store = Arc::new(SharedStore::new());
+                let start = Instant::now();
+                let handles: Vec<_> = (0..n)
+                    .map(|_| {
+                        let store = store.clone();
+                        std::thread::spawn(move || define_all_with(store, options))
+                    })
+                    .collect();
+                compiles = handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap().compiled)
+                    .sum::<u64>();
+                shared = shared.min(start.elapsed());
+            }
+            println!(
+                "{n} runtimes, {FUNCTIONS} functions, {label}: plain {:.1} ms ({} compiles), \
+                 one shared store {:.1} ms ({compiles} compiles): {:.2}x faster",
+                plain.as_secs_f64() * 1e3,
+                n * FUNCTIONS,
+                shared.as_secs_f64() * 1e3,
+                plain.as_secs_f64() / shared.as_secs_f64()
+            );
+        }
+    }
+}
+
 fn main() {
+    // `-- runtimes`: the runtimes comparison alone.
+    if std::env::args().any(|a| a == "runtimes") {
+        runtimes();
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     shared_store_lookups(&mut c);
     same_functions(&mut c);
     c.final_summary();
+    runtimes();
 }

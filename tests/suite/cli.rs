@@ -270,7 +270,7 @@ fn runtests_reports_every_mode_and_passes_what_plain_passes() {
     assert_eq!(r["units"], 7);
     assert_eq!(r["run_lines"], 20, "18 in parsed files, 2 in newer.clif");
     let modes = r["modes"].as_array().unwrap();
-    assert_eq!(modes.len(), 1 + jitfold::DedupOptions::ALL.len());
+    assert_eq!(modes.len(), 1 + jitfold::runtests::modes().len());
     assert_eq!(modes[0]["mode"], "plain");
     for m in modes {
         assert_eq!(m["passed"], 14, "{}", m["mode"]);
