@@ -89,12 +89,19 @@ fn shared_store_lookups(c: &mut Criterion) {
 /// Defines the 1,000 functions through a module on `store`; returns the
 /// compile time the module spent.
 fn define_all(store: Arc<SharedStore>) -> Duration {
-    define_all_with(store, DedupOptions::default()).compile_time
+    define_all_with(store, DedupOptions::default(), true).compile_time
+}
+
+/// A JIT builder, with Cranelift's verifier on or off (wasmtime ships
+/// with it off).
+fn jit_builder(verifier: bool) -> JITBuilder {
+    let flag = if verifier { "true" } else { "false" };
+    JITBuilder::with_flags(&[("enable_verifier", flag)], default_libcall_names()).unwrap()
 }
 
 /// Defines the 1,000 functions in a plain `JITModule`, finalized.
-fn define_plain() {
-    let mut m = JITModule::new(JITBuilder::new(default_libcall_names()).unwrap());
+fn define_plain(verifier: bool) {
+    let mut m = JITModule::new(jit_builder(verifier));
     let conv = m.isa().default_call_conv();
     for k in 0..FUNCTIONS {
         let func = distinct_function(k as i64, false, conv);
@@ -110,10 +117,14 @@ fn define_plain() {
 
 /// Defines the 1,000 functions through a module with `options` on
 /// `store`; returns its statistics.
-fn define_all_with(store: Arc<SharedStore>, options: DedupOptions) -> jitfold::Stats {
-    let builder = JITBuilder::new(default_libcall_names()).unwrap();
-    let mut m = DedupModule::with_options(builder, options)
-        .with_store(store as Arc<dyn CodeStore>, None);
+fn define_all_with(
+    store: Arc<SharedStore>,
+    options: DedupOptions,
+    verifier: bool,
+) -> jitfold::Stats {
+    let builder = jit_builder(verifier);
+    let mut m =
+        DedupModule::with_options(builder, options).with_store(store as Arc<dyn CodeStore>, None);
     let conv = m.isa().default_call_conv();
     for k in 0..FUNCTIONS {
         let func = distinct_function(k as i64, false, conv);
@@ -176,7 +187,8 @@ fn two_threads() -> Duration {
 
 /// N runtimes starting one program at once (the 1,000 functions), each
 /// with its own module: on one `SharedStore` against each a plain
-/// `JITModule`, for N = 2 and the machine's core count, eager and batch.
+/// `JITModule`, for N = 2 and the machine's core count, eager and batch,
+/// Cranelift's verifier on and off.
 /// Prints the wall times (best of 3 alternating rounds), their ratio and
 /// the compiles summed over the runtimes.
 fn runtimes() {
@@ -185,7 +197,7 @@ fn runtimes() {
     if cores > 2 {
         counts.push(cores);
     }
-    for n in counts {
+    for (n, verifier) in counts.into_iter().flat_map(|n| [(n, true), (n, false)]) {
         for (label, options) in [
             ("eager", DedupOptions::eager()),
             ("batch", DedupOptions::batch()),
@@ -194,7 +206,9 @@ fn runtimes() {
             let mut compiles = 0;
             for _ in 0..3 {
                 let start = Instant::now();
-                let handles: Vec<_> = (0..n).map(|_| std::thread::spawn(define_plain)).collect();
+                let handles: Vec<_> = (0..n)
+                    .map(|_| std::thread::spawn(move || define_plain(verifier)))
+                    .collect();
                 handles.into_iter().for_each(|h| h.join().unwrap());
                 plain = plain.min(start.elapsed());
                 let store = Arc::new(SharedStore::new());
@@ -202,7 +216,7 @@ fn runtimes() {
                 let handles: Vec<_> = (0..n)
                     .map(|_| {
                         let store = store.clone();
-                        std::thread::spawn(move || define_all_with(store, options))
+                        std::thread::spawn(move || define_all_with(store, options, verifier))
                     })
                     .collect();
                 compiles = handles
@@ -212,8 +226,9 @@ fn runtimes() {
                 shared = shared.min(start.elapsed());
             }
             println!(
-                "{n} runtimes, {FUNCTIONS} functions, {label}: plain {:.1} ms ({} compiles), \
-                 one shared store {:.1} ms ({compiles} compiles): {:.2}x faster",
+                "{n} runtimes, {FUNCTIONS} functions, {label}, verifier {}: plain {:.1} ms \
+                 ({} compiles), one shared store {:.1} ms ({compiles} compiles): {:.2}x faster",
+                if verifier { "on" } else { "off" },
                 plain.as_secs_f64() * 1e3,
                 n * FUNCTIONS,
                 shared.as_secs_f64() * 1e3,

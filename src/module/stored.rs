@@ -49,10 +49,14 @@
 //!    instead of queueing: a batch flush claims each template it is about
 //!    to compile without waiting ([`CodeStore::try_get_or_reserve`]), and
 //!    defers a function whose template another module is compiling until
-//!    its other functions are defined (in the order they were recorded;
-//!    then it waits for that module's entry, as a define always did). On
-//!    several threads, the templates it claims are compiled on them, and
-//!    those others compile are left to the store. Which function a class's
+//!    its other functions are defined (in the order they were recorded).
+//!    Only then, its claims given up, does it wait for that module's entry
+//!    (as a define always did): a module that holds claims never waits for
+//!    another, so no two modules wait on each other's claims; a busy
+//!    template it must define before (a root of its plan) it compiles
+//!    too, a compile more, never other code. On several threads, the
+//!    templates it claims are compiled on them, and those others compile
+//!    or the store holds are left to the store. Which function a class's
 //!    duplicates run is decided by planning, before any of this, so it
 //!    does not depend on timing; what a deferred function reuses or
 //!    loads may.
@@ -202,8 +206,17 @@ impl<M: Module> DedupModule<M> {
     /// Drops what the flush fetched (see 5 above), and gives up the keys
     /// it claimed and did not compile (see 7 above).
     pub(super) fn end_prefetch(&mut self) {
+        self.release_claims();
         if let Some(stored) = &mut self.stored {
             stored.prefetched = HashMap::new();
+        }
+    }
+
+    /// Gives up the keys this flush claimed and has not compiled yet: the
+    /// functions they were claimed for are defined (or were planned
+    /// otherwise since), so nobody is to wait for them (see 7 above).
+    pub(super) fn release_claims(&mut self) {
+        if let Some(stored) = &mut self.stored {
             stored.claimed = HashMap::new();
         }
     }
@@ -234,7 +247,7 @@ impl<M: Module> DedupModule<M> {
         let walk = known.as_ref().expect("walked").as_ref();
         let plan = self.compiled.plan(&walk.planned(func), self.policy());
         let stored = self.stored.as_mut().expect("checked above");
-        stored.claim(&walk, plan.load && plan.needs_code())
+        stored.claim(&walk, plan.load && plan.needs_code()) == Served::Busy
     }
 
     /// Defines `id` (walked as `walk`, planned as `plan`) from the store's
@@ -265,6 +278,39 @@ impl<M: Module> DedupModule<M> {
         let source = match stored.prefetched.remove(&key) {
             Some(fetched) => Source::Fetched(fetched),
             None => Source::Ask,
+        };
+        // A module that holds claims never waits for another (which may
+        // be waiting for one of them): a template another module is
+        // compiling is compiled here too, a compile more, never other code
+        // (see 7 above).
+        let source = match source {
+            Source::Fetched(None) | Source::Ask
+                if !stored.claimed.is_empty() && stored.store.reserves() =>
+            {
+                match claim(&stored.store, key) {
+                    Ok(Claimed::Found(value)) => Source::Fetched(Some(value)),
+                    Ok(Claimed::Reserved(reservation)) => {
+                        stored.reserved = Some(reservation);
+                        self.stats.store_misses += 1;
+                        return Ok(None);
+                    }
+                    Ok(Claimed::Busy) => {
+                        log::debug!(
+                            "{} ({id}): another module is compiling {key}; so does this one, \
+                             which holds claims of its own",
+                            self.function_name(id)
+                        );
+                        self.stats.store_misses += 1;
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        log::warn!("code store: {e}; compiling without it");
+                        self.stats.store_errors += 1;
+                        return Ok(None);
+                    }
+                }
+            }
+            source => source,
         };
         let checks = Checks {
             context: &stored.context,
@@ -451,7 +497,7 @@ impl<M: Module> DedupModule<M> {
     ) -> bool {
         stored
             .as_mut()
-            .is_some_and(|stored| loads && stored.claim(walk, true))
+            .is_some_and(|stored| loads && stored.claim(walk, true) != Served::No)
     }
 
     /// Whether a function walked as `walk`, whose plan loads its code from
@@ -501,6 +547,18 @@ impl<M: Module> DedupModule<M> {
     }
 }
 
+/// What [`Stored::claim`] found of a template.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// Nothing: this module compiles it (claimed, where the store
+    /// reserves keys).
+    No,
+    /// The store holds an entry.
+    Found,
+    /// Another module is compiling it.
+    Busy,
+}
+
 /// How many entries found in a row, none used, all rejected for one
 /// reason, make a module say so (see 6 above).
 const REJECTED_ALIKE_TO_WARN: u32 = 3;
@@ -508,39 +566,42 @@ const REJECTED_ALIKE_TO_WARN: u32 = 3;
 impl Stored {
     /// Claims the template of a function walked as `walk` whose code this
     /// flush would load or compile (`needs_code`), without waiting (see 7
-    /// above); returns whether the store serves it (it holds an entry, or
-    /// another module is compiling it). An entry found is kept as fetched,
+    /// above): whether the store holds an entry for it (not checked), or
+    /// another module is compiling it. An entry found is kept as fetched,
     /// a reservation as claimed. A store that does not reserve keys is
     /// only looked at.
-    fn claim(&mut self, walk: &WalkRef<'_>, needs_code: bool) -> bool {
+    fn claim(&mut self, walk: &WalkRef<'_>, needs_code: bool) -> Served {
         if !needs_code {
-            return false;
+            return Served::No;
         }
         let key = store_key(&self.context, walk);
         match self.prefetched.get(&key) {
-            Some(Some(_)) => return true,
+            Some(Some(_)) => return Served::Found,
             // Missing when the flush asked: asked again only to claim it.
-            Some(None) if !self.store.reserves() => return false,
+            Some(None) if !self.store.reserves() => return Served::No,
             Some(None) | None => {}
         }
         if self.claimed.contains_key(&key) {
-            return false;
+            return Served::No;
         }
         if !self.store.reserves() {
-            return matches!(self.store.get(&key), Ok(Some(_)));
+            return match self.store.get(&key) {
+                Ok(Some(_)) => Served::Found,
+                _ => Served::No,
+            };
         }
         match claim(&self.store, key) {
             Ok(Claimed::Found(value)) => {
                 self.prefetched.insert(key, Some(value));
-                true
+                Served::Found
             }
             Ok(Claimed::Reserved(reservation)) => {
                 self.claimed.insert(key, reservation);
-                false
+                Served::No
             }
-            Ok(Claimed::Busy) => true,
+            Ok(Claimed::Busy) => Served::Busy,
             // Asked again in its turn.
-            Err(_) => false,
+            Err(_) => Served::No,
         }
     }
 

@@ -369,13 +369,26 @@ impl CodeStore for DirectoryStore {
         for key in keys {
             total = total.saturating_add(self.entry_len(&self.path_of(key))?.unwrap_or(0));
         }
+        let too_large = |len| StoreError::TooLarge {
+            len,
+            limit: GET_MANY_BYTES,
+        };
         if total > GET_MANY_BYTES {
-            return Err(StoreError::TooLarge {
-                len: total,
-                limit: GET_MANY_BYTES,
-            });
+            return Err(too_large(total));
         }
-        keys.iter().map(|key| self.get(key)).collect()
+        // Counted again as read: files swapped for longer ones since are
+        // not read past the budget.
+        let mut read: u64 = 0;
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            let value = self.get(key)?;
+            read += value.as_ref().map_or(0, |v| v.len() as u64);
+            if read > GET_MANY_BYTES {
+                return Err(too_large(read));
+            }
+            values.push(value);
+        }
+        Ok(values)
     }
 
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {

@@ -140,10 +140,15 @@ impl Reservation {
         self.key
     }
 
-    /// Ends the reservation by storing `value` under its key.
+    /// Ends the reservation by storing `value` under its key; should that
+    /// fail, by releasing it.
     pub fn put(mut self, value: &[u8]) -> Result<(), StoreError> {
         let store = self.store.take().expect("a reservation ends once");
-        store.put(&self.key, value)
+        let put = store.put(&self.key, value);
+        if put.is_err() {
+            store.release(&self.key);
+        }
+        put
     }
 }
 

@@ -138,7 +138,9 @@ pub trait CodeStore: Send + Sync {
     /// other work first and ask again later. A batch flush defers such
     /// functions to its end, so that runtimes defining one program divide
     /// its compiles instead of queueing on each other. By default,
-    /// `get_or_reserve` (which then never says busy).
+    /// `get_or_reserve` (which then never says busy): a store that
+    /// reserves keys and may wait in `get_or_reserve` should override it,
+    /// or a flush waits where it meant to move on.
     fn try_get_or_reserve(&self, key: &StoreKey) -> Result<Claim, StoreError> {
         Ok(match self.get_or_reserve(key)? {
             Some(value) => Claim::Found(value),

@@ -508,7 +508,7 @@ fn a_function_that_catches_is_reused_where_no_exception_tables_are_recorded() {
 /// `wrap` cannot tell from one that records them).
 #[test]
 fn a_function_that_catches_is_neither_reused_nor_loaded() {
-    use crate::common::failing::{Failure, FailingJit};
+    use crate::common::failing::{FailingJit, Failure};
     let store: std::sync::Arc<dyn jitfold::store::CodeStore> =
         std::sync::Arc::new(jitfold::store::MemoryStore::new());
     for run in 0..2 {

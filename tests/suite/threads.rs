@@ -248,3 +248,58 @@ fn a_flush_defines_what_others_compile_last() {
         assert_eq!(got, expected, "{threads} threads");
     }
 }
+
+/// A module holding claims never waits for another module (which may be
+/// waiting for one of them): on two threads, a flush claims the templates
+/// it compiles on them, and a root of its plan whose template another
+/// module is compiling is compiled here too instead of waited for (the
+/// store's wait, a minute here, would otherwise pass first).
+#[test]
+fn a_module_holding_claims_does_not_wait_for_another() {
+    use jitfold::plan::Walk;
+    use jitfold::store::{CodeContext, StoreKey};
+    let recording = Arc::new(Recording {
+        shared: SharedStore::new().with_max_wait(Duration::from_secs(60)),
+        log: Default::default(),
+    });
+    let twin = |m: &mut JITModule| {
+        let conv = m.isa().default_call_conv();
+        let id = declare(m, "twin_probe", conv);
+        crate::common::build::built(m, id, |b, _, p| {
+            let r = b.ins().imul_imm_s(p[0], 77);
+            b.ins().return_(&[r]);
+        })
+    };
+    let mut probe = JITModule::new(builder());
+    let context = CodeContext::of(probe.isa());
+    let walk = Walk::of(&mut jitfold::Fingerprinter::new(), &twin(&mut probe));
+    let held = StoreKey::of(&context, &walk.fingerprint.to_template());
+    assert_eq!(recording.shared.get_or_reserve(&held).unwrap(), None);
+    let options = DedupOptions::batch().with_threads(2);
+    let mut m = DedupModule::with_options(builder(), options)
+        .with_store(recording.clone() as Arc<dyn CodeStore>, None);
+    // Twins (the first is the root of the other), then other functions.
+    let conv = m.isa().default_call_conv();
+    let twins: Vec<FuncId> = (0..2)
+        .map(|i| {
+            let id = declare(&mut m, &format!("twin{i}"), conv);
+            define(&mut m, id, |b, _, p| {
+                let r = b.ins().imul_imm_s(p[0], 77);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+            id
+        })
+        .collect();
+    let order: Vec<i64> = (0..6).collect();
+    leaves_and_callers(&mut m, &order, 1000);
+    m.finalize_definitions().unwrap();
+    let log = recording.log.lock().unwrap().clone();
+    assert!(
+        !log.iter().any(|&(what, key)| what == "wait" && key == held),
+        "waited: {log:?}"
+    );
+    for &id in &twins {
+        assert_eq!(call1(m.get_finalized_function(id), 3), 231);
+    }
+}
