@@ -99,9 +99,8 @@ fn jit_builder(verifier: bool) -> JITBuilder {
     JITBuilder::with_flags(&[("enable_verifier", flag)], default_libcall_names()).unwrap()
 }
 
-/// Defines the 1,000 functions in a plain `JITModule`, finalized.
-fn define_plain(verifier: bool) {
-    let mut m = JITModule::new(jit_builder(verifier));
+/// Declares and defines the 1,000 functions in `m` (not finalized).
+fn define_functions(m: &mut impl Module) {
     let conv = m.isa().default_call_conv();
     for k in 0..FUNCTIONS {
         let func = distinct_function(k as i64, false, conv);
@@ -112,6 +111,12 @@ fn define_plain(verifier: bool) {
         ctx.func = func;
         m.define_function(id, &mut ctx).unwrap();
     }
+}
+
+/// Defines the 1,000 functions in a plain `JITModule`, finalized.
+fn define_plain(verifier: bool) {
+    let mut m = JITModule::new(jit_builder(verifier));
+    define_functions(&mut m);
     m.finalize_definitions().unwrap();
 }
 
@@ -125,16 +130,7 @@ fn define_all_with(
     let builder = jit_builder(verifier);
     let mut m =
         DedupModule::with_options(builder, options).with_store(store as Arc<dyn CodeStore>, None);
-    let conv = m.isa().default_call_conv();
-    for k in 0..FUNCTIONS {
-        let func = distinct_function(k as i64, false, conv);
-        let id = m
-            .declare_function(&format!("f{k}"), Linkage::Local, &func.signature)
-            .unwrap();
-        let mut ctx = m.make_context();
-        ctx.func = func;
-        m.define_function(id, &mut ctx).unwrap();
-    }
+    define_functions(&mut m);
     m.finalize_definitions().unwrap();
     m.stats().clone()
 }

@@ -413,18 +413,7 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
             if !callers_first {
                 define_uncompilable(&mut m, callee, &[f0, f1]);
             }
-            let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
-            for (caller, f, k) in calls
-                .into_iter()
-                .chain([(d, b, 9), (g, b, 11), (gx, b, 11)])
-            {
-                define(&mut m, caller, |fb, m, p| {
-                    let r = emit_call(fb, m, f, p[0]);
-                    let r = fb.ins().iadd_imm_s(r, k);
-                    fb.ins().return_(&[r]);
-                })
-                .unwrap();
-            }
+            callers_of_twins(&mut m, [a, b, c, d, x, x2, g, gx], [f0, f1]);
             if callers_first {
                 define_uncompilable(&mut m, callee, &[f0, f1]);
             }
@@ -441,6 +430,26 @@ fn calls_of_a_twin_whose_original_fails_to_compile_stay_its_own() {
                 "{options:?}, callers first: {callers_first}"
             );
         }
+    }
+}
+
+/// Defines the callers of the twins `f0` and `f1` the two tests below
+/// share: `x`, `x2` (`f1 + 3`), `a` (`f0 + 7`), `b` (`f1 + 7`, so `a`'s
+/// twin over the call graph), `c` (`f1 + 5`), and `d` (`b + 9`), `g` and
+/// `gx` (`b + 11`).
+fn callers_of_twins<M: Module>(m: &mut M, callers: [FuncId; 8], [f0, f1]: [FuncId; 2]) {
+    let [a, b, c, d, x, x2, g, gx] = callers;
+    let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
+    for (caller, f, k) in calls
+        .into_iter()
+        .chain([(d, b, 9), (g, b, 11), (gx, b, 11)])
+    {
+        define(m, caller, |fb, m, p| {
+            let r = emit_call(fb, m, f, p[0]);
+            let r = fb.ins().iadd_imm_s(r, k);
+            fb.ins().return_(&[r]);
+        })
+        .unwrap();
     }
 }
 
@@ -476,18 +485,7 @@ fn a_root_the_inner_module_fails_to_compile_undoes_the_plan() {
                 if !callers_first {
                     twins(&mut m);
                 }
-                let calls = [(x, f1, 3), (x2, f1, 3), (a, f0, 7), (b, f1, 7), (c, f1, 5)];
-                for (caller, f, k) in calls
-                    .into_iter()
-                    .chain([(d, b, 9), (g, b, 11), (gx, b, 11)])
-                {
-                    define(&mut m, caller, |fb, m, p| {
-                        let r = emit_call(fb, m, f, p[0]);
-                        let r = fb.ins().iadd_imm_s(r, k);
-                        fb.ins().return_(&[r]);
-                    })
-                    .unwrap();
-                }
+                callers_of_twins(&mut m, [a, b, c, d, x, x2, g, gx], [f0, f1]);
                 if callers_first {
                     twins(&mut m);
                 }
