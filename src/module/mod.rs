@@ -582,7 +582,12 @@ mod tests {
         assert!(!m.writes_frames);
         assert_eq!(m.records_exception_tables, jit::records_exception_tables());
         assert!(!m.exports_interposable && !m.preemptible_replaceable);
-        let isa = crate::isa::host_isa(crate::isa::jit_flags()).unwrap();
+        let isa = cranelift_codegen::isa::lookup_by_name("x86_64")
+            .unwrap()
+            .finish(cranelift_codegen::settings::Flags::new(
+                cranelift_codegen::settings::builder(),
+            ))
+            .unwrap();
         let builder = cranelift_object::ObjectBuilder::new(
             isa,
             "kind",

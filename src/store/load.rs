@@ -332,11 +332,13 @@ pub fn emitted_on(isa: &dyn TargetIsa, kind: Reloc) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Fingerprinter;
     use crate::code::{RelocTarget, Relocation};
     use crate::compile::compile;
     use crate::plan::Walk;
     use crate::store::MemoryStore;
-    use crate::{Fingerprinter, isa};
+    use cranelift_codegen::isa::OwnedTargetIsa;
+    use cranelift_codegen::settings;
     use std::sync::Mutex;
 
     const F: &str = "function %f(i64) -> i64 {
@@ -355,13 +357,22 @@ block0(v0: i64):
         template: Template,
         names: Vec<SymbolName>,
         code: MachineCode,
-        isa: cranelift_codegen::isa::OwnedTargetIsa,
+        isa: OwnedTargetIsa,
         context: CodeContext,
+    }
+
+    /// The ISA named `name` with Cranelift's default flags (as a JIT's:
+    /// not PIC).
+    fn isa_named(name: &str) -> OwnedTargetIsa {
+        cranelift_codegen::isa::lookup_by_name(name)
+            .unwrap()
+            .finish(settings::Flags::new(settings::builder()))
+            .unwrap()
     }
 
     fn fixture() -> Fixture {
         let func = cranelift_reader::parse_functions(F).unwrap().remove(0);
-        let isa = isa::isa_by_name("x86_64", isa::jit_flags()).unwrap();
+        let isa = isa_named("x86_64");
         let walk = Walk::of(&mut Fingerprinter::new(), &func);
         let code = compile(&func, &*isa).unwrap().code;
         let context = CodeContext::of(&*isa);
@@ -436,7 +447,7 @@ block0(v0: i64):
     #[test]
     fn another_context_is_the_entrys_rejection() {
         let f = fixture();
-        let aarch64 = isa::isa_by_name("aarch64", isa::jit_flags()).unwrap();
+        let aarch64 = isa_named("aarch64");
         let other = CodeContext::of(&*aarch64);
         let checks = Checks {
             context: &other,
