@@ -150,6 +150,9 @@ pub enum Body {
         /// The constant.
         k: i64,
     },
+    /// Twelve rounds of `x = x * 3 + k`: long enough for an adapter (a
+    /// twin in another convention) and for similar merging.
+    Long(i64),
     /// Adds an `i32` to an `i64`: fails to verify.
     Invalid,
 }
@@ -236,7 +239,8 @@ impl<'a> Arbitrary<'a> for ApiProgram {
                     // The declared signature, or (a third of the time)
                     // another.
                     sig: sig(u)?,
-                    body: match u.int_in_range(0..=12)? {
+                    body: match u.int_in_range(0..=14)? {
+                        13 | 14 => Body::Long(k),
                         0..=3 => Body::Add(k),
                         4..=5 => Body::Mul(k + 2),
                         6..=8 => Body::CallThen {
@@ -489,6 +493,14 @@ impl<M: Module> Side<M> {
         let value = match body {
             Body::Add(k) => b.ins().iadd_imm_s(x, k),
             Body::Mul(k) => b.ins().imul_imm_s(x, k),
+            Body::Long(k) => {
+                let mut v = x;
+                for _ in 0..12 {
+                    let t = b.ins().imul_imm_s(v, 3);
+                    v = b.ins().iadd_imm_s(t, k);
+                }
+                v
+            }
             Body::Invalid => {
                 let narrow = b.ins().iconst(types::I32, 1);
                 b.ins().iadd(x, narrow)

@@ -90,20 +90,28 @@ impl<M: Module> Module for DedupModule<M> {
         // preemptible (or exported, where exports are interposable) makes
         // it so (cranelift-module's `Linkage::merge`). One already defined
         // or recorded may already be merged: refused (see 14 in the module
-        // docs), before the inner module changes it. (A declaration the
-        // inner module refuses, with another signature, is its error.)
+        // docs), before the inner module changes it. With another
+        // signature, the inner module would refuse it too, but only after
+        // changing the linkage (cranelift-module 0.135.8's
+        // `FunctionDeclaration::merge`): its error is given here, and the
+        // linkage left alone.
         if self.replaceable(linkage)
             && let Some(FuncOrDataId::Func(id)) = self.inner.declarations().get_name(name)
             && let existing = self.inner.declarations().get_function_decl(id)
-            && existing.signature == *signature
-            && let existing = existing.linkage
-            && !self.replaceable(existing)
-            && self.replaceable(merged_linkage(existing, linkage))
+            && !self.replaceable(existing.linkage)
+            && self.replaceable(merged_linkage(existing.linkage, linkage))
             && matches!(
                 self.ids.state(id),
                 State::Pending | State::Compiled(_) | State::Duplicate { .. }
             )
         {
+            if existing.signature != *signature {
+                return Err(ModuleError::IncompatibleSignature(
+                    name.to_owned(),
+                    existing.signature.clone(),
+                    signature.clone(),
+                ));
+            }
             return Err(DedupError::PreemptibleAfterDefinition {
                 function: name.to_owned(),
             }
