@@ -279,46 +279,34 @@ impl<M: Module> DedupModule<M> {
             Some(fetched) => Source::Fetched(fetched),
             None => Source::Ask,
         };
-        // A module that holds claims never waits for another (which may
-        // be waiting for one of them): a template another module is
-        // compiling is compiled here too, a compile more, never other code
-        // (see 7 above).
-        let source = match source {
-            Source::Fetched(None) | Source::Ask
-                if !stored.claimed.is_empty() && stored.store.reserves() =>
-            {
-                match claim(&stored.store, key) {
-                    Ok(Claimed::Found(value)) => Source::Fetched(Some(value)),
-                    Ok(Claimed::Reserved(reservation)) => {
-                        stored.reserved = Some(reservation);
-                        self.stats.store_misses += 1;
-                        return Ok(None);
-                    }
-                    Ok(Claimed::Busy) => {
-                        log::debug!(
-                            "{} ({id}): another module is compiling {key}; so does this one, \
-                             which holds claims of its own",
-                            self.function_name(id)
-                        );
-                        self.stats.store_misses += 1;
-                        return Ok(None);
-                    }
-                    Err(e) => {
-                        log::warn!("code store: {e}; compiling without it");
-                        self.stats.store_errors += 1;
-                        return Ok(None);
-                    }
-                }
-            }
-            source => source,
-        };
         let checks = Checks {
             context: &stored.context,
             secret: stored.secret.as_ref(),
             isa: self.inner.isa(),
             needs_unwind: stored.needs_frames,
         };
-        let loaded = load(&stored.store, key, source, &checks, &template, walk.names);
+        let asks = matches!(source, Source::Ask | Source::Fetched(None));
+        let loaded = if asks && !stored.claimed.is_empty() && stored.store.reserves() {
+            // A module that holds claims never waits for another (which
+            // may be waiting for one of them): a template another module
+            // is compiling is compiled here too, a compile more, never
+            // other code (see 7 above).
+            match claim(&stored.store, key) {
+                Ok(Claimed::Found(value)) => load(
+                    &stored.store,
+                    key,
+                    Source::Fetched(Some(value)),
+                    &checks,
+                    &template,
+                    walk.names,
+                ),
+                Ok(Claimed::Reserved(reservation)) => Err(Miss::Reserved(reservation)),
+                Ok(Claimed::Busy) => Err(Miss::Absent),
+                Err(e) => Err(Miss::Store(e)),
+            }
+        } else {
+            load(&stored.store, key, source, &checks, &template, walk.names)
+        };
         let Loaded {
             code,
             unwind,
