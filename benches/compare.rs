@@ -17,7 +17,9 @@
 //!    jitfold's on a directory and (with the `redis` feature and
 //!    `redis-server` installed) on a Redis server on loopback (`e2e.rs`);
 //! 5. lookup latency with 10³, 10⁵ and 10⁶ entries, and memory per entry
-//!    counted by this file's global allocator (`lookup.rs`).
+//!    counted by this file's global allocator (`lookup.rs`);
+//! 6. N runtimes starting one program at once, on one `SharedStore`
+//!    against N plain modules (`runtimes.rs`).
 //!
 //! Every comparison runs all its sides in the same process, in rotating
 //! order, round after round; each reports the best time of every side and
@@ -27,7 +29,9 @@
 //! `cargo bench --features tools,redis --bench compare` is the short
 //! version (prefixes of the corpora, few rounds); with
 //! `JITFOLD_COMPARE=full` it runs whole corpora and more rounds, for the
-//! README.
+//! README. `JITFOLD_COMPARE=runtimes` runs table 6 alone, on whole
+//! corpora. `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
+//! unpacked (one folder each), for a machine without `../shared`.
 
 #[allow(dead_code)]
 mod common;
@@ -37,6 +41,8 @@ mod e2e;
 mod lookup;
 #[path = "compare/per_function.rs"]
 mod per_function;
+#[path = "compare/runtimes.rs"]
+mod runtimes;
 
 pub use common::{Spread, alternate, median};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -111,11 +117,21 @@ pub struct Config {
     pub corpus_rounds: usize,
     /// Lookups timed one by one per cache size.
     pub probes: usize,
+    /// `JITFOLD_COMPARE=runtimes`: table 6 alone.
+    pub runtimes_only: bool,
 }
 
 impl Config {
     fn from_env() -> Config {
         let full = std::env::var("JITFOLD_COMPARE").is_ok_and(|v| v == "full");
+        let runtimes_only = std::env::var("JITFOLD_COMPARE").is_ok_and(|v| v == "runtimes");
+        if runtimes_only {
+            return Config {
+                corpus_limit: None,
+                runtimes_only,
+                ..Config::short()
+            };
+        }
         if full {
             Config {
                 full,
@@ -125,17 +141,24 @@ impl Config {
                 corpus_limit: None,
                 corpus_rounds: 11,
                 probes: 100_000,
+                runtimes_only,
             }
         } else {
-            Config {
-                full,
-                per_function_rounds: 5,
-                synthetic_functions: 300,
-                synthetic_rounds: 21,
-                corpus_limit: Some(300),
-                corpus_rounds: 5,
-                probes: 20_000,
-            }
+            Config::short()
+        }
+    }
+
+    /// The short run's settings.
+    fn short() -> Config {
+        Config {
+            full: false,
+            per_function_rounds: 5,
+            synthetic_functions: 300,
+            synthetic_rounds: 21,
+            corpus_limit: Some(300),
+            corpus_rounds: 5,
+            probes: 20_000,
+            runtimes_only: false,
         }
     }
 }
@@ -202,9 +225,12 @@ fn main() {
     print_machine(&config);
     let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
     let corpora = e2e::Corpus::load_all(&*isa, &config);
-    per_function::print(&corpora, &*isa, &config);
-    e2e::print(&corpora, &isa, &config);
-    lookup::print(&config);
+    if !config.runtimes_only {
+        per_function::print(&corpora, &*isa, &config);
+        e2e::print(&corpora, &isa, &config);
+        lookup::print(&config);
+    }
+    runtimes::print(&corpora, &config);
     println!(
         "Load average at the end: {}; the whole run took {:.0} s.",
         common::load_average(),

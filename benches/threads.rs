@@ -15,8 +15,11 @@
 //!   each a plain `JITModule`, eager and batch, for N = 2 and the machine's
 //!   core count; the wall times, their ratio and the compiles in total.
 //!
+//! - `warm`: a warm start from a `SharedStore` (every function loaded)
+//!   against compiling, per mode and verifier setting.
+//!
 //! Run with `cargo bench --features tools --bench threads`
-//! (`-- runtimes` for the last alone).
+//! (`-- runtimes` or `-- warm` for one of the last two alone).
 
 #[allow(dead_code)]
 mod common;
@@ -234,10 +237,59 @@ fn runtimes() {
     }
 }
 
+/// A warm start from a `SharedStore`: one runtime fills the store, then
+/// fresh runtimes define the 1,000 functions from it (each loaded, none
+/// compiled), against a plain `JITModule` compiling them, eager and batch,
+/// Cranelift's verifier on and off. Prints the best times of 5
+/// alternating rounds and their ratio. (`JITFOLD_WARM_LOOP=N` repeats the
+/// warm side N times more, unprinted, for a profiler.)
+fn warm() {
+    let repeat: usize = std::env::var("JITFOLD_WARM_LOOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for verifier in [true, false] {
+        for (label, options) in [
+            ("eager", DedupOptions::eager()),
+            ("batch", DedupOptions::batch()),
+        ] {
+            let store = Arc::new(SharedStore::new());
+            define_all_with(store.clone(), options, verifier);
+            let (mut plain, mut warm) = (Duration::MAX, Duration::MAX);
+            for _ in 0..5 {
+                let start = Instant::now();
+                define_plain(verifier);
+                plain = plain.min(start.elapsed());
+                let start = Instant::now();
+                let stats = define_all_with(store.clone(), options, verifier);
+                warm = warm.min(start.elapsed());
+                assert_eq!(stats.loaded, FUNCTIONS as u64, "{stats}");
+            }
+            for _ in 0..repeat {
+                define_all_with(store.clone(), options, verifier);
+            }
+            println!(
+                "warm start, {FUNCTIONS} functions, {label}, verifier {}: plain {:.1} ms, \
+                 from a shared store {:.1} ms: {:.3} of plain's time ({:.1} µs a function)",
+                if verifier { "on" } else { "off" },
+                plain.as_secs_f64() * 1e3,
+                warm.as_secs_f64() * 1e3,
+                warm.as_secs_f64() / plain.as_secs_f64(),
+                warm.as_secs_f64() * 1e6 / FUNCTIONS as f64,
+            );
+        }
+    }
+}
+
 fn main() {
     // `-- runtimes`: the runtimes comparison alone.
     if std::env::args().any(|a| a == "runtimes") {
         runtimes();
+        return;
+    }
+    // `-- warm`: the warm start alone.
+    if std::env::args().any(|a| a == "warm") {
+        warm();
         return;
     }
     let mut c = Criterion::default().configure_from_args();
@@ -245,4 +297,5 @@ fn main() {
     same_functions(&mut c);
     c.final_summary();
     runtimes();
+    warm();
 }

@@ -59,8 +59,20 @@ fn unpack(corpora: &Path, dest: &Path) -> Vec<PathBuf> {
 }
 
 /// The shared corpora, unpacked once into `target/jitfold-bench-corpora`
-/// (empty when `../shared/corpora` is absent).
+/// (empty when `../shared/corpora` is absent), or the folders in
+/// `JITFOLD_BENCH_CORPORA` where that is set.
 pub fn corpus_dirs() -> Vec<PathBuf> {
+    // A machine without `../shared`: the corpora unpacked elsewhere.
+    if let Some(dir) = std::env::var_os("JITFOLD_BENCH_CORPORA") {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("JITFOLD_BENCH_CORPORA is a folder")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.sort();
+        return dirs;
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     unpack(
         &root.join("../shared/corpora"),

@@ -39,7 +39,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::packed_option::ReservedValue;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_jit::{ArenaMemoryProvider, JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleReloc, default_libcall_names};
 use jitfold::compile::{compile, with_quiet_panics};
 use jitfold::similar::SimilarOptions;
@@ -229,6 +229,13 @@ pub enum Persistent<'a> {
 pub fn run(way: Way, w: &Workload, isa: &OwnedTargetIsa, cache: Persistent<'_>) -> Run {
     let mut builder = JITBuilder::with_isa(isa.clone(), default_libcall_names());
     builder.symbol_lookup_fn(Box::new(|_| Some(unresolved as *const u8)));
+    // One reserved region per module: with the system allocator, 16
+    // runtimes at once (table 6) got one module's code more than 2 GiB
+    // from code it calls, and cranelift-jit panics on such a call's
+    // relocation (plain modules as well as wrapped ones).
+    builder.memory_provider(Box::new(
+        ArenaMemoryProvider::new_with_size(1 << 30).expect("1 GiB of address space"),
+    ));
     match way {
         Jitfold(options, _) => {
             // (`with_options`, not `wrap`: a module it makes is known to

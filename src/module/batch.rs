@@ -124,6 +124,27 @@ impl Batch {
 }
 
 impl<M: Module> DedupModule<M> {
+    /// Records the definition of `id` in `ctx` for the next flush (every
+    /// definition in batch mode; in eager mode, one whose template another
+    /// module is compiling, see 8 in `stored.rs`). Compiling rewrites the
+    /// function in the context; the record takes it instead of a copy, and
+    /// leaves its name and signature.
+    pub(super) fn record_pending(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &ControlPlane,
+    ) {
+        log::trace!(
+            "{} ({id}): recorded for the next flush",
+            self.function_name(id)
+        );
+        self.ids.plan(id, State::Pending);
+        let rest = Function::with_name_signature(ctx.func.name.clone(), ctx.func.signature.clone());
+        let func = std::mem::replace(&mut ctx.func, rest);
+        self.batch.record(id, func, ctrl_plane.clone());
+    }
+
     /// Compiles the definitions recorded in batch mode: groups them by
     /// fingerprint (repeating after each round of reference rewriting, so that
     /// callers of merged functions merge too), compiles one function per
@@ -151,6 +172,8 @@ impl<M: Module> DedupModule<M> {
     /// ([`DedupModule::take_failed_definitions`]), later flushes fail too.
     pub fn flush(&mut self) -> ModuleResult<()> {
         let mut pending = std::mem::take(&mut self.batch.pending);
+        // Eager definitions deferred so far are defined now.
+        self.forget_deferred();
         let mut failures = Failures::new();
         if !pending.is_empty() {
             self.define_pending(&mut pending, &mut failures);

@@ -193,26 +193,26 @@ impl<M: Module> Module for DedupModule<M> {
             });
         }
         match self.options.mode {
-            Mode::Eager => self
-                .define_now(id, ctx, ctrl_plane, &mut None, None)
-                .inspect_err(|_| {
+            Mode::Eager => {
+                // Another module sharing the store is compiling its
+                // template: defined by the next flush instead of waited
+                // for (see 8 in `stored.rs`).
+                let mut walk = None;
+                if self.defers_to_flush(&ctx.func, &mut walk) {
+                    self.stats.store_deferred += 1;
+                    self.record_pending(id, ctx, ctrl_plane);
+                    return Ok(());
+                }
+                let defined = self.define_now(id, ctx, ctrl_plane, &mut None, walk.as_ref());
+                // A claim the define did not take (it failed first) is
+                // given up.
+                self.end_prefetch();
+                defined.inspect_err(|_| {
                     self.stats.defined -= 1;
-                }),
+                })
+            }
             Mode::Batch => {
-                log::trace!(
-                    "{} ({id}): recorded for the next flush",
-                    self.function_name(id)
-                );
-                self.ids.plan(id, State::Pending);
-                // Compiling rewrites the function in the context; batch
-                // mode takes it instead of a copy, and leaves its name and
-                // signature.
-                let rest = ir::Function::with_name_signature(
-                    ctx.func.name.clone(),
-                    ctx.func.signature.clone(),
-                );
-                let func = std::mem::replace(&mut ctx.func, rest);
-                self.batch.record(id, func, ctrl_plane.clone());
+                self.record_pending(id, ctx, ctrl_plane);
                 Ok(())
             }
         }

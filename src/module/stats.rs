@@ -46,6 +46,10 @@ pub struct Stats {
     pub store_errors: u64,
     /// Entries written to the code store.
     pub store_writes: u64,
+    /// Eager definitions left to the next flush, since another module
+    /// sharing the store was compiling their template (see
+    /// [`DedupModule::with_store`](super::DedupModule::with_store)).
+    pub store_deferred: u64,
     /// Functions defined as an adapter to a compiled function that differs
     /// only in its calling convention (their bytes count in `code_bytes`).
     pub adapted: u64,
@@ -216,12 +220,14 @@ impl fmt::Display for Stats {
         if self.loaded + self.store_misses + self.store_rejected + self.store_errors > 0 {
             writeln!(
                 f,
-                "loaded from the store {} ({} misses, {} rejected, {} errors, {} written)",
+                "loaded from the store {} ({} misses, {} rejected, {} errors, {} written, \
+                 {} deferred)",
                 self.loaded,
                 self.store_misses,
                 self.store_rejected,
                 self.store_errors,
-                self.store_writes
+                self.store_writes,
+                self.store_deferred
             )?;
         }
         writeln!(f, "adapted               {}", self.adapted)?;
@@ -277,6 +283,7 @@ impl AddAssign for Stats {
             store_rejected,
             store_errors,
             store_writes,
+            store_deferred,
             adapted,
             aliased,
             trampolined,
@@ -304,6 +311,7 @@ impl AddAssign for Stats {
         self.store_rejected += store_rejected;
         self.store_errors += store_errors;
         self.store_writes += store_writes;
+        self.store_deferred += store_deferred;
         self.adapted += adapted;
         self.aliased += aliased;
         self.trampolined += trampolined;

@@ -60,6 +60,19 @@
 //!    duplicates run is decided by planning, before any of this, so it
 //!    does not depend on timing; what a deferred function reuses or
 //!    loads may.
+//! 8. In eager mode on such a store, `define_function` does not wait for
+//!    another module either: a function whose template another module is
+//!    compiling is recorded, as batch mode records every function, and
+//!    defined by the next flush (`finalize_definitions`, or
+//!    [`DedupModule::flush`]), which waits for that entry only after
+//!    defining the rest (7). So do the later functions with a template
+//!    deferred so (whatever the store holds by then), so that which
+//!    function of a class is canonical does not depend on timing. For the
+//!    caller, a deferred definition is a batch definition: it returns `Ok`,
+//!    leaves `ctx.compiled_code()` `None`, and a failure of it (which the
+//!    first compile would have returned) is the error of the next flush,
+//!    listed by [`DedupModule::failed_definitions`]; nothing can call it
+//!    before, since nothing is finalized before that flush.
 
 use super::batch::KnownWalks;
 use super::ids::State;
@@ -108,6 +121,9 @@ pub(super) struct Stored {
     /// functions' turns (see 7 above), each ended by its function's
     /// definition or, dropped when the flush ends, released.
     claimed: HashMap<StoreKey, Reservation>,
+    /// Eager mode: the templates of the definitions deferred to the next
+    /// flush (see 8 above).
+    deferred: HashSet<StoreKey>,
 }
 
 impl<M: Module> DedupModule<M> {
@@ -132,6 +148,7 @@ impl<M: Module> DedupModule<M> {
             reserved: None,
             prefetched: HashMap::new(),
             claimed: HashMap::new(),
+            deferred: HashSet::new(),
         });
         self
     }
@@ -223,13 +240,38 @@ impl<M: Module> DedupModule<M> {
 
     /// Whether another module is compiling the template of pending `func`
     /// (walked as `known`, if it was), whose code this flush would load or
-    /// compile now (see 7 above): then its definition waits until the flush's other functions
-    /// are defined. Claims the template otherwise, so that others defer it
-    /// in turn.
+    /// compile now (see 7 above): then its definition waits until the
+    /// flush's other functions are defined. Claims the template otherwise,
+    /// so that others defer it in turn.
     pub(super) fn compiled_elsewhere(
         &mut self,
         func: &Function,
         known: &mut Option<crate::plan::Walk>,
+    ) -> bool {
+        self.claim_template(func, known, false)
+    }
+
+    /// Eager mode: whether the definition of `func` (walked as `known`,
+    /// if it was; walked here otherwise) waits for the next flush, since
+    /// another module is compiling its template, or an earlier definition
+    /// of this module with its template waits already (see 8 above).
+    /// Claims the template otherwise, for the define that follows (which
+    /// [`DedupModule::end_prefetch`] ends).
+    pub(super) fn defers_to_flush(
+        &mut self,
+        func: &Function,
+        known: &mut Option<crate::plan::Walk>,
+    ) -> bool {
+        self.claim_template(func, known, true)
+    }
+
+    /// [`DedupModule::compiled_elsewhere`], and, if `eager`,
+    /// [`DedupModule::defers_to_flush`].
+    fn claim_template(
+        &mut self,
+        func: &Function,
+        known: &mut Option<crate::plan::Walk>,
+        eager: bool,
     ) -> bool {
         if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
             return false;
@@ -246,8 +288,28 @@ impl<M: Module> DedupModule<M> {
         }
         let walk = known.as_ref().expect("walked").as_ref();
         let plan = self.compiled.plan(&walk.planned(func), self.policy());
+        let needs_code = plan.load && plan.needs_code();
         let stored = self.stored.as_mut().expect("checked above");
-        stored.claim(&walk, plan.load && plan.needs_code()) == Served::Busy
+        if !eager {
+            return stored.claim(&walk, needs_code) == Served::Busy;
+        }
+        let key = store_key(&stored.context, &walk);
+        if needs_code && stored.deferred.contains(&key) {
+            return true;
+        }
+        let busy = stored.claim(&walk, needs_code) == Served::Busy;
+        if busy {
+            stored.deferred.insert(key);
+        }
+        busy
+    }
+
+    /// Forgets which templates eager definitions waited for: the flush
+    /// that defines them has begun (see 8 above).
+    pub(super) fn forget_deferred(&mut self) {
+        if let Some(stored) = &mut self.stored {
+            stored.deferred.clear();
+        }
     }
 
     /// Defines `id` (walked as `walk`, planned as `plan`) from the store's

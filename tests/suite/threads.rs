@@ -4,7 +4,7 @@
 //! that fails or panics on one thread never leaves another waiting.
 
 use crate::common::build::{call1, declare, define, leaves_and_callers, tail_caller};
-use cranelift_codegen::ir::InstBuilder;
+use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};
 use jitfold::store::{CodeStore, SharedStore};
@@ -96,7 +96,9 @@ fn every_template_is_compiled_once_across_threads() {
 
 /// On x86-64, a `return_call` without `preserve_frame_pointers` makes
 /// Cranelift panic at emission (see `errors.rs`): every thread that defines
-/// it gets the panic as its error, in turn, and none waits forever.
+/// it gets the panic as its error, in turn (from `define_function`, or,
+/// where its define was left to the flush while another thread compiled
+/// it, from `finalize_definitions`), and none waits forever.
 #[test]
 fn a_panicking_compile_releases_the_threads_waiting_for_it() {
     if !cfg!(target_arch = "x86_64") {
@@ -114,7 +116,8 @@ fn a_panicking_compile_releases_the_threads_waiting_for_it() {
             let mut m = DedupModule::with_options(builder(), DedupOptions::default())
                 .with_store(store as Arc<dyn CodeStore>, None);
             barrier.wait();
-            let result = tail_caller(&mut m);
+            let result = tail_caller(&mut m).and_then(|()| m.finalize_definitions());
+            m.take_failed_definitions();
             let panicked = matches!(
                 result.as_ref().map_err(DedupError::of),
                 Err(Some(DedupError::CraneliftPanic { .. }))
@@ -302,4 +305,118 @@ fn a_module_holding_claims_does_not_wait_for_another() {
     for &id in &twins {
         assert_eq!(call1(m.get_finalized_function(id), 3), 231);
     }
+}
+
+/// What builds a function's body.
+type Body<M> = fn(&mut cranelift_frontend::FunctionBuilder, &mut M, &[ir::Value]);
+
+/// `x * 5 + 2000`: the third leaf of `leaves_and_callers`.
+fn leaf2<M>(b: &mut cranelift_frontend::FunctionBuilder, _: &mut M, p: &[ir::Value]) {
+    let t = b.ins().imul_imm_s(p[0], 5);
+    let r = b.ins().iadd_imm_s(t, 2000);
+    b.ins().return_(&[r]);
+}
+
+/// An `i64` plus an `i32`: the verifier refuses it.
+fn invalid<M>(b: &mut cranelift_frontend::FunctionBuilder, _: &mut M, p: &[ir::Value]) {
+    let small = b.ins().iconst(ir::types::I32, 1);
+    let r = b.ins().iadd(p[0], small);
+    b.ins().return_(&[r]);
+}
+
+/// The key of the template of the function `body` builds (one `i64`
+/// parameter and result, the ISA's default convention).
+fn template_key(body: Body<JITModule>) -> jitfold::store::StoreKey {
+    use jitfold::plan::Walk;
+    use jitfold::store::{CodeContext, StoreKey};
+    let mut probe = JITModule::new(builder());
+    let context = CodeContext::of(probe.isa());
+    let conv = probe.isa().default_call_conv();
+    let id = declare(&mut probe, "probe", conv);
+    let func = crate::common::build::built(&mut probe, id, body);
+    let walk = Walk::of(&mut jitfold::Fingerprinter::new(), &func);
+    StoreKey::of(&context, &walk.fingerprint.to_template())
+}
+
+/// Eager mode does not wait for another module either: a function whose
+/// template another module is compiling (a key the test holds, as another
+/// runtime would) is left to `finalize_definitions`, after every other
+/// function was compiled and stored; so is a later twin of it, even once
+/// the key is free (which function is canonical does not depend on
+/// timing), and the flush makes the twin its duplicate. Results are plain
+/// Cranelift's.
+#[test]
+fn an_eager_define_leaves_what_another_module_compiles_to_finalize() {
+    let recording = Arc::new(Recording {
+        shared: SharedStore::new().with_max_wait(Duration::from_secs(60)),
+        log: Default::default(),
+    });
+    let held = template_key(leaf2);
+    assert_eq!(recording.shared.get_or_reserve(&held).unwrap(), None);
+    let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
+        .with_store(recording.clone() as Arc<dyn CodeStore>, None);
+    let order: Vec<i64> = (0..6).collect();
+    let defined = leaves_and_callers(&mut m, &order, 1000);
+    assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
+    // Five leaves and the callers' template stored, nothing waited for.
+    let log = recording.log.lock().unwrap().clone();
+    assert_eq!(
+        log.iter().filter(|(w, _)| *w == "put").count(),
+        6,
+        "{log:?}"
+    );
+    assert!(!log.iter().any(|(w, _)| *w == "wait"), "{log:?}");
+    // The other module gives up; a twin defined now waits for the flush too.
+    recording.shared.release(&held);
+    let conv = m.isa().default_call_conv();
+    let twin = declare(&mut m, "twin", conv);
+    define(&mut m, twin, leaf2).unwrap();
+    assert_eq!(m.stats().store_deferred, 2, "{}", m.stats());
+    m.finalize_definitions().unwrap();
+    let stats = m.stats();
+    assert_eq!(stats.compiled, 7, "{stats}");
+    assert_eq!(stats.trampolined + stats.aliased, 1, "{stats}");
+    let expected: Vec<i64> = (0..6).map(|k| 4 * (3 + k) + 1000 * k).collect();
+    let got: Vec<i64> = defined[..6]
+        .iter()
+        .map(|&id| call1(m.get_finalized_function(id), 4))
+        .collect();
+    assert_eq!(got, expected);
+    let callers: Vec<i64> = defined[6..]
+        .iter()
+        .map(|&id| call1(m.get_finalized_function(id), 3))
+        .collect();
+    assert_eq!(callers, expected);
+    assert_eq!(call1(m.get_finalized_function(twin), 4), 2020);
+}
+
+/// What changes for the caller of an eager define left to the flush: its
+/// failure (here, the verifier's) is the error of `finalize_definitions`,
+/// listed by `failed_definitions`, and the id may be defined again.
+#[test]
+fn an_eager_define_left_to_finalize_fails_there() {
+    let recording = Arc::new(Recording {
+        shared: SharedStore::new().with_max_wait(Duration::from_millis(100)),
+        log: Default::default(),
+    });
+    let held = template_key(invalid);
+    assert_eq!(recording.shared.get_or_reserve(&held).unwrap(), None);
+    let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
+        .with_store(recording.clone() as Arc<dyn CodeStore>, None);
+    let conv = m.isa().default_call_conv();
+    let id = declare(&mut m, "invalid", conv);
+    define(&mut m, id, invalid).unwrap();
+    assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
+    let error = m.finalize_definitions().unwrap_err();
+    assert!(error.to_string().contains("erifier"), "{error}");
+    assert_eq!(m.failed_definitions().len(), 1);
+    assert_eq!(m.failed_definitions()[0].0, id);
+    // Defined again, correctly, it runs.
+    define(&mut m, id, |b, _, p| {
+        let r = b.ins().iadd_imm_s(p[0], 1);
+        b.ins().return_(&[r]);
+    })
+    .unwrap();
+    m.finalize_definitions().unwrap();
+    assert_eq!(call1(m.get_finalized_function(id), 4), 5);
 }
