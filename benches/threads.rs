@@ -242,17 +242,23 @@ fn runtimes() {
 /// compiled), against a plain `JITModule` compiling them, eager and batch,
 /// Cranelift's verifier on and off. Prints the best times of 5
 /// alternating rounds and their ratio. (`JITFOLD_WARM_LOOP=N` repeats the
-/// warm side N times more, unprinted, for a profiler.)
+/// warm side N times more, unprinted, for a profiler;
+/// `JITFOLD_WARM_ONLY=eager-off`, say, runs one setting alone.)
 fn warm() {
     let repeat: usize = std::env::var("JITFOLD_WARM_LOOP")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let only = std::env::var("JITFOLD_WARM_ONLY").ok();
     for verifier in [true, false] {
         for (label, options) in [
             ("eager", DedupOptions::eager()),
             ("batch", DedupOptions::batch()),
         ] {
+            let setting = format!("{label}-{}", if verifier { "on" } else { "off" });
+            if only.as_ref().is_some_and(|only| *only != setting) {
+                continue;
+            }
             let store = Arc::new(SharedStore::new());
             define_all_with(store.clone(), options, verifier);
             let (mut plain, mut warm) = (Duration::MAX, Duration::MAX);

@@ -41,7 +41,9 @@ impl<M: Module> DedupModule<M> {
     /// into code or data resolve to.
     pub(super) fn address_id(&self, id: FuncId) -> FuncId {
         match self.ids.state(id) {
-            State::Duplicate { .. } if self.shares_address(id) => self.ids.root_of(id),
+            State::Duplicate { .. } | State::Planned { .. } if self.shares_address(id) => {
+                self.ids.root_of(id)
+            }
             _ => id,
         }
     }
@@ -112,7 +114,11 @@ impl<M: Module> DedupModule<M> {
     /// used as data.
     fn reference_target(&self, id: FuncId, as_data: bool) -> FuncId {
         let id = match self.ids.state(id) {
-            State::Duplicate { canonical } if !as_data || self.shares_address(id) => canonical,
+            State::Duplicate { canonical } | State::Planned { canonical }
+                if !as_data || self.shares_address(id) =>
+            {
+                canonical
+            }
             _ => id,
         };
         // Functions found equal after both were compiled: calls only,

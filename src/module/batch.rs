@@ -29,11 +29,11 @@
 //!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
 //!    `finalize_definitions`) fails, listing it.
 //! 6. Each function is walked once per flush unless it changes: its walk
-//!    ([`KnownWalks`]) is kept from planning to the selection for other
-//!    threads and to its definition, and forgotten whenever a pass rewrites
-//!    the function (its references to duplicates, or the function itself
-//!    into a thunk), so every pass plans the function as it is. (Similar
-//!    merging walks its candidates again for their shapes.)
+//!    is kept in its record (`flush.rs`) from planning to the selection for
+//!    other threads and to its definition, and dropped whenever a pass
+//!    rewrites the function (its references to duplicates, or the function
+//!    itself into a thunk), so every pass plans the function as it is.
+//!    (Similar merging walks its candidates again for their shapes.)
 //! 7. What a planned duplicate runs is defined before anything that
 //!    counts on it, and a failure of it undoes the plan that counted on
 //!    it (see `roots.rs`). The duplicates come next, and a failure of one
@@ -42,10 +42,18 @@
 //!    definition order.
 //! 8. When a flush ends, every function it had to define is defined or
 //!    listed as failed (and undefined), every duplicate runs a defined
-//!    function, the flush's plan is forgotten, and no store reservation or
-//!    prefetched entry is left; debug builds check all of it
-//!    (`check_flushed`).
+//!    function, no store reservation or prefetched entry is left, and the
+//!    statistics add up: one outcome counted per function defined and per
+//!    merged body, and one function fewer counted as defined per failure.
+//!    Debug builds check all of it (`check_flushed`). Nothing of the plan
+//!    outlives the flush: it is in the flush's records and the ids'
+//!    states, and every id of the flush ends defined or undefined.
+//! 9. Every loop of a flush is bounded in code: each round that plans
+//!    again fails one more function, leaves one more alone or marks one
+//!    more as having its own address, so none takes more rounds than the
+//!    flush has functions, and one more.
 
+use super::flush::{Record, Role};
 use super::ids::State;
 use super::parallel::Precompiled;
 use super::{DedupError, DedupModule, verify};
@@ -63,58 +71,17 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// Functions that failed in this flush, with their errors.
 pub(super) type Failures = Vec<(FuncId, ModuleError)>;
 
-/// The walk of each pending function of a flush (at its index), kept
-/// from one pass of the flush to the next while the function is unchanged:
-/// every pass that rewrites a function (its references, or the function
-/// itself) forgets its walk, so a walk kept is always of the function as
-/// it is. `None` where a pass has not walked it since.
-pub(super) type KnownWalks = Vec<Option<Walk>>;
-
 /// What batch mode keeps between flushes.
 #[derive(Default)]
 pub(super) struct Batch {
     /// Definitions recorded since the last flush, in order.
-    pending: Vec<(FuncId, Function)>,
-    /// The caller's control plane of each pending definition, for its
-    /// compilation.
-    pending_control: HashMap<FuncId, ControlPlane>,
+    pending: Vec<Record>,
     /// Definitions that failed and are still undefined, with their errors'
     /// text (see 5 above).
     failed: Vec<(FuncId, String)>,
-    /// During a flush: each pending function this flush rewrote (its
-    /// references to its planned duplicates), as it was before (see
-    /// `roots.rs`).
-    pub(super) originals: HashMap<FuncId, Function>,
-    /// During a flush: the pending functions planned neither as a
-    /// duplicate nor as what one runs, since the function they duplicated
-    /// failed (see `roots.rs`).
-    pub(super) alone: hashbrown::HashSet<FuncId>,
-    /// During a flush: the roots put back as the user wrote them (see
-    /// `roots.rs`), which it rewrites no more.
-    pub(super) as_written: hashbrown::HashSet<FuncId>,
 }
 
 impl Batch {
-    /// Records the definition of `id` as `func`, to be compiled with
-    /// `ctrl_plane` at the next flush.
-    pub(super) fn record(&mut self, id: FuncId, func: Function, ctrl_plane: ControlPlane) {
-        self.pending.push((id, func));
-        self.pending_control.insert(id, ctrl_plane);
-    }
-
-    /// A copy of the control plane `id` was recorded with (the default if
-    /// none), for compiling it elsewhere.
-    pub(super) fn control_plane(&self, id: FuncId) -> ControlPlane {
-        self.pending_control.get(&id).cloned().unwrap_or_default()
-    }
-
-    /// Forgets what a flush kept about its plan (see `roots.rs`).
-    fn forget_plan(&mut self) {
-        self.originals.clear();
-        self.alone.clear();
-        self.as_written.clear();
-    }
-
     /// Forgets that a definition of `id` failed: it is being defined again.
     pub(super) fn forget_failure(&mut self, id: FuncId) {
         if !self.failed.is_empty() {
@@ -142,13 +109,16 @@ impl<M: Module> DedupModule<M> {
         self.ids.plan(id, State::Pending);
         let rest = Function::with_name_signature(ctx.func.name.clone(), ctx.func.signature.clone());
         let func = std::mem::replace(&mut ctx.func, rest);
-        self.batch.record(id, func, ctrl_plane.clone());
+        self.batch
+            .pending
+            .push(Record::new(id, func, ctrl_plane.clone()));
     }
 
     /// Compiles the definitions recorded in batch mode: groups them by
     /// fingerprint (repeating after each round of reference rewriting, so that
     /// callers of merged functions merge too), compiles one function per
-    /// group and defines the others as duplicates. Does nothing in eager mode.
+    /// group and defines the others as duplicates. In eager mode, defines
+    /// the definitions left to it (see 8 in `stored.rs`), if any.
     ///
     /// With more than one [thread](super::DedupOptions::threads), the
     /// functions it compiles are compiled on that many threads first, then
@@ -171,43 +141,43 @@ impl<M: Module> DedupModule<M> {
     /// failed function is defined again or given up
     /// ([`DedupModule::take_failed_definitions`]), later flushes fail too.
     pub fn flush(&mut self) -> ModuleResult<()> {
-        let mut pending = std::mem::take(&mut self.batch.pending);
+        let mut flush = std::mem::take(&mut self.batch.pending);
         // Eager definitions deferred so far are defined now.
         self.forget_deferred();
         let mut failures = Failures::new();
-        if !pending.is_empty() {
-            self.define_pending(&mut pending, &mut failures);
-            // Planned duplicates are not compiled: their planes are unused.
-            self.batch.pending_control.clear();
+        if !flush.is_empty() {
+            let before = self.stats.clone();
+            self.define_pending(&mut flush, &mut failures);
             // What failed is undefined again.
-            let undefined = pending
+            let undefined = flush
                 .iter()
-                .filter(|(id, _)| self.ids.state(*id) == State::Undefined)
+                .filter(|r| self.ids.state(r.id) == State::Undefined)
                 .count();
             self.stats.defined -= undefined as u64;
             if cfg!(debug_assertions) {
-                self.check_flushed(&pending, &failures);
+                self.check_flushed(&flush, &failures, &before);
             }
         }
         self.report_failures(failures)
     }
 
-    /// What holds once a flush has defined `pending` (see 8 above),
-    /// checked in debug builds (the tests and the fuzzer): a panic names
-    /// the broken invariant.
-    fn check_flushed(&self, pending: &[(FuncId, Function)], failures: &Failures) {
+    /// What holds once a flush has defined `flush` (see 8 above), checked
+    /// in debug builds (the tests and the fuzzer): a panic names the broken
+    /// invariant. `before` is the statistics before the flush.
+    fn check_flushed(&self, flush: &[Record], failures: &Failures, before: &super::Stats) {
         let failed_ids: hashbrown::HashSet<FuncId> = failures.iter().map(|(f, _)| *f).collect();
-        for (id, _) in pending {
-            let failed = failed_ids.contains(id);
-            match self.ids.state(*id) {
+        let mut defined = 0;
+        for record in flush {
+            let id = record.id;
+            let failed = failed_ids.contains(&id);
+            match self.ids.state(id) {
                 State::Undefined => assert!(failed, "{id} is undefined, and did not fail"),
                 State::Pending => panic!("{id} is still pending after the flush"),
-                State::Compiled(_) | State::Bytes => {
-                    assert!(self.ids.is_defined(*id), "{id} is not defined");
-                }
+                State::Planned { .. } => panic!("{id} is a duplicate only planned"),
+                State::Compiled(_) | State::Bytes => defined += 1,
                 State::Duplicate { .. } => {
-                    assert!(self.ids.is_defined(*id), "{id} is a duplicate only planned");
-                    let root = self.ids.root_of(*id);
+                    defined += 1;
+                    let root = self.ids.root_of(id);
                     assert!(
                         matches!(self.ids.state(root), State::Compiled(_) | State::Bytes),
                         "{id} runs {root}, which is not defined"
@@ -215,18 +185,28 @@ impl<M: Module> DedupModule<M> {
                 }
             }
             assert!(
-                !failed || self.ids.state(*id) == State::Undefined,
+                !failed || self.ids.state(id) == State::Undefined,
                 "{id} failed and is defined"
             );
         }
-        assert!(
-            self.batch.originals.is_empty()
-                && self.batch.alone.is_empty()
-                && self.batch.as_written.is_empty(),
-            "the flush's plan is not forgotten"
+        // Every function defined counted one outcome, and so did every
+        // merged body (see `similar.rs`): nothing else was counted.
+        let outcomes = |s: &super::Stats| {
+            s.compiled + s.reused + s.loaded + s.adapted + s.aliased + s.trampolined
+        };
+        let bodies = self.stats.similar_groups - before.similar_groups;
+        assert_eq!(
+            outcomes(&self.stats) - outcomes(before),
+            defined + bodies,
+            "outcomes counted, against functions defined ({defined}) and merged bodies"
+        );
+        assert_eq!(
+            before.defined - self.stats.defined,
+            failures.len() as u64,
+            "functions counted as defined, against failures"
         );
         assert!(
-            self.batch.pending.is_empty() && self.batch.pending_control.is_empty(),
+            self.batch.pending.is_empty(),
             "definitions recorded while flushing"
         );
         assert!(
@@ -248,102 +228,113 @@ impl<M: Module> DedupModule<M> {
         std::mem::take(&mut self.batch.failed)
     }
 
-    /// Defines every function of `pending` (see 3 and 4 above), adding
-    /// each failure to `failures`.
-    fn define_pending(&mut self, pending: &mut [(FuncId, Function)], failures: &mut Failures) {
-        let mut walks: KnownWalks = vec![None; pending.len()];
-        self.batch.forget_plan();
-        self.plan_and_put_back(pending, &mut walks, &mut [], failures);
-        // One round trip to the code store for the whole flush.
-        self.prefetch_stored(pending, &mut walks);
-        self.merge_similar(pending, &mut walks);
-        // With several threads, what is to be compiled is compiled first
-        // (see `parallel.rs`), and defined below in its turn.
-        let mut precompiled = self.compile_in_parallel(pending, &mut walks);
-        // What planned duplicates run is defined first, then the
-        // duplicates, then the rest (see 7 above).
-        loop {
-            while !self.define_roots(pending, &mut walks, &mut precompiled, failures) {
-                self.plan_and_put_back(pending, &mut walks, &mut precompiled, failures);
+    /// Defines every function of `flush` (see 3 and 4 above), adding each
+    /// failure to `failures`: the flush's phases, in order.
+    fn define_pending(&mut self, flush: &mut [Record], failures: &mut Failures) {
+        // 1. Plan duplicates; put the roots back as the user wrote them.
+        self.plan_and_put_back(flush, failures);
+        // 2. One round trip to the code store for the whole flush.
+        self.prefetch_stored(flush);
+        // 3. Merge similar functions into bodies and thunks.
+        self.merge_similar(flush);
+        // 4. With several threads, compile what is to be compiled (see
+        //    `parallel.rs`); it is defined below in its turn.
+        self.compile_in_parallel(flush);
+        // 5. What planned duplicates run, then the duplicates (see 7 above).
+        self.define_planned(flush, failures);
+        // 6. The rest, a function another module is compiling last.
+        self.define_rest(flush, failures);
+        // 7. Failures listed in definition order, whatever order they
+        //    were defined in.
+        let position: HashMap<FuncId, usize> =
+            flush.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        failures.sort_by_key(|(id, _)| position.get(id).copied());
+    }
+
+    /// Defines the roots of the plan, then its planned duplicates; a
+    /// failure of either undoes the plan for what is not defined yet and
+    /// plans again (see `roots.rs`). Each failure leaves one more function
+    /// of the flush failed for good, so this takes at most as many rounds
+    /// as the flush has functions, and one more; should it take more (a
+    /// bug, which debug builds stop at), every function left is defined on
+    /// its own, as after a panic while planning.
+    fn define_planned(&mut self, flush: &mut [Record], failures: &mut Failures) {
+        for _ in 0..=flush.len() {
+            if self.define_roots(flush, failures) && self.define_duplicates(flush, failures) {
+                return;
             }
-            if self.define_duplicates(pending, &mut walks, &mut precompiled, failures) {
-                break;
-            }
-            self.plan_and_put_back(pending, &mut walks, &mut precompiled, failures);
+            self.plan_and_put_back(flush, failures);
         }
-        self.batch.forget_plan();
-        // (`define_now` may define more duplicates itself.) A function whose
-        // template another module is compiling comes last (see 7 in
-        // `stored.rs`).
+        debug_assert!(
+            false,
+            "a flush's plan was undone more often than it has functions"
+        );
+        self.undo_plan(flush);
+        for record in flush.iter_mut() {
+            record.leave_alone();
+        }
+    }
+
+    /// Defines every function of `flush` not defined yet, each as its own
+    /// plan says (`define.rs`; the plan is settled: its roots and
+    /// duplicates are defined). A function whose template another module
+    /// is compiling comes last, after this flush gives up the templates it
+    /// claimed (see 7 in `stored.rs`).
+    fn define_rest(&mut self, flush: &mut [Record], failures: &mut Failures) {
         let mut deferred = Vec::new();
-        for (i, (id, func)) in pending.iter_mut().enumerate() {
-            if self.ids.state(*id) != State::Pending {
+        for (i, record) in flush.iter_mut().enumerate() {
+            if self.ids.state(record.id) != State::Pending {
                 continue;
             }
-            let code = precompiled.get_mut(i).and_then(Option::take);
-            if code.is_none() && self.compiled_elsewhere(func, &mut walks[i]) {
+            if record.code.is_none() && self.compiled_elsewhere(&record.func, &mut record.walk) {
                 deferred.push(i);
                 continue;
             }
-            self.define_own(*id, func, code, walks[i].take(), true, failures);
+            self.define_own(record, true, failures);
         }
         // What this flush claimed and did not define is no longer its to
-        // compile: given up before it waits for others (see 7 in
-        // `stored.rs`).
+        // compile: given up before it waits for others.
         self.release_claims();
         for i in deferred {
-            let (id, func) = &mut pending[i];
-            if self.ids.state(*id) == State::Pending {
-                self.define_own(*id, func, None, walks[i].take(), true, failures);
+            if self.ids.state(flush[i].id) == State::Pending {
+                self.define_own(&mut flush[i], true, failures);
             }
         }
         self.end_prefetch();
-        // Listed in definition order, whatever order they were defined in.
-        let position: HashMap<FuncId, usize> = pending
-            .iter()
-            .enumerate()
-            .map(|(i, (id, _))| (*id, i))
-            .collect();
-        failures.sort_by_key(|(id, _)| position.get(id).copied());
     }
 
     /// Defines the planned duplicates of this flush, once what they run is
     /// defined. Returns `false` if one failed: the plan is then undone for
     /// what is not defined yet (see `roots.rs`), to be made again, since
     /// functions not defined yet may count on that duplicate.
-    fn define_duplicates(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-        failures: &mut Failures,
-    ) -> bool {
-        for (i, canonical) in self.planned_duplicates(pending) {
-            let (id, func) = &mut pending[i];
+    fn define_duplicates(&mut self, flush: &mut [Record], failures: &mut Failures) -> bool {
+        for (i, canonical) in self.planned_duplicates(flush) {
+            let record = &mut flush[i];
+            let id = record.id;
             // Planning may chain duplicates (a group's first member can turn
             // out to be a duplicate in a later round); follow to the root.
             let root = self.ids.root_of(canonical);
             let root_defined = matches!(self.ids.state(root), State::Compiled(_) | State::Bytes);
             if !root_defined {
                 // Its class's compiled function failed: it is on its own.
-                self.define_own(*id, func, None, walks[i].take(), true, failures);
+                self.define_own(record, true, failures);
                 continue;
             }
             // Checked while still planned as a duplicate, so that its own
             // name maps to the root's.
             let checked = if self.options.check {
-                self.check_duplicate(*id, func, root)
+                self.check_duplicate(id, &record.func, root)
             } else {
                 Ok(())
             };
-            self.ids.plan(*id, State::Undefined);
-            let defined = checked.and_then(|()| self.define_trampoline(*id, root));
+            self.ids.plan(id, State::Undefined);
+            let defined = checked.and_then(|()| self.define_trampoline(id, root));
             match defined {
                 Ok(Some(outcome)) => self.stats.count(&outcome),
                 Ok(None) => unreachable!("duplicates are planned only with trampolines"),
                 Err(e) => {
-                    failures.push((*id, e));
-                    self.undo_plan(pending, walks, precompiled);
+                    failures.push((id, e));
+                    self.undo_plan(flush);
                     return false;
                 }
             }
@@ -353,77 +344,78 @@ impl<M: Module> DedupModule<M> {
 
     /// Plans, then puts the roots back as the user wrote them (see
     /// `roots.rs`), planning again while that would change an address.
-    fn plan_and_put_back(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-        failures: &mut Failures,
-    ) {
-        loop {
-            self.plan(pending, walks, precompiled, failures);
-            if self.write_roots_as_written(pending, walks, precompiled) {
-                break;
+    /// Each round that plans again marks one more function of the flush as
+    /// having its own address, so this takes at most as many rounds as the
+    /// flush has functions, and one more; should it take more (a bug,
+    /// which debug builds stop at), nothing is planned.
+    fn plan_and_put_back(&mut self, flush: &mut [Record], failures: &mut Failures) {
+        for _ in 0..=flush.len() {
+            self.plan(flush, failures);
+            if self.write_roots_as_written(flush) {
+                return;
             }
+        }
+        debug_assert!(
+            false,
+            "putting roots back changed addresses more often than possible"
+        );
+        self.undo_plan(flush);
+        for record in flush.iter_mut() {
+            record.leave_alone();
         }
     }
 
-    /// Plans this flush's duplicates among the pending functions (see 1 to
-    /// 3 above); a panic while planning plans none (and undoes the
-    /// rewrites made so far).
-    fn plan(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-        failures: &mut Failures,
-    ) {
+    /// Plans this flush's duplicates among its functions (see 1 to 3
+    /// above); a panic while planning plans none (and undoes the rewrites
+    /// made so far).
+    fn plan(&mut self, flush: &mut [Record], failures: &mut Failures) {
         // Without a trampoline form for this ISA every function is compiled.
         if !self.machine_trampolines {
             return;
         }
         let planned = catch_unwind(AssertUnwindSafe(|| {
-            self.plan_refined(pending, walks, failures);
-            self.plan_duplicates(pending, walks, failures);
+            self.plan_refined(flush, failures);
+            self.plan_duplicates(flush, failures);
         }));
         if planned.is_err() {
             log::debug!("batch flush: planning panicked; nothing merged");
-            self.undo_plan(pending, walks, precompiled);
+            self.undo_plan(flush);
             // Planning again could panic again.
-            for (id, _) in pending.iter() {
-                if self.ids.state(*id) == State::Pending {
-                    self.batch.alone.insert(*id);
+            for record in flush.iter_mut() {
+                if self.ids.state(record.id) == State::Pending {
+                    record.leave_alone();
                 }
             }
         }
     }
 
-    /// Defines `id` as `define_now` does in eager mode (`func` is taken),
-    /// with `code` compiled for it on another thread, if any (used only if
-    /// `func` is still what was compiled, see `parallel.rs`), and `walk`,
-    /// the walk of `func` kept from planning, if any; its references to
-    /// duplicates are rewritten first if `rewrite` (not for a root put back
-    /// as the user wrote it, see `roots.rs`).
+    /// Defines the function of `record` as `define_now` does in eager
+    /// mode (the function is taken), with the code compiled for it on
+    /// another thread, if any (used only if the function is still what
+    /// was compiled, see `parallel.rs`), and its walk kept from planning,
+    /// if any; its references to duplicates are rewritten first if
+    /// `rewrite` (not for a root put back as the user wrote it, see
+    /// `roots.rs`).
     pub(super) fn define_own(
         &mut self,
-        id: FuncId,
-        func: &mut Function,
-        mut code: Option<Precompiled>,
-        mut walk: Option<Walk>,
+        record: &mut Record,
         rewrite: bool,
         failures: &mut Failures,
     ) {
+        let id = record.id;
         self.ids.plan(id, State::Undefined);
-        // Planning may have found duplicates since `func` was last
+        let mut code = record.code.take();
+        let mut walk = record.walk.take();
+        // Planning may have found duplicates since the function was last
         // rewritten (a failed class's members are defined here too).
-        if rewrite && self.canonicalize_references(func) {
+        if rewrite && self.canonicalize_references(&mut record.func) {
             // Not the function that was compiled, nor walked.
             self.discard_precompiled(id, code.take());
             walk = None;
         }
-        let mut ctx = Context::for_function(std::mem::replace(func, Function::new()));
+        let mut ctx = Context::for_function(record.take_func());
         // The control plane the caller defined it with, as it was then.
-        let mut ctrl_plane = self.batch.pending_control.remove(&id).unwrap_or_default();
+        let mut ctrl_plane = std::mem::take(&mut record.control);
         if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut code, walk.as_ref()) {
             failures.push((id, e));
         }
@@ -480,45 +472,39 @@ impl<M: Module> DedupModule<M> {
     ///
     /// The members of classes with duplicates are verified first; when one
     /// fails, the refinement, which may have counted on it, is made again
-    /// without it (each round removes a function, so this ends).
-    fn plan_refined(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        failures: &mut Failures,
-    ) {
-        while !self.try_plan_refined(pending, walks, failures) {
-            for (id, _) in pending.iter() {
-                if let State::Duplicate { .. } = self.ids.state(*id)
-                    && !self.ids.is_defined(*id)
-                {
-                    self.ids.plan(*id, State::Pending);
+    /// without it: each round fails one more function of the flush, so
+    /// this takes at most as many rounds as the flush has functions.
+    fn plan_refined(&mut self, flush: &mut [Record], failures: &mut Failures) {
+        for _ in 0..=flush.len() {
+            if self.try_plan_refined(flush, failures) {
+                return;
+            }
+            for record in flush.iter() {
+                if let State::Planned { .. } = self.ids.state(record.id) {
+                    self.ids.plan(record.id, State::Pending);
                 }
             }
         }
+        unreachable!("each round of refinement fails one more function");
     }
 
     /// One refinement of [`DedupModule::plan_refined`]; returns `false` if a
     /// member of a class with duplicates failed to verify.
-    fn try_plan_refined(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        failures: &mut Failures,
-    ) -> bool {
+    fn try_plan_refined(&mut self, flush: &mut [Record], failures: &mut Failures) -> bool {
         // A node per exact class of the pending functions.
         let mut exact = DedupCache::new();
-        let mut graph = CallGraph::with_capacity(pending.len());
-        let mut node_of = Vec::with_capacity(pending.len());
-        for (i, (id, func)) in pending.iter_mut().enumerate() {
-            if self.ids.state(*id) != State::Pending || self.batch.alone.contains(id) {
+        let mut graph = CallGraph::with_capacity(flush.len());
+        let mut node_of = Vec::with_capacity(flush.len());
+        for record in flush.iter_mut() {
+            let id = record.id;
+            if self.ids.state(id) != State::Pending || record.role() == Role::Alone {
                 node_of.push(None);
                 continue;
             }
-            let walk = match self.walk_pending(*id, func, &mut walks[i]) {
+            let walk = match self.walk_pending(record) {
                 Ok(walk) => walk,
                 Err(e) => {
-                    self.fail(*id, e, failures);
+                    self.fail(id, e, failures);
                     node_of.push(None);
                     continue;
                 }
@@ -540,7 +526,7 @@ impl<M: Module> DedupModule<M> {
         let refinement = graph.refine();
         log::trace!(
             "batch flush: {} functions refined in {} rounds",
-            pending.len(),
+            flush.len(),
             refinement.rounds
         );
         self.stats.refine_rounds += u64::from(refinement.rounds);
@@ -554,19 +540,19 @@ impl<M: Module> DedupModule<M> {
                 first.insert(class, (i, false));
                 continue;
             };
-            if let Err(e) = self.verify_uncompiled(&pending[i].1, key_hash(&walks[i])) {
-                self.fail(pending[i].0, e, failures);
+            if let Err(e) = self.verify_uncompiled(&flush[i].func, key_hash(&flush[i].walk)) {
+                self.fail(flush[i].id, e, failures);
                 return false;
             }
             if !first_verified {
-                if let Err(e) = self.verify_uncompiled(&pending[j].1, key_hash(&walks[j])) {
-                    self.fail(pending[j].0, e, failures);
+                if let Err(e) = self.verify_uncompiled(&flush[j].func, key_hash(&flush[j].walk)) {
+                    self.fail(flush[j].id, e, failures);
                     return false;
                 }
                 first.insert(class, (j, true));
             }
-            let canonical = pending[j].0;
-            self.ids.plan(pending[i].0, State::Duplicate { canonical });
+            let canonical = flush[j].id;
+            self.ids.plan(flush[i].id, State::Planned { canonical });
         }
         true
     }
@@ -574,25 +560,21 @@ impl<M: Module> DedupModule<M> {
     /// Marks each pending function whose fingerprint equals an earlier one's
     /// (or a compiled class's) as its duplicate, both verified first;
     /// repeats, since rewriting references to new duplicates can make
-    /// callers equal, until nothing changes.
-    fn plan_duplicates(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        failures: &mut Failures,
-    ) {
-        loop {
+    /// callers equal, until nothing changes (each round plans one more
+    /// function of the flush at least, so this ends).
+    fn plan_duplicates(&mut self, flush: &mut [Record], failures: &mut Failures) {
+        for _ in 0..=flush.len() {
             // The index of each fingerprint's first function, and whether
             // that was verified yet.
             let mut first_of: hashbrown::HashMap<crate::Fingerprint, (usize, bool)> =
                 hashbrown::HashMap::new();
             let mut changed = false;
-            for i in 0..pending.len() {
-                let id = pending[i].0;
-                if self.ids.state(id) != State::Pending || self.batch.alone.contains(&id) {
+            for i in 0..flush.len() {
+                let id = flush[i].id;
+                if self.ids.state(id) != State::Pending || flush[i].role() == Role::Alone {
                     continue;
                 }
-                let fp = match self.walk_pending(id, &mut pending[i].1, &mut walks[i]) {
+                let fp = match self.walk_pending(&mut flush[i]) {
                     Ok(walk) => walk.fingerprint.clone(),
                     Err(e) => {
                         self.fail(id, e, failures);
@@ -603,54 +585,52 @@ impl<M: Module> DedupModule<M> {
                     self.canonical_of(class)
                 } else if let Some(&(j, first_verified)) = first_of.get(&fp) {
                     if !first_verified {
-                        if let Err(e) = self.verify_uncompiled(&pending[j].1, key_hash(&walks[j])) {
+                        let first = &flush[j];
+                        if let Err(e) = self.verify_uncompiled(&first.func, key_hash(&first.walk)) {
                             // The first fails: this one takes its place.
-                            self.fail(pending[j].0, e, failures);
+                            self.fail(first.id, e, failures);
                             first_of.insert(fp, (i, false));
                             continue;
                         }
                         first_of.insert(fp, (j, true));
                     }
-                    pending[j].0
+                    flush[j].id
                 } else {
                     first_of.insert(fp, (i, false));
                     continue;
                 };
-                if let Err(e) = self.verify_uncompiled(&pending[i].1, key_hash(&walks[i])) {
+                if let Err(e) = self.verify_uncompiled(&flush[i].func, key_hash(&flush[i].walk)) {
                     self.fail(id, e, failures);
                     continue;
                 }
-                self.ids.plan(id, State::Duplicate { canonical });
+                self.ids.plan(id, State::Planned { canonical });
                 changed = true;
             }
             if !changed {
-                break;
+                return;
             }
         }
+        unreachable!("each round of planning plans one more function");
     }
 }
 
 impl<M: Module> DedupModule<M> {
-    /// The walk of the pending function `func` after rewriting its
-    /// references to this flush's duplicates: `known`, if the rewriting
-    /// changed nothing and it holds one, or a new walk, kept in `known`.
-    pub(super) fn walk_pending<'w>(
-        &mut self,
-        id: FuncId,
-        func: &mut Function,
-        known: &'w mut Option<Walk>,
-    ) -> ModuleResult<&'w Walk> {
+    /// The walk of the function of `record` after rewriting its references
+    /// to this flush's duplicates: the one it holds, if the rewriting
+    /// changed nothing and it holds one, or a new walk, kept in it.
+    pub(super) fn walk_pending<'r>(&mut self, record: &'r mut Record) -> ModuleResult<&'r Walk> {
         // Taken out first, so that a rewrite cut short (a panic) leaves
         // no walk of the function as it was.
-        let kept = known.take();
-        if !self.canonicalize_pending(id, func) {
-            *known = kept;
+        let kept = record.walk.take();
+        if !self.canonicalize_pending(record) {
+            record.walk = kept;
         }
-        if known.is_none() {
-            let walk = verify::walk_checked(&mut self.fingerprinter, func, self.inner.isa())?;
-            *known = Some(walk.to_owned());
+        if record.walk.is_none() {
+            let walk =
+                verify::walk_checked(&mut self.fingerprinter, &record.func, self.inner.isa())?;
+            record.walk = Some(walk.to_owned());
         }
-        Ok(known.as_ref().expect("walked"))
+        Ok(record.walk.as_ref().expect("walked"))
     }
 }
 

@@ -160,7 +160,11 @@ impl<M: Module> DedupModule<M> {
     fn reference_of(&self, id: FuncId) -> Option<&Reference> {
         match self.ids.state(self.ids.root_of(id)) {
             State::Compiled(class) => self.reference.code[class].as_ref(),
-            State::Undefined | State::Pending | State::Duplicate { .. } | State::Bytes => None,
+            State::Undefined
+            | State::Pending
+            | State::Planned { .. }
+            | State::Duplicate { .. }
+            | State::Bytes => None,
         }
     }
 

@@ -102,7 +102,10 @@ impl<M: Module> Module for DedupModule<M> {
             && self.replaceable(merged_linkage(existing.linkage, linkage))
             && matches!(
                 self.ids.state(id),
-                State::Pending | State::Compiled(_) | State::Duplicate { .. }
+                State::Pending
+                    | State::Planned { .. }
+                    | State::Compiled(_)
+                    | State::Duplicate { .. }
             )
         {
             if existing.signature != *signature {

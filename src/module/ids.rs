@@ -46,10 +46,14 @@ pub(super) enum State {
     /// Compiled by the inner module, or defined from reused code or as an
     /// adapter; the first of its class.
     Compiled(crate::ClassId),
-    /// A duplicate of `canonical` (defined as a trampoline to it, or planned
-    /// to be, in batch mode). Whether its address is `canonical`'s is
+    /// A duplicate of `canonical`, defined as a trampoline to it (or an
+    /// alias). Whether its address is `canonical`'s is
     /// `DedupModule::shares_address`.
     Duplicate { canonical: FuncId },
+    /// During a batch flush: planned as a duplicate of `canonical`, not
+    /// defined yet (see `flush.rs`); references to it are rewritten as to
+    /// a duplicate.
+    Planned { canonical: FuncId },
     /// Defined by the user from raw bytes, or outside the cache by jitfold
     /// (the trap that replaces a merged body that failed, `similar.rs`).
     Bytes,
@@ -72,8 +76,6 @@ pub(super) struct Ids {
     defined_data: SecondaryMap<DataId, bool>,
     /// Ids defined in the inner module since the last finalization.
     unfinalized: Vec<FuncId>,
-    /// Ids defined in the inner module.
-    defined: SecondaryMap<FuncId, bool>,
     finalized: SecondaryMap<FuncId, bool>,
     /// The signature each function was last defined (or recorded) with,
     /// where it is not the declared one (see 1 above).
@@ -134,7 +136,7 @@ impl Ids {
     pub(super) fn plan(&mut self, id: FuncId, state: State) {
         debug_assert!(matches!(
             state,
-            State::Undefined | State::Pending | State::Duplicate { .. }
+            State::Undefined | State::Pending | State::Planned { .. }
         ));
         self.functions[id] = state;
     }
@@ -145,13 +147,6 @@ impl Ids {
         self.functions[id] = state;
         self.code_size[id] = code_size as u32;
         self.unfinalized.push(id);
-        self.defined[id] = true;
-    }
-
-    /// Whether `id` is defined in the inner module (a duplicate planned
-    /// in batch mode is not).
-    pub(super) fn is_defined(&self, id: FuncId) -> bool {
-        self.defined[id]
     }
 
     /// The size of `id`'s own code.
@@ -164,8 +159,8 @@ impl Ids {
     pub(super) fn root_of(&self, mut id: FuncId) -> FuncId {
         for _ in 0..=self.declared_functions {
             match self.state(id) {
-                State::Duplicate { canonical } => id = canonical,
-                _ => break,
+                State::Duplicate { canonical } | State::Planned { canonical } => id = canonical,
+                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => break,
             }
         }
         id
@@ -304,7 +299,12 @@ impl Ids {
             let local = self.is_declared(id)
                 && decls.get_function_decl(id).linkage.is_final()
                 && decls.get_function_decl(id).linkage != Linkage::Import;
-            if local && matches!(self.state(id), State::Undefined | State::Pending) {
+            if local
+                && matches!(
+                    self.state(id),
+                    State::Undefined | State::Pending | State::Planned { .. }
+                )
+            {
                 let name = decls.get_function_decl(id).linkage_name(id).into_owned();
                 missing.push(format!("function {name}"));
             }

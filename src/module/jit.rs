@@ -129,7 +129,7 @@ impl DedupModule<JITModule> {
                 }
                 .into());
             }
-            State::Pending => {
+            State::Pending | State::Planned { .. } => {
                 return Err(DedupError::FunctionNotFinalized {
                     function: function(),
                 }

@@ -178,19 +178,23 @@
 //!
 //! # Lifecycle of an id, and of a flush
 //!
-//! An id is in one `State` at a time (`ids.rs`), and
-//! whether it is defined in the inner module is `Ids::is_defined`:
+//! An id is in one `State` at a time (`ids.rs`); it is defined in the
+//! inner module exactly when it is compiled, a duplicate or bytes:
 //!
 //! | from | to | when |
 //! |---|---|---|
-//! | undefined | compiled, duplicate (defined), bytes | eager mode: `define_function` succeeds (compiled, reused, loaded or an adapter: compiled; a trampoline or alias: duplicate; `define_function_bytes`, or a merged body's trap: bytes) |
-//! | undefined | pending | batch mode: `define_function` records it |
-//! | pending | duplicate (planned) | a flush plans it as a duplicate |
-//! | duplicate (planned) | pending | a flush undoes its plan (a root or a duplicate failed) |
-//! | pending, duplicate (planned) | undefined, then defined or failed | a flush defines it |
+//! | undefined | compiled, duplicate, bytes | eager mode: `define_function` succeeds (compiled, reused, loaded or an adapter: compiled; a trampoline or alias: duplicate; `define_function_bytes`, or a merged body's trap: bytes) |
+//! | undefined | pending | batch mode: `define_function` records it; eager mode on a store that reserves keys: its template is being compiled elsewhere (8 in `stored.rs`) |
+//! | pending | planned | a flush plans it as a duplicate |
+//! | planned | pending | a flush undoes its plan (a root or a duplicate failed) |
+//! | pending, planned | undefined, then defined or failed | a flush defines it |
 //! | undefined (failed) | as from undefined | defined again by the user |
 //!
-//! A defined id never changes state again (`DuplicateDefinition`).
+//! A defined id never changes state again (`DuplicateDefinition`). A
+//! recorded function is also a `Record` of the next flush (`flush.rs`),
+//! whose `Role` says what it is to that flush: open (planned by every
+//! planning), as written (a root put back as the user wrote it) or alone
+//! (planned as nothing); roles only move from open towards alone.
 //!
 //! A flush (`batch.rs`, `define_pending`) runs these phases:
 //!
@@ -204,11 +208,13 @@
 //! 5. define the roots, then the planned duplicates; a failure of either
 //!    undoes the plan for what is not defined yet and plans again. Each
 //!    failure leaves one more function failed for good in this flush, so
-//!    this ends after at most as many failures as functions;
-//! 6. define the rest, each as its own plan says (`define.rs`);
-//! 7. end the fetch, list the failures in definition order, and check in
-//!    debug builds what holds after every flush (8 in `batch.rs`).
-//!
+//!    this ends after at most as many failures as functions (a bound the
+//!    loop states);
+//! 6. define the rest, each as its own plan says (`define.rs`), those
+//!    whose template another module is compiling last;
+//! 7. list the failures in definition order; debug builds then check
+//!    what holds after every flush (8 in `batch.rs`).
+
 //! # Layout
 //!
 //! Deciding is [the planner's](crate::plan) (pure, over the module-free
@@ -221,6 +227,7 @@
 //! | `ids.rs` | each id's state, misuse checks, references, finalization | `Ids` |
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
 //! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike) | `Verified` |
+//! | `flush.rs` | a flush's record of each function: its role, walk, original and code | `Record` |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
 //! | `roots.rs` | batch mode: what planned duplicates run is defined first; undoing the plan when it fails | |
 //! | `aliases.rs` | checks of the value aliases compiling would resolve, before a function is defined without compiling | |
@@ -245,6 +252,7 @@ mod check;
 mod code_map;
 mod define;
 mod error;
+mod flush;
 mod forward;
 mod frames;
 mod ids;
@@ -519,7 +527,7 @@ impl<M: Module> DedupModule<M> {
         match self.ids.state(id) {
             State::Compiled(_) | State::Bytes => Some(id),
             State::Duplicate { canonical } => Some(canonical),
-            State::Undefined | State::Pending => None,
+            State::Undefined | State::Pending | State::Planned { .. } => None,
         }
     }
 
@@ -551,7 +559,11 @@ impl<M: Module> DedupModule<M> {
     fn facts_of(&self, id: FuncId) -> Option<ClassFacts> {
         match self.ids.state(id) {
             State::Compiled(class) => Some(self.compiled.facts(class)),
-            State::Undefined | State::Pending | State::Duplicate { .. } | State::Bytes => None,
+            State::Undefined
+            | State::Pending
+            | State::Planned { .. }
+            | State::Duplicate { .. }
+            | State::Bytes => None,
         }
     }
 

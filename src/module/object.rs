@@ -76,7 +76,11 @@ impl DedupModule<ObjectModule> {
                     let address = self.address_id(id);
                     (address != id).then_some((id, address))
                 }
-                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+                State::Undefined
+                | State::Pending
+                | State::Planned { .. }
+                | State::Compiled(_)
+                | State::Bytes => None,
             })
             .collect();
         // Frames for code defined from bytes, except sharing duplicates'

@@ -77,7 +77,7 @@
 //!      compile on its thread (without the inner module's defining); the
 //!      phase's wall time is [`Stats::parallel_time`](super::Stats).
 
-use super::batch::KnownWalks;
+use super::flush::Record;
 use super::ids::State;
 use super::{DedupError, DedupModule, verify};
 use crate::code::MachineCode;
@@ -147,35 +147,31 @@ struct Job<'a> {
 }
 
 impl<M: Module> DedupModule<M> {
-    /// Compiles the functions of `pending` (planned, in definition order)
+    /// Compiles the functions of `flush` (planned, in definition order)
     /// that the define pass is going to compile, on
     /// [`DedupOptions::threads`](super::DedupOptions::threads) threads (see
-    /// the module docs), with the walks `walks` of the flush (see
-    /// `batch.rs`; the selection walks those it lacks). Returns each one's
-    /// result at its index (`None` for the others); empty with one thread,
-    /// or fewer than two such functions.
-    pub(super) fn compile_in_parallel(
-        &mut self,
-        pending: &[(FuncId, Function)],
-        walks: &mut KnownWalks,
-    ) -> Vec<Option<Precompiled>> {
+    /// the module docs), with the walks the records hold (see `batch.rs`;
+    /// the selection walks those they lack). Leaves each one's result in
+    /// its record; nothing with one thread, or fewer than two such
+    /// functions.
+    pub(super) fn compile_in_parallel(&mut self, flush: &mut [Record]) {
         let threads = self.options.threads.max(1);
         if threads == 1 {
-            return Vec::new();
+            return;
         }
-        let selected = self.select_for_parallel(pending, walks);
+        let selected = self.select_for_parallel(flush);
         if selected.len() < 2 {
-            return Vec::new();
+            return;
         }
         let jobs: Vec<Job<'_>> = selected
             .into_iter()
             .map(|index| {
-                let (id, func) = &pending[index];
+                let record = &flush[index];
                 Job {
                     index,
-                    id: *id,
-                    func,
-                    ctrl_plane: self.batch.control_plane(*id),
+                    id: record.id,
+                    func: &record.func,
+                    ctrl_plane: record.control.clone(),
                 }
             })
             .collect();
@@ -217,21 +213,17 @@ impl<M: Module> DedupModule<M> {
             done.len()
         );
         self.stats.count_parallel_phase(&per_thread, wall_time);
-        let mut results: Vec<Option<Precompiled>> = Vec::new();
-        results.resize_with(pending.len(), || None);
+        // The jobs borrow the functions: done with, before the records
+        // take their results.
+        drop(jobs);
         for (index, result) in done.into_iter().flatten() {
-            results[index] = Some(result);
+            flush[index].code = Some(result);
         }
-        results
     }
 
-    /// The indices of the functions of `pending` to compile in parallel,
-    /// in definition order (see the module docs).
-    fn select_for_parallel(
-        &mut self,
-        pending: &[(FuncId, Function)],
-        walks: &mut KnownWalks,
-    ) -> Vec<usize> {
+    /// The indices of the functions of `flush` to compile in parallel, in
+    /// definition order (see the module docs).
+    fn select_for_parallel(&mut self, flush: &mut [Record]) -> Vec<usize> {
         let policy = self.policy();
         let isa = self.inner.isa();
         // Every key that a function of this flush may add to the cache
@@ -242,11 +234,12 @@ impl<M: Module> DedupModule<M> {
         // The inner module compiles a module's first function (see 5).
         let mut leave_one = !self.frames.inner_compiled();
         let mut selected = Vec::new();
-        for (index, (id, func)) in pending.iter().enumerate() {
-            if self.ids.state(*id) != State::Pending {
+        for (index, record) in flush.iter_mut().enumerate() {
+            if self.ids.state(record.id) != State::Pending {
                 continue;
             }
-            let known = &mut walks[index];
+            let func = &record.func;
+            let known = &mut record.walk;
             if known.is_none() {
                 let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, func, isa) else {
                     continue;

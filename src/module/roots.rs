@@ -13,9 +13,10 @@
 //! 1. Right after planning, every root that planning rewrote (its
 //!    references to planned duplicates, or to anything: a rewrite counts on
 //!    the duplicate it replaces being planned right) is put back as the
-//!    user wrote it ([`Batch::originals`](super::batch::Batch), kept by
+//!    user wrote it (the record's original, kept by
 //!    [`DedupModule::canonicalize_pending`]; its walk and any code compiled
-//!    for it dropped) and rewritten no more in the flush, so a root's code
+//!    for it dropped: `Role::AsWritten` in `flush.rs`) and rewritten no
+//!    more in the flush, so a root's code
 //!    counts on nothing this flush planned (its calls of planned
 //!    duplicates go through their trampolines). The roots are then
 //!    defined first, in definition order.
@@ -48,42 +49,38 @@
 
 use super::DedupModule;
 use super::address::functions_used_as_data;
-use super::batch::{Failures, KnownWalks};
+use super::batch::Failures;
+use super::flush::{Record, Role};
 use super::ids::State;
-use super::parallel::Precompiled;
-use cranelift_codegen::ir::Function;
 use cranelift_module::{FuncId, Module};
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
 
 impl<M: Module> DedupModule<M> {
-    /// The planned duplicates among `pending` (not defined yet), by index
-    /// in definition order, each with the function it was planned as a
+    /// The planned duplicates of `flush` (not defined yet), by index in
+    /// definition order, each with the function it was planned as a
     /// duplicate of.
-    pub(super) fn planned_duplicates(
-        &self,
-        pending: &[(FuncId, Function)],
-    ) -> Vec<(usize, FuncId)> {
-        pending
+    pub(super) fn planned_duplicates(&self, flush: &[Record]) -> Vec<(usize, FuncId)> {
+        flush
             .iter()
             .enumerate()
-            .filter(|(_, (id, _))| !self.ids.is_defined(*id))
-            .filter_map(|(i, (id, _))| match self.ids.state(*id) {
-                State::Duplicate { canonical } => Some((i, canonical)),
-                State::Undefined | State::Pending | State::Compiled(_) | State::Bytes => None,
+            .filter_map(|(i, record)| match self.ids.state(record.id) {
+                State::Planned { canonical } => Some((i, canonical)),
+                State::Undefined
+                | State::Pending
+                | State::Compiled(_)
+                | State::Duplicate { .. }
+                | State::Bytes => None,
             })
             .collect()
     }
 
-    /// The pending functions (by index, in definition order) that this
-    /// flush's planned duplicates are to be defined as trampolines to.
-    fn roots(&self, pending: &[(FuncId, Function)]) -> BTreeSet<usize> {
-        let index_of: HashMap<FuncId, usize> = pending
-            .iter()
-            .enumerate()
-            .map(|(i, (id, _))| (*id, i))
-            .collect();
-        self.planned_duplicates(pending)
+    /// The functions of `flush` (by index, in definition order) that its
+    /// planned duplicates are to be defined as trampolines to.
+    fn roots(&self, flush: &[Record]) -> BTreeSet<usize> {
+        let index_of: HashMap<FuncId, usize> =
+            flush.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        self.planned_duplicates(flush)
             .into_iter()
             .map(|(_, canonical)| self.ids.root_of(canonical))
             .filter(|root| self.ids.state(*root) == State::Pending)
@@ -98,21 +95,15 @@ impl<M: Module> DedupModule<M> {
     /// address of a planned duplicate that planning let share its root's
     /// (see 4 above): that duplicate is marked, and the plan undone, to be
     /// made again.
-    pub(super) fn write_roots_as_written(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-    ) -> bool {
-        let roots = self.roots(pending);
+    pub(super) fn write_roots_as_written(&mut self, flush: &mut [Record]) -> bool {
+        let roots = self.roots(flush);
         let mut marked = false;
         for &i in &roots {
-            let Some(original) = self.batch.originals.get(&pending[i].0) else {
+            let Some(original) = flush[i].original() else {
                 continue;
             };
             for target in functions_used_as_data(original) {
-                let planned = matches!(self.ids.state(target), State::Duplicate { .. })
-                    && !self.ids.is_defined(target);
+                let planned = matches!(self.ids.state(target), State::Planned { .. });
                 if planned && self.shares_address(target) {
                     self.mark_address_taken(target);
                     marked = true;
@@ -120,19 +111,12 @@ impl<M: Module> DedupModule<M> {
             }
         }
         if marked {
-            self.undo_plan(pending, walks, precompiled);
+            self.undo_plan(flush);
             return false;
         }
         for i in roots {
-            let (id, func) = &mut pending[i];
-            if let Some(original) = self.batch.originals.remove(id) {
-                *func = original;
-                walks[i] = None;
-                self.batch.as_written.insert(*id);
-                if let Some(code) = precompiled.get_mut(i) {
-                    self.discard_precompiled(*id, code.take());
-                }
-            }
+            let code = flush[i].put_back_as_written();
+            self.discard_precompiled(flush[i].id, code);
         }
         true
     }
@@ -141,20 +125,12 @@ impl<M: Module> DedupModule<M> {
     /// above), put back as the user wrote them where this flush rewrote
     /// them. Returns `false` if one failed: the plan is then undone, to be
     /// made again.
-    pub(super) fn define_roots(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-        failures: &mut Failures,
-    ) -> bool {
-        for i in self.roots(pending) {
-            let (id, func) = &mut pending[i];
-            let code = precompiled.get_mut(i).and_then(Option::take);
-            let rewrite = !self.batch.as_written.contains(id);
-            self.define_own(*id, func, code, walks[i].take(), rewrite, failures);
-            if self.ids.state(*id) == State::Undefined {
-                self.after_failed_root(pending, walks, precompiled);
+    pub(super) fn define_roots(&mut self, flush: &mut [Record], failures: &mut Failures) -> bool {
+        for i in self.roots(flush) {
+            let rewrite = flush[i].role() != Role::AsWritten;
+            self.define_own(&mut flush[i], rewrite, failures);
+            if self.ids.state(flush[i].id) == State::Undefined {
+                self.after_failed_root(flush);
                 return false;
             }
         }
@@ -162,75 +138,54 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// What follows a root's failure (see 2 above).
-    fn after_failed_root(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-    ) {
-        let alone: Vec<FuncId> = self
-            .planned_duplicates(pending)
+    fn after_failed_root(&mut self, flush: &mut [Record]) {
+        let alone: Vec<usize> = self
+            .planned_duplicates(flush)
             .into_iter()
             .filter(|&(_, canonical)| {
                 self.ids.state(self.ids.root_of(canonical)) == State::Undefined
             })
-            .map(|(i, _)| pending[i].0)
+            .map(|(i, _)| i)
             .collect();
         log::debug!(
             "batch flush: a function planned duplicates run failed; {} left alone, planning again",
             alone.len()
         );
-        self.batch.alone.extend(alone);
-        self.undo_plan(pending, walks, precompiled);
+        for i in alone {
+            flush[i].leave_alone();
+        }
+        self.undo_plan(flush);
     }
 
-    /// Undoes this flush's plan for every pending function not defined
+    /// Undoes this flush's plan for every function of `flush` not defined
     /// yet: planned duplicates are pending again, functions this flush
     /// rewrote are as they were before (their walks dropped), and code
     /// compiled on other threads for any of them is dropped.
-    pub(super) fn undo_plan(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-        precompiled: &mut [Option<Precompiled>],
-    ) {
-        for (i, (id, func)) in pending.iter_mut().enumerate() {
-            if self.ids.is_defined(*id) {
-                continue;
-            }
-            match self.ids.state(*id) {
-                State::Duplicate { .. } => self.ids.plan(*id, State::Pending),
+    pub(super) fn undo_plan(&mut self, flush: &mut [Record]) {
+        for record in flush.iter_mut() {
+            match self.ids.state(record.id) {
+                State::Planned { .. } => self.ids.plan(record.id, State::Pending),
                 State::Pending => {}
-                State::Undefined | State::Compiled(_) | State::Bytes => continue,
+                State::Undefined | State::Compiled(_) | State::Duplicate { .. } | State::Bytes => {
+                    continue;
+                }
             }
-            if let Some(original) = self.batch.originals.remove(id) {
-                *func = original;
-                walks[i] = None;
-            }
-            if let Some(code) = precompiled.get_mut(i) {
-                self.discard_precompiled(*id, code.take());
-            }
+            let code = record.undo();
+            self.discard_precompiled(record.id, code);
         }
     }
 
-    /// [`DedupModule::canonicalize_references`] of the pending function
-    /// `id` during a flush, keeping it as it was before the flush first
+    /// [`DedupModule::canonicalize_references`] of the function of
+    /// `record` during a flush, keeping it as it was before the flush first
     /// rewrites it (see 2 above); nothing for a root put back as the user
     /// wrote it.
-    pub(super) fn canonicalize_pending(&mut self, id: FuncId, func: &mut Function) -> bool {
-        if self.batch.as_written.contains(&id) {
+    pub(super) fn canonicalize_pending(&mut self, record: &mut Record) -> bool {
+        if record.role() == Role::AsWritten {
             return false;
         }
-        if !self.batch.originals.contains_key(&id) && self.rewrites_references(func) {
-            self.batch.originals.insert(id, func.clone());
+        if record.original().is_none() && self.rewrites_references(&record.func) {
+            record.keep_original();
         }
-        self.canonicalize_references(func)
-    }
-
-    /// Whether this flush rewrote the pending function `id` (see 3
-    /// above), or put it back as the user wrote it: such a function counts
-    /// on the plan, or names planned duplicates.
-    pub(super) fn rewritten_in_flush(&self, id: FuncId) -> bool {
-        self.batch.originals.contains_key(&id) || self.batch.as_written.contains(&id)
+        self.canonicalize_references(&mut record.func)
     }
 }

@@ -92,8 +92,8 @@
 //! outside the flush's pending ones are never merged: an earlier flush's
 //! compiled functions stay as they are.
 
-use super::batch::KnownWalks;
 use super::define::compile_panic;
+use super::flush::Record;
 use super::ids::State;
 use super::{DedupModule, Mode, verify};
 use crate::fingerprint::{Fingerprinter, Shape};
@@ -112,7 +112,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// A pending function that may be merged.
 pub(super) struct Candidate {
-    /// Its index among the flush's pending functions.
+    /// Its index among the flush's records.
     pub(super) index: usize,
     /// Its shape and parameter sites.
     pub(super) shape: ShapeOf,
@@ -129,13 +129,14 @@ pub(super) struct Merge {
     pub(super) plan: GroupPlan,
 }
 
-/// The groups of `candidates` (each standing for the function of
-/// `pending` at its [`Candidate::index`]) to merge under `options`: by
+/// The groups of `candidates` (each standing for the function whose
+/// signature `signatures` holds at its [`Candidate::index`]) to merge
+/// under `options`: by
 /// shape, split to fit the parameter limit, merged where the cost model
 /// predicts a saving (see 2 in the module docs). Pure.
 pub(super) fn plan_merges(
     candidates: &[Candidate],
-    pending: &[(FuncId, Function)],
+    signatures: &[&Signature],
     options: &SimilarOptions,
 ) -> Vec<Merge> {
     let mut by_shape: HashMap<&Shape, usize> = HashMap::new();
@@ -169,7 +170,7 @@ pub(super) fn plan_merges(
                     u64::from(candidates[c].instructions) * options.model.bytes_per_instruction
                 })
                 .collect();
-            let sig = &pending[candidates[members[0]].index].1.signature;
+            let sig = signatures[candidates[members[0]].index];
             let Some(plan) = similar::plan_group(sig, &values, &bytes, options) else {
                 continue;
             };
@@ -182,17 +183,11 @@ pub(super) fn plan_merges(
 }
 
 impl<M: Module> DedupModule<M> {
-    /// Merges similar functions among `pending` (planned; see the module
+    /// Merges similar functions among `flush` (planned; see the module
     /// docs) when [`DedupOptions::similar`](super::DedupOptions::similar)
     /// is on: defines each merged group's body and replaces its members'
-    /// functions with their thunks.
-    /// Forgets the walks (`walks`, see `batch.rs`) of the functions it
-    /// rewrites.
-    pub(super) fn merge_similar(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-    ) {
+    /// functions with their thunks (which forgets their walks).
+    pub(super) fn merge_similar(&mut self, flush: &mut [Record]) {
         let Some(options) = self.options.similar else {
             return;
         };
@@ -200,8 +195,9 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let decided = catch_unwind(AssertUnwindSafe(|| {
-            let candidates = self.similar_candidates(pending, walks);
-            let merges = plan_merges(&candidates, pending, &options);
+            let candidates = self.similar_candidates(flush);
+            let signatures: Vec<&Signature> = flush.iter().map(|r| &r.func.signature).collect();
+            let merges = plan_merges(&candidates, &signatures, &options);
             (candidates, merges)
         }));
         let Ok((candidates, merges)) = decided else {
@@ -209,39 +205,33 @@ impl<M: Module> DedupModule<M> {
             return;
         };
         for merge in merges {
-            for &c in &merge.members {
-                walks[candidates[c].index] = None;
-            }
-            self.carry_out(pending, &candidates, merge);
+            self.carry_out(flush, &candidates, merge);
         }
     }
 
-    /// The candidates for merging among `pending` (see 1 in the module
+    /// The candidates for merging among `flush` (see 1 in the module
     /// docs), in definition order.
-    fn similar_candidates(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-    ) -> Vec<Candidate> {
+    fn similar_candidates(&mut self, flush: &mut [Record]) -> Vec<Candidate> {
         let policy = self.policy();
         let mut walker = std::mem::take(&mut self.fingerprinter);
         let mut shaper = Shaper::new();
         let mut candidates = Vec::new();
-        for (index, (id, func)) in pending.iter_mut().enumerate() {
-            if self.ids.state(*id) != State::Pending {
+        for (index, record) in flush.iter_mut().enumerate() {
+            if self.ids.state(record.id) != State::Pending {
                 continue;
             }
             // As the define pass will see it (its walk is taken out first,
             // as in `walk_pending`).
-            let kept = walks[index].take();
-            if !self.canonicalize_pending(*id, func) {
-                walks[index] = kept;
+            let kept = record.walk.take();
+            if !self.canonicalize_pending(record) {
+                record.walk = kept;
             }
             // Its body or thunk would be defined calling a function not
             // defined yet (see `roots.rs`).
-            if self.rewritten_in_flush(*id) {
+            if record.rewritten_in_flush() {
                 continue;
             }
+            let func = &record.func;
             let isa = self.inner.isa();
             let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
                 continue;
@@ -270,39 +260,43 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// Carries out `merge` (see 3 to 5 in the module docs): defines its
-    /// body and replaces its members' functions in `pending` with thunks.
-    fn carry_out(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        candidates: &[Candidate],
-        merge: Merge,
-    ) {
+    /// body and replaces its members' functions in `flush` with thunks.
+    fn carry_out(&mut self, flush: &mut [Record], candidates: &[Candidate], merge: Merge) {
         let first = &candidates[merge.members[0]];
-        let (first_id, first_func) = &pending[first.index];
-        let first_id = *first_id;
+        let first_record = &flush[first.index];
+        let first_id = first_record.id;
         // The members the body's compile does not verify.
         for &c in &merge.members[1..] {
-            let (id, func) = &pending[candidates[c].index];
-            if let Err(e) = self.verify_uncompiled(func, None) {
+            let record = &flush[candidates[c].index];
+            if let Err(e) = self.verify_uncompiled(&record.func, None) {
                 log::debug!(
-                    "{} ({id}): not merged with similar functions, fails to verify: {e}",
-                    self.function_name(*id)
+                    "{} ({}): not merged with similar functions, fails to verify: {e}",
+                    self.function_name(record.id),
+                    record.id
                 );
                 return;
             }
         }
         let derived = &merge.plan.derived;
-        let ctrl_plane = self.batch.control_plane(first_id);
-        let Some(body) = self.define_body(first_id, first_func, &first.shape, derived, ctrl_plane)
-        else {
+        let ctrl_plane = first_record.control.clone();
+        let Some(body) = self.define_body(
+            first_id,
+            &first_record.func,
+            &first.shape,
+            derived,
+            ctrl_plane,
+        ) else {
             return;
         };
         for (m, &c) in merge.members.iter().enumerate() {
-            let (id, func) = &mut pending[candidates[c].index];
-            *func = self.thunk(func, &body, similar::thunk_values(derived, m));
+            let record = &mut flush[candidates[c].index];
+            let thunk = self.thunk(&record.func, &body, similar::thunk_values(derived, m));
+            let code = record.replace(thunk);
+            self.discard_precompiled(record.id, code);
             log::debug!(
-                "{} ({id}): a thunk for the merged body {} (member {m} of {}, {} parameters)",
-                self.function_name(*id),
+                "{} ({}): a thunk for the merged body {} (member {m} of {}, {} parameters)",
+                self.function_name(record.id),
+                record.id,
                 body.id,
                 merge.members.len(),
                 derived.params.len()
@@ -637,6 +631,11 @@ mod tests {
         (pending, candidates)
     }
 
+    /// The signatures of `pending`, by index.
+    fn signatures(pending: &[(FuncId, Function)]) -> Vec<&Signature> {
+        pending.iter().map(|(_, f)| &f.signature).collect()
+    }
+
     fn members(merges: &[Merge]) -> Vec<Vec<usize>> {
         merges.iter().map(|m| m.members.clone()).collect()
     }
@@ -652,14 +651,14 @@ mod tests {
             text(9, 2, 3, 30),
         ];
         let (pending, c) = candidates(&texts);
-        let merges = plan_merges(&c, &pending, &options);
+        let merges = plan_merges(&c, &signatures(&pending), &options);
         assert_eq!(members(&merges), [vec![0, 2, 3]]);
         assert_eq!(merges[0].plan.derived.params.len(), 2);
         assert_eq!(merges[0].plan.decision, Decision::Merge);
         // The same functions without the padding do not pay.
         let texts = [text(1, 2, 3, 0), text(7, 8, 3, 0)];
         let (pending, c) = candidates(&texts);
-        assert!(plan_merges(&c, &pending, &options).is_empty());
+        assert!(plan_merges(&c, &signatures(&pending), &options).is_empty());
     }
 
     #[test]
@@ -671,6 +670,9 @@ mod tests {
         // f0 and f2 differ in one constant, f1 from both in two.
         let texts = [text(1, 2, 3, 30), text(5, 6, 3, 30), text(1, 9, 3, 30)];
         let (pending, c) = candidates(&texts);
-        assert_eq!(members(&plan_merges(&c, &pending, &options)), [vec![0, 2]]);
+        assert_eq!(
+            members(&plan_merges(&c, &signatures(&pending), &options)),
+            [vec![0, 2]]
+        );
     }
 }

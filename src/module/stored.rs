@@ -74,7 +74,7 @@
 //!    listed by [`DedupModule::failed_definitions`]; nothing can call it
 //!    before, since nothing is finalized before that flush.
 
-use super::batch::KnownWalks;
+use super::flush::Record;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
 use super::verify::Unverified;
@@ -153,16 +153,12 @@ impl<M: Module> DedupModule<M> {
         self
     }
 
-    /// Fetches the store's entries for every function of `pending` that
+    /// Fetches the store's entries for every function of `flush` that
     /// needs code, with one [`CodeStore::get_many`] per [`GET_MANY_CHUNK`]
-    /// keys (see 5 above). A function not walked yet (`walks`: planning
-    /// walks none on an ISA without trampolines) is walked here, and the
-    /// define uses that walk.
-    pub(super) fn prefetch_stored(
-        &mut self,
-        pending: &mut [(FuncId, Function)],
-        walks: &mut KnownWalks,
-    ) {
+    /// keys (see 5 above). A function not walked yet (planning walks none
+    /// on an ISA without trampolines) is walked here, and the define uses
+    /// that walk.
+    pub(super) fn prefetch_stored(&mut self, flush: &mut [Record]) {
         self.end_prefetch();
         if self.stored.is_none() {
             return;
@@ -170,16 +166,16 @@ impl<M: Module> DedupModule<M> {
         let policy = self.policy();
         let mut asked = HashSet::new();
         let mut keys = Vec::new();
-        for ((id, func), known) in pending.iter_mut().zip(walks.iter_mut()) {
-            if self.ids.state(*id) != State::Pending {
+        for record in flush.iter_mut() {
+            if self.ids.state(record.id) != State::Pending {
                 continue;
             }
             // A function that cannot be walked fails in its define.
-            let Ok(walk) = self.walk_pending(*id, func, known) else {
+            if self.walk_pending(record).is_err() {
                 continue;
-            };
-            let walk = walk.as_ref();
-            let plan = self.compiled.plan(&walk.planned(func), policy);
+            }
+            let walk = record.walk.as_ref().expect("walked").as_ref();
+            let plan = self.compiled.plan(&walk.planned(&record.func), policy);
             if !(plan.load && plan.needs_code()) {
                 continue;
             }

@@ -119,8 +119,9 @@ impl StoreKey {
         hasher.update(context.digest());
         hasher.update(&(words.len() as u64).to_le_bytes());
         // Hashed in pieces, each word little-endian, without copying the
-        // whole key.
-        let mut piece = [0u8; 4096];
+        // whole key (small pieces: most keys are a few hundred bytes, and
+        // the buffer is cleared on every call).
+        let mut piece = [0u8; 256];
         for words in words.chunks(piece.len() / 4) {
             for (bytes, word) in piece.chunks_exact_mut(4).zip(words) {
                 bytes.copy_from_slice(&word.to_le_bytes());

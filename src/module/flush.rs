@@ -1,0 +1,221 @@
+//! A batch flush as a value: one [`Record`] per function recorded since
+//! the last flush, holding everything the flush knows about it.
+//!
+//! What an *id* is (pending, planned as a duplicate, defined) is its
+//! `State` (`ids.rs`), since references to it are resolved by that state.
+//! What a *record* is to its flush, beyond that, is its [`Role`], and the
+//! rest of what the flush keeps about it (its walk, the function as the
+//! user wrote it, code compiled for it on another thread) is in the record:
+//! no container is indexed by position beside the records, and nothing of
+//! a flush outlives it.
+//!
+//! # What this module guarantees
+//!
+//! 1. A record's role changes only through the methods below, which are
+//!    its transitions (no other code assigns a role):
+//!
+//!    | from | to | method | when |
+//!    |---|---|---|---|
+//!    | open | as written | [`Record::put_back_as_written`] | it is a root planning rewrote (see `roots.rs`) |
+//!    | open, as written | alone | [`Record::leave_alone`] | the root of its plan failed, or planning panicked |
+//!
+//!    Both moves are one way: a flush's rounds only ever take functions
+//!    out of planning, which bounds them (see `batch.rs`).
+//! 2. A record's walk is of its function as it is: every method that
+//!    changes the function ([`Record::rewritten`], [`Record::undo`],
+//!    [`Record::put_back_as_written`], [`Record::replace`]) drops the
+//!    walk, and drops code compiled for the function before (returned, for
+//!    the statistics).
+//! 3. [`Record::original`] is the function as the user defined it, kept
+//!    from the first rewrite the flush makes until the flush ends or puts
+//!    it back.
+
+use super::parallel::Precompiled;
+use crate::plan::Walk;
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::Function;
+use cranelift_module::FuncId;
+
+/// What a recorded function is to its flush, beyond its id's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Planned by every planning of the flush: as a duplicate, as what
+    /// duplicates run, or as its own plan says.
+    #[default]
+    Open,
+    /// A root of the plan that planning rewrote, put back as the user
+    /// wrote it: rewritten no more until the plan's duplicates are
+    /// defined (see `roots.rs`). Still planned.
+    AsWritten,
+    /// Planned as nothing for the rest of the flush (the root of its plan
+    /// failed, or planning panicked): defined on its own.
+    Alone,
+}
+
+/// One function recorded for a flush.
+pub(super) struct Record {
+    /// Its id.
+    pub(super) id: FuncId,
+    /// The function, as the flush has rewritten it so far.
+    pub(super) func: Function,
+    /// The control plane it was defined with.
+    pub(super) control: ControlPlane,
+    /// Its walk, if walked since it last changed (see 2 above).
+    pub(super) walk: Option<Walk>,
+    /// Code compiled for it on another thread (see `parallel.rs`).
+    pub(super) code: Option<Precompiled>,
+    /// The function as the user wrote it, once the flush rewrote it (see
+    /// 3 above).
+    original: Option<Function>,
+    /// Its role (see 1 above).
+    role: Role,
+}
+
+impl Record {
+    /// A function recorded for the next flush.
+    pub(super) fn new(id: FuncId, func: Function, control: ControlPlane) -> Self {
+        Self {
+            id,
+            func,
+            control,
+            walk: None,
+            code: None,
+            original: None,
+            role: Role::Open,
+        }
+    }
+
+    /// Its role in the flush.
+    pub(super) fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Whether the flush rewrote it, or put it back as the user wrote it:
+    /// such a function counts on the plan, or names planned duplicates.
+    pub(super) fn rewritten_in_flush(&self) -> bool {
+        self.original.is_some() || self.role != Role::Open
+    }
+
+    /// The function as the user wrote it, if the flush rewrote it.
+    pub(super) fn original(&self) -> Option<&Function> {
+        self.original.as_ref()
+    }
+
+    /// Notes that the function is about to be rewritten: keeps it as the
+    /// user wrote it, the first time.
+    pub(super) fn keep_original(&mut self) {
+        if self.original.is_none() {
+            self.original = Some(self.func.clone());
+        }
+    }
+
+    /// Notes that the function was changed in place: its walk and any
+    /// code compiled for it are of the function as it was (see 2 above).
+    pub(super) fn rewritten(&mut self) -> Option<Precompiled> {
+        self.walk = None;
+        self.code.take()
+    }
+
+    /// Replaces the function with `func` (a thunk, see `similar.rs`).
+    pub(super) fn replace(&mut self, func: Function) -> Option<Precompiled> {
+        self.func = func;
+        self.rewritten()
+    }
+
+    /// Puts a root back as the user wrote it, for the rest of the flush
+    /// (see 1 above); nothing if the flush never rewrote it. Returns code
+    /// compiled for the rewritten function, if any.
+    pub(super) fn put_back_as_written(&mut self) -> Option<Precompiled> {
+        let original = self.original.take()?;
+        self.func = original;
+        if self.role == Role::Open {
+            self.role = Role::AsWritten;
+        }
+        self.rewritten()
+    }
+
+    /// Plans it as nothing for the rest of the flush (see 1 above).
+    pub(super) fn leave_alone(&mut self) {
+        self.role = Role::Alone;
+    }
+
+    /// Undoes the flush's rewrites of it: it is as the user wrote it
+    /// again, and may be rewritten again (its role stays). Returns code
+    /// compiled for it, which was compiled counting on the plan.
+    pub(super) fn undo(&mut self) -> Option<Precompiled> {
+        if let Some(original) = self.original.take() {
+            self.func = original;
+            self.walk = None;
+        }
+        self.code.take()
+    }
+
+    /// Takes the function out, for its definition.
+    pub(super) fn take_func(&mut self) -> Function {
+        std::mem::replace(&mut self.func, Function::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Record, Role};
+    use cranelift_codegen::control::ControlPlane;
+    use cranelift_codegen::ir::{Function, UserFuncName};
+    use cranelift_module::FuncId;
+
+    fn named(index: u32) -> Function {
+        let mut func = Function::new();
+        func.name = UserFuncName::user(0, index);
+        func
+    }
+
+    fn record() -> Record {
+        Record::new(FuncId::from_u32(0), named(1), ControlPlane::default())
+    }
+
+    #[test]
+    fn a_root_put_back_is_as_written_and_stays_so() {
+        let mut r = record();
+        // Never rewritten: nothing to put back, still open.
+        assert!(r.put_back_as_written().is_none());
+        assert_eq!(r.role(), Role::Open);
+        assert!(!r.rewritten_in_flush());
+        r.keep_original();
+        r.func = named(2);
+        r.keep_original();
+        assert!(r.rewritten_in_flush());
+        r.put_back_as_written();
+        assert_eq!(r.func.name, UserFuncName::user(0, 1));
+        assert_eq!(r.role(), Role::AsWritten);
+        assert!(r.rewritten_in_flush());
+        // Undoing keeps the role: a put-back root is never rewritten again.
+        r.undo();
+        assert_eq!(r.role(), Role::AsWritten);
+    }
+
+    #[test]
+    fn alone_is_final() {
+        let mut r = record();
+        r.leave_alone();
+        r.keep_original();
+        r.func = named(2);
+        r.put_back_as_written();
+        assert_eq!(r.role(), Role::Alone);
+    }
+
+    #[test]
+    fn undo_gives_the_user_function_back_and_forgets_the_walk() {
+        let mut r = record();
+        r.keep_original();
+        r.func = named(7);
+        r.walk = Some(crate::plan::Walk::of(
+            &mut crate::Fingerprinter::new(),
+            &r.func,
+        ));
+        r.undo();
+        assert_eq!(r.func.name, UserFuncName::user(0, 1));
+        assert!(r.walk.is_none());
+        assert!(r.original().is_none());
+        assert_eq!(r.role(), Role::Open);
+    }
+}
