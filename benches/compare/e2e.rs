@@ -669,7 +669,7 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
 
 /// The Redis side of the warm starts.
 #[cfg(feature = "redis")]
-mod fleet {
+pub mod fleet {
     use jitfold::store::{CodeStore, RedisStore};
     use std::net::TcpStream;
     use std::process::{Child, Command, Stdio};
@@ -734,7 +734,7 @@ mod fleet {
 
 /// Without the `redis` feature, no Redis side.
 #[cfg(not(feature = "redis"))]
-mod fleet {
+pub mod fleet {
     use jitfold::store::CodeStore;
     use std::sync::Arc;
 

@@ -3,7 +3,8 @@
 //! plain `JITModule`s (each compiles everything) against N
 //! `DedupModule<JITModule>`s sharing one `SharedStore` (which divide the
 //! compiles, see 7 and 8 in `src/module/stored.rs`), in eager and batch
-//! mode, for N = 2 and the machine's core count, with Cranelift's
+//! mode, and N modules each with a `RedisStore` of its own on one
+//! `redis-server` (as N processes are: leases divide the compiles), for N = 2 and the machine's core count, with Cranelift's
 //! verifier on and off. Each cell is the best wall time over the rounds
 //! (plain and shared alternate within a round); the compiles are summed
 //! over the N runtimes.
@@ -11,7 +12,7 @@
 //! `JITFOLD_COMPARE=runtimes cargo bench --features tools --bench
 //! compare` prints this table alone, on whole corpora.
 
-use crate::e2e::{Corpus, Persistent, Way, Workload, run};
+use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run};
 use crate::{Config, ms, table};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::DedupOptions;
@@ -39,28 +40,27 @@ fn isa(verifier: bool) -> OwnedTargetIsa {
     jitfold::isa::host_isa(flags).expect("host ISA")
 }
 
-/// `n` runtimes defining `w` at once, each its own module, each the way
-/// `store` says (`None`: plain). The wall time and the compiles summed
-/// over the runtimes (plain: every function, each time).
+/// `n` runtimes defining `w` at once, each its own module: with `options`
+/// and a store from `store` (each runtime calls it once), or plain where
+/// `jitfold` is `None`. The wall time and the compiles summed over the
+/// runtimes (plain: every function, each time).
 fn runtimes(
     n: usize,
     w: &Workload,
     isa: &OwnedTargetIsa,
-    jitfold: Option<(DedupOptions, Arc<SharedStore>)>,
+    jitfold: Option<(DedupOptions, &(dyn Fn() -> Arc<dyn CodeStore> + Sync))>,
 ) -> (Duration, u64) {
     let start = Instant::now();
     let compiles = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|_| {
-                let jitfold = jitfold.clone();
                 s.spawn(move || match jitfold {
                     Some((options, store)) => {
-                        let store = store as Arc<dyn CodeStore>;
                         let r = run(
                             Way::Jitfold(options, ""),
                             w,
                             isa,
-                            Persistent::Jitfold(store),
+                            Persistent::Jitfold(store()),
                         );
                         r.stats.map_or(0, |s| s.compiled)
                     }
@@ -87,11 +87,14 @@ pub fn print(corpora: &[Corpus], config: &Config) {
         counts.push(cores);
     }
     let rounds = rounds();
+    let server = fleet::Server::start();
     let modes = [
-        ("eager", DedupOptions::eager()),
-        ("batch", DedupOptions::batch()),
+        ("eager", DedupOptions::eager(), false),
+        ("batch", DedupOptions::batch(), false),
+        ("batch, Redis", DedupOptions::batch(), true),
     ];
     let mut rows = Vec::new();
+    let mut round = 0;
     for verifier in [true, false] {
         let isa = isa(verifier);
         for corpus in corpora.iter().filter(|c| c.wasm) {
@@ -102,30 +105,53 @@ pub fn print(corpora: &[Corpus], config: &Config) {
                     w.name
                 );
                 let mut plain = Duration::MAX;
-                let mut shared = [Duration::MAX; 2];
-                let mut compiles = [0; 2];
+                let mut best = [Duration::MAX; 3];
+                let mut compiles = [0; 3];
                 let mut plain_compiles = 0;
                 for _ in 0..rounds {
                     let (time, c) = runtimes(n, &w, &isa, None);
                     plain = plain.min(time);
                     plain_compiles = c;
-                    for (i, (_, options)) in modes.iter().enumerate() {
-                        let store = Arc::new(SharedStore::new());
-                        let (time, c) = runtimes(n, &w, &isa, Some((*options, store)));
-                        shared[i] = shared[i].min(time);
+                    for (i, (_, options, redis)) in modes.iter().enumerate() {
+                        round += 1;
+                        let shared = Arc::new(SharedStore::new());
+                        // Each runtime its own store: threads on one
+                        // `SharedStore`, or Redis clients of their own (as
+                        // processes are), on keys no earlier run wrote.
+                        let prefix = format!("runtimes:{round}:");
+                        let store_of = || -> Arc<dyn CodeStore> {
+                            match (&server, redis) {
+                                (Some(server), true) => server.store(&prefix),
+                                _ => shared.clone(),
+                            }
+                        };
+                        if *redis && server.is_none() {
+                            continue;
+                        }
+                        let (time, c) = runtimes(n, &w, &isa, Some((*options, &store_of)));
+                        best[i] = best[i].min(time);
                         compiles[i] = c;
                     }
                 }
-                for (i, (label, _)) in modes.iter().enumerate() {
+                for (i, (label, _, redis)) in modes.iter().enumerate() {
+                    let measured = !*redis || server.is_some();
                     rows.push(vec![
                         w.name.clone(),
                         if verifier { "on" } else { "off" }.into(),
                         n.to_string(),
                         label.to_string(),
-                        format!("{plain_compiles} → {}", compiles[i]),
+                        if measured {
+                            format!("{plain_compiles} → {}", compiles[i])
+                        } else {
+                            fleet::MISSING.to_string()
+                        },
                         ms(plain),
-                        ms(shared[i]),
-                        format!("{:.2}x", plain.as_secs_f64() / shared[i].as_secs_f64()),
+                        if measured { ms(best[i]) } else { "-".into() },
+                        if measured {
+                            format!("{:.2}x", plain.as_secs_f64() / best[i].as_secs_f64())
+                        } else {
+                            "-".into()
+                        },
                     ]);
                 }
             }
@@ -134,7 +160,9 @@ pub fn print(corpora: &[Corpus], config: &Config) {
     println!(
         "### 6. N runtimes starting one program at once\n\n\
          N threads each define a whole corpus ({}) in a runtime of their own and finalize it: \
-         N plain `JITModule`s against N `DedupModule<JITModule>`s on one `SharedStore`. \
+         N plain `JITModule`s against N `DedupModule<JITModule>`s on one `SharedStore`, or, \
+         `batch, Redis`, each with a `RedisStore` of its own on one `redis-server` on loopback \
+         (as N processes would be: leases divide the compiles). \
          Wall time, best of {rounds} rounds; compiles summed over the N runtimes; speedup = \
          plain / shared.\n",
         config

@@ -48,8 +48,25 @@
 //!    (A server that trickles its answer a byte at a time within each I/O
 //!    timeout is not guarded against: the timeouts bound each read, not a
 //!    whole command.)
+//! 6. **Leases: a fleet divides its compiles.** A key is reserved for the
+//!    process that will compile it by a lease in the server (`SET` of
+//!    `PREFIX` `lease:` and the key's hex, `NX PX`, with this store's own
+//!    token), taken in the same script, and so the same round trip, that
+//!    looks the value up ([`CodeStore::try_get_or_reserve`]): of several
+//!    processes missing one key at once, one compiles it, and the others
+//!    are told it is busy, so that a batch flush (and an eager define,
+//!    see `DedupModule::with_store`) moves on to other work. The `put` of
+//!    the value ends the lease (in one round trip with the `SET`), and so
+//!    does [`CodeStore::release`], each only if this store still holds it
+//!    (a script compares the token). A lease whose holder dies expires
+//!    after the lease time ([`DEFAULT_LEASE`], set with
+//!    [`RedisStore::with_lease`]). [`CodeStore::get_or_reserve`] waits
+//!    for another holder's value at most that long, polling, and then
+//!    compiles (a compile more, never other code: the key names the
+//!    code). A server that is down or slow makes these calls errors like
+//!    any other, and the caller compiles for itself.
 
-use super::{CodeStore, GET_MANY_CHUNK, StoreError, StoreKey};
+use super::{Claim, CodeStore, GET_MANY_CHUNK, StoreError, StoreKey};
 use redis::{Client, Connection};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -78,6 +95,30 @@ const MAX_TTL_MILLIS: u64 = i64::MAX as u64 / 2;
 /// The prefix of every key by default.
 pub const DEFAULT_PREFIX: &str = "jitfold:code:";
 
+/// How long a lease on a key lasts by default (see 6 in the module docs):
+/// far longer than compiling one function takes, short enough that a
+/// fleet whose process died mid-compile is not held up for long.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// The longest pause between two looks at a key another process holds,
+/// in [`CodeStore::get_or_reserve`].
+const MAX_POLL: Duration = Duration::from_millis(2);
+
+/// Looks a value up (`KEYS[1]`, at most `ARGV[1]` + 1 bytes, see 5 in the
+/// module docs); if there is none, takes the lease `KEYS[2]` for the token
+/// `ARGV[2]` for `ARGV[3]` milliseconds. Answers the value, 1 (leased to
+/// the caller) or 0 (another holds the lease).
+const CLAIM_SCRIPT: &str = "\
+local v = redis.call('GETRANGE', KEYS[1], 0, ARGV[1]) \
+if #v > 0 then return v end \
+if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 1 end \
+return 0";
+
+/// Deletes the lease `KEYS[1]` if the token `ARGV[1]` still holds it.
+const RELEASE_SCRIPT: &str = "\
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
+return 0";
+
 /// A code store in a Redis server: see the [module docs](self).
 pub struct RedisStore {
     client: Client,
@@ -87,6 +128,11 @@ pub struct RedisStore {
     retry_interval: Duration,
     ttl: Option<Duration>,
     max_value_bytes: u64,
+    /// How long a lease lasts; `None`: no leases (see 6 in the module
+    /// docs).
+    lease: Option<Duration>,
+    /// This store's token in the leases it takes.
+    token: String,
     state: Mutex<State>,
 }
 
@@ -95,6 +141,8 @@ struct State {
     idle: Vec<Connection>,
     /// No connect is tried before this instant (after a failed connect).
     retry_at: Option<Instant>,
+    /// The keys this store holds leases on.
+    leased: std::collections::HashSet<StoreKey>,
 }
 
 impl RedisStore {
@@ -114,8 +162,18 @@ impl RedisStore {
             retry_interval: DEFAULT_RETRY_INTERVAL,
             ttl: None,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            lease: Some(DEFAULT_LEASE),
+            token: token(),
             state: Mutex::default(),
         })
+    }
+
+    /// This store with leases of `lease` (at least a millisecond) instead
+    /// of [`DEFAULT_LEASE`], or, with `None`, without leases: every
+    /// process that misses a key compiles it (see 6 in the module docs).
+    pub fn with_lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = lease.map(|l| l.max(Duration::from_millis(1)));
+        self
     }
 
     /// This store with other timeouts for connecting and for each
@@ -157,6 +215,22 @@ impl RedisStore {
 
     fn redis_key(&self, key: &StoreKey) -> String {
         format!("{}{}", self.prefix, key.hex())
+    }
+
+    /// The name of the lease on `key` (see 6 in the module docs).
+    fn lease_key(&self, key: &StoreKey) -> String {
+        format!("{}lease:{}", self.prefix, key.hex())
+    }
+
+    /// The script that deletes this store's lease on `key`.
+    fn release_command(&self, key: &StoreKey) -> redis::Cmd {
+        let mut command = redis::cmd("EVAL");
+        command
+            .arg(RELEASE_SCRIPT)
+            .arg(1)
+            .arg(self.lease_key(key))
+            .arg(&self.token);
+        command
     }
 
     /// `GETRANGE` of at most one byte more than the largest value kept
@@ -310,19 +384,124 @@ impl CodeStore for RedisStore {
                 limit: self.max_value_bytes,
             });
         }
-        let key = self.redis_key(key);
+        let name = self.redis_key(key);
+        let leased = self.lock().leased.remove(key);
         self.with_connection("SET", |connection| {
             let mut command = redis::cmd("SET");
-            command.arg(&key).arg(value);
+            command.arg(&name).arg(value);
             if let Some(ttl) = self.ttl {
                 command.arg("PX").arg(
                     u64::try_from(ttl.as_millis())
                         .map_or(MAX_TTL_MILLIS, |ms| ms.min(MAX_TTL_MILLIS)),
                 );
             }
-            command.query::<()>(connection)
+            if !leased {
+                return command.query::<()>(connection);
+            }
+            // The value, then the end of the lease, in one round trip.
+            let mut pipeline = redis::pipe();
+            pipeline.add_command(command).ignore();
+            pipeline.add_command(self.release_command(key)).ignore();
+            pipeline.query::<()>(connection)
         })
     }
+
+    fn try_get_or_reserve(&self, key: &StoreKey) -> Result<Claim, StoreError> {
+        let Some(lease) = self.lease else {
+            return Ok(match self.get(key)? {
+                Some(value) => Claim::Found(value),
+                None => Claim::Reserved,
+            });
+        };
+        let millis = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
+        let answer: redis::Value = self.with_connection("EVAL", |connection| {
+            redis::cmd("EVAL")
+                .arg(CLAIM_SCRIPT)
+                .arg(2)
+                .arg(self.redis_key(key))
+                .arg(self.lease_key(key))
+                .arg(self.max_value_bytes)
+                .arg(&self.token)
+                .arg(millis)
+                .query(connection)
+        })?;
+        match answer {
+            redis::Value::BulkString(value) => match self.value_of(value)? {
+                Some(value) => Ok(Claim::Found(value)),
+                None => Err(garbage("an empty value")),
+            },
+            redis::Value::Int(1) => {
+                self.lock().leased.insert(*key);
+                Ok(Claim::Reserved)
+            }
+            redis::Value::Int(0) => Ok(Claim::Busy),
+            _ => Err(garbage("neither a value nor a lease")),
+        }
+    }
+
+    fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        // Another holder's lease ends with its value, its release, or its
+        // expiry: at most the lease time from now.
+        let deadline = Instant::now() + self.lease.unwrap_or_default();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.try_get_or_reserve(key)? {
+                Claim::Found(value) => return Ok(Some(value)),
+                Claim::Reserved => return Ok(None),
+                Claim::Busy if Instant::now() >= deadline => {
+                    log::debug!(
+                        "code store: {} held longer than a lease; compiling",
+                        key.hex()
+                    );
+                    return Ok(None);
+                }
+                Claim::Busy => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_POLL);
+                }
+            }
+        }
+    }
+
+    fn reserves(&self) -> bool {
+        self.lease.is_some()
+    }
+
+    fn release(&self, key: &StoreKey) {
+        if !self.lock().leased.remove(key) {
+            return;
+        }
+        // A lease not ended here expires.
+        let released = self.with_connection("EVAL", |connection| {
+            self.release_command(key).query::<()>(connection)
+        });
+        if let Err(e) = released {
+            log::debug!("code store: {e}; the lease on {} expires", key.hex());
+        }
+    }
+}
+
+/// The error of an answer that is neither of the script's.
+fn garbage(what: &str) -> StoreError {
+    StoreError::Redis {
+        operation: "EVAL",
+        source: redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the lease script answered something else",
+            what.to_string(),
+        )),
+    }
+}
+
+/// A token no other store holds: this process, this instant, and a count
+/// of the stores it made.
+fn token() -> String {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{nanos}-{made}", std::process::id())
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -338,6 +517,7 @@ impl std::fmt::Debug for RedisStore {
             .field("io_timeout", &self.io_timeout)
             .field("ttl", &self.ttl)
             .field("max_value_bytes", &self.max_value_bytes)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }

@@ -22,6 +22,8 @@ mod drop_in;
 mod errors;
 #[cfg(feature = "fuzzing")]
 mod fingerprint;
+#[cfg(feature = "redis")]
+mod fleet;
 mod frame_layout;
 #[cfg(feature = "fuzzing")]
 mod fuzz_seeds;

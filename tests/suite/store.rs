@@ -964,7 +964,7 @@ fn eviction_bounds_concurrent_writers() {
 }
 
 #[cfg(feature = "redis")]
-mod redis_store {
+pub(crate) mod redis_store {
     //! Against a real `redis-server` on a loopback port, started by each
     //! test (skipped when it is not installed, unless `CI` is set).
 
@@ -977,7 +977,7 @@ mod redis_store {
 
     /// A `redis-server` child process on a port of its own, killed when
     /// dropped.
-    struct Server {
+    pub(crate) struct Server {
         child: Option<Child>,
         port: u16,
         dir: TempDir,
@@ -987,7 +987,7 @@ mod redis_store {
     impl Server {
         /// A running server, or `None` (with a message) when `redis-server`
         /// is not installed outside CI.
-        fn start(name: &str, extra: &[&str]) -> Option<Self> {
+        pub(crate) fn start(name: &str, extra: &[&str]) -> Option<Self> {
             if Command::new("redis-server")
                 .arg("--version")
                 .output()
@@ -1009,7 +1009,7 @@ mod redis_store {
             Some(server)
         }
 
-        fn url(&self) -> String {
+        pub(crate) fn url(&self) -> String {
             format!("redis://127.0.0.1:{}/", self.port)
         }
 
@@ -1044,7 +1044,7 @@ mod redis_store {
         }
 
         /// A plain client, for what the store does not do.
-        fn raw(&self) -> redis::Connection {
+        pub(crate) fn raw(&self) -> redis::Connection {
             redis::Client::open(self.url())
                 .unwrap()
                 .get_connection()

@@ -1,0 +1,189 @@
+//! Processes of a fleet dividing a program's compiles through a Redis
+//! server: leases on the keys being compiled (see 6 in
+//! `jitfold::store::redis`), against a real `redis-server` and real child
+//! processes (this test binary, started again on an ignored test).
+
+use crate::common::build::{call1, declare, define, leaves_and_callers};
+use crate::store::redis_store::Server;
+use cranelift_codegen::ir::InstBuilder;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Module, default_libcall_names};
+use jitfold::plan::Walk;
+use jitfold::store::{Claim, CodeContext, CodeStore, RedisStore, StoreKey};
+use jitfold::{DedupModule, DedupOptions};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Leaves in the program each process defines: one template each, and
+/// one more for all their callers.
+const LEAVES: i64 = 40;
+
+fn builder() -> JITBuilder {
+    JITBuilder::new(default_libcall_names()).unwrap()
+}
+
+/// `x * 5 + 2000`, the third leaf of `leaves_and_callers`.
+fn leaf2<M>(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    _: &mut M,
+    p: &[cranelift_codegen::ir::Value],
+) {
+    let t = b.ins().imul_imm_s(p[0], 5);
+    let r = b.ins().iadd_imm_s(t, 2000);
+    b.ins().return_(&[r]);
+}
+
+/// The store key of `leaf2`'s template.
+fn leaf2_key() -> StoreKey {
+    let mut probe = JITModule::new(builder());
+    let context = CodeContext::of(probe.isa());
+    let conv = probe.isa().default_call_conv();
+    let id = declare(&mut probe, "probe", conv);
+    let func = crate::common::build::built(&mut probe, id, leaf2);
+    let walk = Walk::of(&mut jitfold::Fingerprinter::new(), &func);
+    StoreKey::of(&context, &walk.fingerprint.to_template())
+}
+
+/// The child side of the fleet test: defines the program in batch mode
+/// through the Redis server at `JITFOLD_FLEET_REDIS`, checks every result,
+/// and prints how many functions it compiled (does nothing when the
+/// variable is not set).
+#[test]
+#[ignore = "run by the fleet test as a child process"]
+fn child_fleet_runtime() {
+    let Ok(url) = std::env::var("JITFOLD_FLEET_REDIS") else {
+        return;
+    };
+    let store = Arc::new(RedisStore::new(&url).unwrap()) as Arc<dyn CodeStore>;
+    let mut m = DedupModule::with_options(builder(), DedupOptions::batch()).with_store(store, None);
+    let order: Vec<i64> = (0..LEAVES).collect();
+    let ids = leaves_and_callers(&mut m, &order, 1000);
+    m.finalize_definitions().unwrap();
+    for k in 0..LEAVES {
+        let expected = 4 * (3 + k) + 1000 * k;
+        assert_eq!(
+            call1(m.get_finalized_function(ids[k as usize]), 4),
+            expected
+        );
+        let caller = ids[(LEAVES + k) as usize];
+        assert_eq!(call1(m.get_finalized_function(caller), 3), expected);
+    }
+    let stats = m.stats();
+    assert_eq!(stats.store_errors, 0, "{stats}");
+    println!("\nfleet-compiled={}", stats.compiled);
+}
+
+/// Three processes starting one program at once on one Redis server
+/// compile each of its templates once in total (a key another process
+/// holds a lease on is left to it, and loaded once it is stored), and every
+/// function of each is right.
+#[test]
+fn a_fleet_compiles_each_template_once_in_total() {
+    let Some(server) = Server::start("fleet", &[]) else {
+        return;
+    };
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--ignored", "--exact", "fleet::child_fleet_runtime"])
+                .args(["--nocapture", "--test-threads", "1"])
+                .env("JITFOLD_FLEET_REDIS", server.url())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut compiled = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "a runtime failed");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.split("fleet-compiled=").nth(1))
+            .unwrap_or_else(|| panic!("no count in {text}"));
+        compiled.push(line.trim().parse::<u64>().unwrap());
+    }
+    // One template per leaf, and one for the callers.
+    let templates = LEAVES as u64 + 1;
+    assert_eq!(compiled.iter().sum::<u64>(), templates, "{compiled:?}");
+}
+
+/// The child side of the killed-holder test: takes the lease on
+/// `leaf2`'s template (for the lease in `JITFOLD_FLEET_LEASE_MS`), says
+/// so, and waits to be killed.
+#[test]
+#[ignore = "run by the killed-holder test as a child process"]
+fn child_lease_holder() {
+    let (Ok(url), Ok(lease)) = (
+        std::env::var("JITFOLD_FLEET_REDIS"),
+        std::env::var("JITFOLD_FLEET_LEASE_MS"),
+    ) else {
+        return;
+    };
+    let lease = Duration::from_millis(lease.parse().unwrap());
+    let store = RedisStore::new(&url).unwrap().with_lease(Some(lease));
+    assert_eq!(
+        store.try_get_or_reserve(&leaf2_key()).unwrap(),
+        Claim::Reserved
+    );
+    println!("held");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A process killed while it holds a lease (mid-compile) holds up the
+/// fleet only until the lease expires: then another process takes the key
+/// and compiles it, and its value ends the lease.
+#[test]
+fn a_lease_whose_holder_was_killed_expires() {
+    let Some(server) = Server::start("killed-holder", &[]) else {
+        return;
+    };
+    let lease_ms = 400;
+    let mut holder = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "fleet::child_lease_holder"])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env("JITFOLD_FLEET_REDIS", server.url())
+        .env("JITFOLD_FLEET_LEASE_MS", lease_ms.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("held"))),
+        "the holder never took the lease"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let lease_name = format!("jitfold:code:lease:{}", leaf2_key().hex());
+    let lease_left: Option<String> = redis::cmd("GET")
+        .arg(&lease_name)
+        .query(&mut server.raw())
+        .unwrap();
+    assert!(
+        lease_left.is_some(),
+        "the killed holder's lease is gone already"
+    );
+    // Eager mode leaves the busy function to the flush, which waits for the
+    // lease to expire and then compiles it.
+    let store = RedisStore::new(&server.url())
+        .unwrap()
+        .with_lease(Some(Duration::from_millis(lease_ms)));
+    let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
+        .with_store(Arc::new(store) as Arc<dyn CodeStore>, None);
+    let conv = m.isa().default_call_conv();
+    let id = declare(&mut m, "leaf2", conv);
+    define(&mut m, id, leaf2).unwrap();
+    assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
+    m.finalize_definitions().unwrap();
+    assert_eq!(call1(m.get_finalized_function(id), 4), 2020);
+    assert_eq!(m.stats().compiled, 1, "{}", m.stats());
+    assert_eq!(m.stats().store_writes, 1, "{}", m.stats());
+    let lease_left: Option<String> = redis::cmd("GET")
+        .arg(&lease_name)
+        .query(&mut server.raw())
+        .unwrap();
+    assert!(lease_left.is_none(), "the value did not end the lease");
+}
