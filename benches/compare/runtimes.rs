@@ -40,6 +40,9 @@ fn isa(verifier: bool) -> OwnedTargetIsa {
     jitfold::isa::host_isa(flags).expect("host ISA")
 }
 
+/// What gives each runtime its store.
+type StoreOf<'a> = dyn Fn() -> Arc<dyn CodeStore> + Sync + 'a;
+
 /// `n` runtimes defining `w` at once, each its own module: with `options`
 /// and a store from `store` (each runtime calls it once), or plain where
 /// `jitfold` is `None`. The wall time and the compiles summed over the
@@ -48,7 +51,7 @@ fn runtimes(
     n: usize,
     w: &Workload,
     isa: &OwnedTargetIsa,
-    jitfold: Option<(DedupOptions, &(dyn Fn() -> Arc<dyn CodeStore> + Sync))>,
+    jitfold: Option<(DedupOptions, &StoreOf<'_>)>,
 ) -> (Duration, u64) {
     let start = Instant::now();
     let compiles = std::thread::scope(|s| {
