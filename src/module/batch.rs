@@ -282,7 +282,13 @@ impl<M: Module> DedupModule<M> {
     /// claimed (see 7 in `stored.rs`).
     fn define_rest(&mut self, flush: &mut [Record], failures: &mut Failures) {
         let mut deferred = Vec::new();
-        for (i, record) in flush.iter_mut().enumerate() {
+        for i in 0..flush.len() {
+            // Templates are claimed a few functions ahead, in one round
+            // trip (see 7 in `stored.rs`).
+            if i % super::stored::CLAIM_AHEAD == 0 {
+                self.claim_ahead(flush, i);
+            }
+            let record = &mut flush[i];
             if self.ids.state(record.id) != State::Pending {
                 continue;
             }
@@ -293,8 +299,10 @@ impl<M: Module> DedupModule<M> {
             self.define_own(record, true, failures);
         }
         // What this flush claimed and did not define is no longer its to
-        // compile: given up before it waits for others.
+        // compile: given up before it waits for others, whose entries
+        // stored since are fetched at once.
         self.release_claims();
+        self.refetch_deferred(flush, &deferred);
         for i in deferred {
             if self.ids.state(flush[i].id) == State::Pending {
                 self.define_own(&mut flush[i], true, failures);

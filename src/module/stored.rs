@@ -73,6 +73,13 @@
 //!    first compile would have returned) is the error of the next flush,
 //!    listed by [`DedupModule::failed_definitions`]; nothing can call it
 //!    before, since nothing is finalized before that flush.
+//! 9. A batch flush writes what it compiles [`WRITE_BATCH`] entries (or
+//!    [`WRITE_BATCH_BYTES`]) at a time, with one [`CodeStore::put_many`]
+//!    (one round trip to Redis instead of one per entry), and what is
+//!    left before it waits for another module (7) and when it ends; the
+//!    reservations of the entries end with their write. Eager mode writes
+//!    each entry at once. A write that fails is counted in `store_errors`
+//!    and loses only those entries (their keys are released).
 
 use super::flush::Record;
 use super::ids::State;
@@ -83,7 +90,8 @@ use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
 use crate::store::load::{
-    Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, claim, load,
+    Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, Unwritten, claim, claim_many,
+    load, write,
 };
 use crate::store::{CodeContext, CodeStore, Entry, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
@@ -124,7 +132,25 @@ pub(super) struct Stored {
     /// Eager mode: the templates of the definitions deferred to the next
     /// flush (see 8 above).
     deferred: HashSet<StoreKey>,
+    /// Entries compiled in a batch flush and not written yet (see 9
+    /// above), with their size in bytes.
+    unwritten: Vec<Unwritten>,
+    unwritten_bytes: usize,
+    /// The keys the current batch flush found another module compiling
+    /// when it claimed them ahead (see 7 above).
+    busy: HashSet<StoreKey>,
 }
+
+/// How many functions ahead of its turn a flush claims templates, in one
+/// round trip (see 7 above).
+pub(super) const CLAIM_AHEAD: usize = 16;
+
+/// A batch flush writes its entries once this many are waiting (see 9
+/// above)...
+const WRITE_BATCH: usize = 32;
+
+/// ... or once they hold this many bytes.
+const WRITE_BATCH_BYTES: usize = 1 << 20;
 
 impl<M: Module> DedupModule<M> {
     /// Looks every function to be compiled up in `store` first, and stores
@@ -149,6 +175,9 @@ impl<M: Module> DedupModule<M> {
             prefetched: HashMap::new(),
             claimed: HashMap::new(),
             deferred: HashSet::new(),
+            unwritten: Vec::new(),
+            unwritten_bytes: 0,
+            busy: HashSet::new(),
         });
         self
     }
@@ -185,16 +214,21 @@ impl<M: Module> DedupModule<M> {
                 keys.push(key);
             }
         }
-        if keys.is_empty() {
+        self.fetch(keys);
+    }
+
+    /// Fetches the entries of `keys` (see 5 above) into what the flush
+    /// fetched, with one [`CodeStore::get_many`] per [`GET_MANY_CHUNK`]
+    /// keys.
+    fn fetch(&mut self, keys: Vec<StoreKey>) {
+        let Some(stored) = &mut self.stored else {
             return;
-        }
+        };
         // In chunks, so that a chunk that fails loses only its own keys.
-        let mut prefetched = HashMap::with_capacity(keys.len());
         let mut errors = 0;
-        let store = &self.stored.as_ref().expect("checked above").store;
         for chunk in keys.chunks(GET_MANY_CHUNK) {
-            match store.get_many(chunk) {
-                Ok(values) => prefetched.extend(chunk.iter().copied().zip(values)),
+            match stored.store.get_many(chunk) {
+                Ok(values) => stored.prefetched.extend(chunk.iter().copied().zip(values)),
                 Err(e) => {
                     log::warn!(
                         "code store: {e}; asking for each of {} functions on its own",
@@ -205,23 +239,105 @@ impl<M: Module> DedupModule<M> {
             }
         }
         self.stats.store_errors += errors;
-        self.stored.as_mut().expect("checked above").prefetched = prefetched;
+    }
+
+    /// Fetches again, at once, the entries of the records of `flush` at
+    /// `deferred`, whose templates other modules were compiling (see 7
+    /// above): those stored since are then loaded without waiting, and a
+    /// function waits for its entry only if it is still missing.
+    pub(super) fn refetch_deferred(&mut self, flush: &[Record], deferred: &[usize]) {
+        let Some(stored) = &mut self.stored else {
+            return;
+        };
+        let keys: Vec<StoreKey> = deferred
+            .iter()
+            .filter_map(|&i| flush[i].walk.as_ref())
+            .map(|walk| store_key(&stored.context, &walk.as_ref()))
+            .filter(|key| stored.prefetched.get(key).is_none_or(Option::is_none))
+            .collect();
+        self.fetch(keys);
     }
 
     /// Whether this module holds a store reservation or prefetched
     /// entries (neither outlives a definition or a flush).
     pub(super) fn holds_store_state(&self) -> bool {
         self.stored.as_ref().is_some_and(|s| {
-            s.reserved.is_some() || !s.prefetched.is_empty() || !s.claimed.is_empty()
+            s.reserved.is_some()
+                || !s.prefetched.is_empty()
+                || !s.claimed.is_empty()
+                || !s.unwritten.is_empty()
         })
     }
 
     /// Drops what the flush fetched (see 5 above), and gives up the keys
     /// it claimed and did not compile (see 7 above).
     pub(super) fn end_prefetch(&mut self) {
+        self.write_stored();
         self.release_claims();
         if let Some(stored) = &mut self.stored {
             stored.prefetched = HashMap::new();
+            stored.busy = HashSet::new();
+        }
+    }
+
+    /// Claims, in one round trip, the templates of the next
+    /// [`CLAIM_AHEAD`] functions of `flush` from `from` on that this
+    /// flush would load or compile and has not claimed or found yet (see 7
+    /// above): a reservation is kept as claimed, an entry as fetched, a
+    /// template another module is compiling as busy. Only in a store that
+    /// reserves keys.
+    pub(super) fn claim_ahead(&mut self, flush: &mut [Record], from: usize) {
+        if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+            return;
+        }
+        let policy = self.policy();
+        let isa = self.inner.isa();
+        let mut keys = Vec::new();
+        for record in flush.iter_mut().skip(from).take(CLAIM_AHEAD) {
+            if self.ids.state(record.id) != State::Pending || record.code.is_some() {
+                continue;
+            }
+            if record.walk.is_none() {
+                let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, &record.func, isa)
+                else {
+                    continue;
+                };
+                record.walk = Some(walk.to_owned());
+            }
+            let walk = record.walk.as_ref().expect("walked").as_ref();
+            let plan = self.compiled.plan(&walk.planned(&record.func), policy);
+            if !(plan.load && plan.needs_code()) {
+                continue;
+            }
+            let stored = self.stored.as_ref().expect("checked above");
+            let key = store_key(&stored.context, &walk);
+            let known = matches!(stored.prefetched.get(&key), Some(Some(_)))
+                || stored.claimed.contains_key(&key)
+                || stored.busy.contains(&key);
+            if !known && !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        if keys.is_empty() {
+            return;
+        }
+        let stored = self.stored.as_mut().expect("checked above");
+        // Should the call fail, each function claims on its own.
+        let Ok(claims) = claim_many(&stored.store, &keys) else {
+            return;
+        };
+        for (key, claimed) in keys.into_iter().zip(claims) {
+            match claimed {
+                Claimed::Found(value) => {
+                    stored.prefetched.insert(key, Some(value));
+                }
+                Claimed::Reserved(reservation) => {
+                    stored.claimed.insert(key, reservation);
+                }
+                Claimed::Busy => {
+                    stored.busy.insert(key);
+                }
+            }
         }
     }
 
@@ -229,6 +345,8 @@ impl<M: Module> DedupModule<M> {
     /// functions they were claimed for are defined (or were planned
     /// otherwise since), so nobody is to wait for them (see 7 above).
     pub(super) fn release_claims(&mut self) {
+        // What others may wait for is written first.
+        self.write_stored();
         if let Some(stored) = &mut self.stored {
             stored.claimed = HashMap::new();
         }
@@ -513,17 +631,46 @@ impl<M: Module> DedupModule<M> {
         let key = StoreKey::of(&stored.context, &template);
         let value = entry.encode(&stored.context, stored.secret.as_ref());
         let stored = self.stored.as_mut().expect("checked above");
-        let put = match stored.reserved.take() {
-            Some(reservation) if reservation.key() == key => reservation.put(&value),
+        let reservation = match stored.reserved.take() {
+            Some(reservation) if reservation.key() == key => Some(reservation),
             other => {
                 stored.reserved = other;
-                stored.store.put(&key, &value)
+                None
             }
         };
-        match put {
-            Ok(()) => self.stats.store_writes += 1,
+        stored.unwritten_bytes += value.len();
+        stored.unwritten.push(Unwritten {
+            key,
+            value,
+            reservation,
+        });
+        // Eager mode writes at once; a flush a few dozen entries at a time
+        // (see 9 above).
+        let batched = self.options.mode == super::Mode::Batch;
+        if !batched
+            || stored.unwritten.len() >= WRITE_BATCH
+            || stored.unwritten_bytes >= WRITE_BATCH_BYTES
+        {
+            self.write_stored();
+        }
+    }
+
+    /// Writes the entries waiting to be written, with one
+    /// [`CodeStore::put_many`] (see 9 above).
+    pub(super) fn write_stored(&mut self) {
+        let Some(stored) = &mut self.stored else {
+            return;
+        };
+        if stored.unwritten.is_empty() {
+            return;
+        }
+        let entries = std::mem::take(&mut stored.unwritten);
+        stored.unwritten_bytes = 0;
+        let count = entries.len();
+        match write(&stored.store, entries) {
+            Ok(written) => self.stats.store_writes += written as u64,
             Err(e) => {
-                log::warn!("code store: {e}; not stored");
+                log::warn!("code store: {e}; {count} entries not all stored");
                 self.stats.store_errors += 1;
             }
         }
@@ -629,6 +776,9 @@ impl Stored {
         }
         if self.claimed.contains_key(&key) {
             return Served::No;
+        }
+        if self.busy.contains(&key) {
+            return Served::Busy;
         }
         if !self.store.reserves() {
             return match self.store.get(&key) {

@@ -20,10 +20,10 @@
 //!    `get_or_reserve` whatever [`CodeStore::reserves`] says), or, where a
 //!    batch fetched it already and the store reserves nothing,
 //!    [`Miss::Absent`].
-//! 3. A [`Reservation`] ends exactly once: with [`Reservation::put`], or,
-//!    when it is dropped unused (a compile that failed, panicked, or made
-//!    no entry), with [`CodeStore::release`], so that waiting modules may
-//!    compile the key.
+//! 3. A [`Reservation`] ends exactly once: with [`Reservation::put`] or a
+//!    [`write`] that succeeds, or, when it is dropped unused (a compile
+//!    that failed, panicked, or made no entry) or its write fails, with
+//!    [`CodeStore::release`], so that waiting modules may compile the key.
 //!
 //! Verifying the function itself is not an entry's check: a
 //! `DedupModule` verifies every function it defines without compiling in
@@ -152,6 +152,47 @@ impl Reservation {
     }
 }
 
+/// An entry to write, with the reservation its write ends, if any.
+pub struct Unwritten {
+    /// Its key.
+    pub key: StoreKey,
+    /// The encoded entry.
+    pub value: Vec<u8>,
+    /// The reservation of `key` held for it, if any.
+    pub reservation: Option<Reservation>,
+}
+
+/// Writes `entries` to `store` with one [`CodeStore::put_many`]; the
+/// reservations they hold end with it, released should it fail (see 3
+/// above). The number of entries written, or the store's error.
+pub fn write(store: &Arc<dyn CodeStore>, entries: Vec<Unwritten>) -> Result<usize, StoreError> {
+    let mut pairs = Vec::with_capacity(entries.len());
+    let mut reservations = Vec::new();
+    for Unwritten {
+        key,
+        value,
+        reservation,
+    } in entries
+    {
+        pairs.push((key, value));
+        reservations.extend(reservation);
+    }
+    let written = store.put_many(&pairs);
+    if written.is_ok() {
+        // Ended by the writes: nothing to release.
+        reservations.into_iter().for_each(Reservation::written);
+    }
+    // Otherwise dropped here: released.
+    written.map(|()| pairs.len())
+}
+
+impl Reservation {
+    /// Ends the reservation, its key written by a [`write`].
+    fn written(mut self) {
+        self.store = None;
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(store) = self.store.take() {
@@ -183,6 +224,27 @@ pub fn claim(store: &Arc<dyn CodeStore>, key: StoreKey) -> Result<Claimed, Store
         }),
         Claim::Busy => Claimed::Busy,
     })
+}
+
+/// [`claim`] of each of `keys`, in order, with one
+/// [`CodeStore::try_get_or_reserve_many`].
+pub fn claim_many(
+    store: &Arc<dyn CodeStore>,
+    keys: &[StoreKey],
+) -> Result<Vec<Claimed>, StoreError> {
+    let claims = store.try_get_or_reserve_many(keys)?;
+    Ok(keys
+        .iter()
+        .zip(claims)
+        .map(|(&key, claim)| match claim {
+            Claim::Found(value) => Claimed::Found(value),
+            Claim::Reserved => Claimed::Reserved(Reservation {
+                store: Some(store.clone()),
+                key,
+            }),
+            Claim::Busy => Claimed::Busy,
+        })
+        .collect())
 }
 
 /// Where [`load`] gets an entry's bytes from.

@@ -109,6 +109,22 @@ pub trait CodeStore: Send + Sync {
     /// drop values later (eviction, expiry); a `get` then misses.
     fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError>;
 
+    /// [`CodeStore::put`] of each of `entries`, in as few round trips as
+    /// the backend allows (`RedisStore`: one pipeline per
+    /// [`GET_MANY_CHUNK`] entries). Every entry is tried; the error is the
+    /// first one, if any. By default, `put` of each. A batch flush of
+    /// [`DedupModule`](crate::DedupModule) writes what it compiles this
+    /// way, a few dozen entries at a time.
+    fn put_many(&self, entries: &[(StoreKey, Vec<u8>)]) -> Result<(), StoreError> {
+        let mut first_error = None;
+        for (key, value) in entries {
+            if let Err(e) = self.put(key, value) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// [`CodeStore::get`] of each of `keys`, in order, in as few round
     /// trips as the backend allows (`RedisStore`: a pipeline of bounded reads per
     /// [`GET_MANY_CHUNK`] keys). One error fails the whole call (a store
@@ -146,6 +162,29 @@ pub trait CodeStore: Send + Sync {
             Some(value) => Claim::Found(value),
             None => Claim::Reserved,
         })
+    }
+
+    /// [`CodeStore::try_get_or_reserve`] of each of `keys`, in order, in
+    /// as few round trips as the backend allows (`RedisStore`: one
+    /// pipeline per [`GET_MANY_CHUNK`] keys). On an error, the
+    /// reservations it made are released (or, in Redis, expire). By
+    /// default, `try_get_or_reserve` of each key.
+    fn try_get_or_reserve_many(&self, keys: &[StoreKey]) -> Result<Vec<Claim>, StoreError> {
+        let mut claims = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.try_get_or_reserve(key) {
+                Ok(claim) => claims.push(claim),
+                Err(e) => {
+                    for (key, claim) in keys.iter().zip(&claims) {
+                        if *claim == Claim::Reserved {
+                            self.release(key);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(claims)
     }
 
     /// Whether [`CodeStore::get_or_reserve`] reserves keys (does more than

@@ -217,6 +217,18 @@ impl RedisStore {
         format!("{}{}", self.prefix, key.hex())
     }
 
+    /// `SET` of `value` under `key`, with the time to live, if any.
+    fn set_command(&self, key: &StoreKey, value: &[u8]) -> redis::Cmd {
+        let mut command = redis::cmd("SET");
+        command.arg(self.redis_key(key)).arg(value);
+        if let Some(ttl) = self.ttl {
+            command.arg("PX").arg(
+                u64::try_from(ttl.as_millis()).map_or(MAX_TTL_MILLIS, |ms| ms.min(MAX_TTL_MILLIS)),
+            );
+        }
+        command
+    }
+
     /// The name of the lease on `key` (see 6 in the module docs).
     fn lease_key(&self, key: &StoreKey) -> String {
         format!("{}lease:{}", self.prefix, key.hex())
@@ -384,17 +396,9 @@ impl CodeStore for RedisStore {
                 limit: self.max_value_bytes,
             });
         }
-        let name = self.redis_key(key);
         let leased = self.lock().leased.remove(key);
         self.with_connection("SET", |connection| {
-            let mut command = redis::cmd("SET");
-            command.arg(&name).arg(value);
-            if let Some(ttl) = self.ttl {
-                command.arg("PX").arg(
-                    u64::try_from(ttl.as_millis())
-                        .map_or(MAX_TTL_MILLIS, |ms| ms.min(MAX_TTL_MILLIS)),
-                );
-            }
+            let command = self.set_command(key, value);
             if !leased {
                 return command.query::<()>(connection);
             }
@@ -406,6 +410,33 @@ impl CodeStore for RedisStore {
         })
     }
 
+    fn put_many(&self, entries: &[(StoreKey, Vec<u8>)]) -> Result<(), StoreError> {
+        let mut first_error = None;
+        for chunk in entries.chunks(GET_MANY_CHUNK) {
+            let mut pipeline = redis::pipe();
+            for (key, value) in chunk {
+                let len = value.len() as u64;
+                if len > self.max_value_bytes {
+                    first_error.get_or_insert(StoreError::TooLarge {
+                        len,
+                        limit: self.max_value_bytes,
+                    });
+                    continue;
+                }
+                pipeline.add_command(self.set_command(key, value)).ignore();
+                if self.lock().leased.remove(key) {
+                    pipeline.add_command(self.release_command(key)).ignore();
+                }
+            }
+            let written =
+                self.with_connection("SET", |connection| pipeline.query::<()>(connection));
+            if let Err(e) = written {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     fn try_get_or_reserve(&self, key: &StoreKey) -> Result<Claim, StoreError> {
         let Some(lease) = self.lease else {
             return Ok(match self.get(key)? {
@@ -413,30 +444,37 @@ impl CodeStore for RedisStore {
                 None => Claim::Reserved,
             });
         };
-        let millis = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
         let answer: redis::Value = self.with_connection("EVAL", |connection| {
-            redis::cmd("EVAL")
-                .arg(CLAIM_SCRIPT)
-                .arg(2)
-                .arg(self.redis_key(key))
-                .arg(self.lease_key(key))
-                .arg(self.max_value_bytes)
-                .arg(&self.token)
-                .arg(millis)
-                .query(connection)
+            self.claim_command(key, lease).query(connection)
         })?;
-        match answer {
-            redis::Value::BulkString(value) => match self.value_of(value)? {
-                Some(value) => Ok(Claim::Found(value)),
-                None => Err(garbage("an empty value")),
-            },
-            redis::Value::Int(1) => {
-                self.lock().leased.insert(*key);
-                Ok(Claim::Reserved)
+        self.claim_of(key, answer)
+    }
+
+    fn try_get_or_reserve_many(&self, keys: &[StoreKey]) -> Result<Vec<Claim>, StoreError> {
+        let Some(lease) = self.lease else {
+            return Ok(self
+                .get_many(keys)?
+                .into_iter()
+                .map(|value| value.map_or(Claim::Reserved, Claim::Found))
+                .collect());
+        };
+        let mut claims = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(GET_MANY_CHUNK) {
+            let answers: Vec<redis::Value> = self.with_connection("EVAL", |connection| {
+                let mut pipeline = redis::pipe();
+                for key in chunk {
+                    pipeline.add_command(self.claim_command(key, lease));
+                }
+                pipeline.query(connection)
+            })?;
+            if answers.len() != chunk.len() {
+                return Err(garbage("another number of answers than keys"));
             }
-            redis::Value::Int(0) => Ok(Claim::Busy),
-            _ => Err(garbage("neither a value nor a lease")),
+            for (key, answer) in chunk.iter().zip(answers) {
+                claims.push(self.claim_of(key, answer)?);
+            }
         }
+        Ok(claims)
     }
 
     fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
@@ -477,6 +515,40 @@ impl CodeStore for RedisStore {
         });
         if let Err(e) = released {
             log::debug!("code store: {e}; the lease on {} expires", key.hex());
+        }
+    }
+}
+
+impl RedisStore {
+    /// The claim script for `key` with a lease of `lease` (see 6 in the
+    /// module docs).
+    fn claim_command(&self, key: &StoreKey, lease: Duration) -> redis::Cmd {
+        let millis = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut command = redis::cmd("EVAL");
+        command
+            .arg(CLAIM_SCRIPT)
+            .arg(2)
+            .arg(self.redis_key(key))
+            .arg(self.lease_key(key))
+            .arg(self.max_value_bytes)
+            .arg(&self.token)
+            .arg(millis);
+        command
+    }
+
+    /// What the claim script's `answer` for `key` says.
+    fn claim_of(&self, key: &StoreKey, answer: redis::Value) -> Result<Claim, StoreError> {
+        match answer {
+            redis::Value::BulkString(value) => match self.value_of(value)? {
+                Some(value) => Ok(Claim::Found(value)),
+                None => Err(garbage("an empty value")),
+            },
+            redis::Value::Int(1) => {
+                self.lock().leased.insert(*key);
+                Ok(Claim::Reserved)
+            }
+            redis::Value::Int(0) => Ok(Claim::Busy),
+            _ => Err(garbage("neither a value nor a lease")),
         }
     }
 }

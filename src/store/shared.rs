@@ -263,6 +263,16 @@ impl CodeStore for SharedStore {
         }
     }
 
+    fn put_many(&self, entries: &[(StoreKey, Vec<u8>)]) -> Result<(), StoreError> {
+        for (key, value) in entries {
+            self.fill(key, value.as_slice().into());
+        }
+        match &self.backing {
+            Some(backing) => backing.put_many(entries),
+            None => Ok(()),
+        }
+    }
+
     fn reserves(&self) -> bool {
         true
     }
