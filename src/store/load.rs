@@ -571,6 +571,56 @@ block0(v0: i64):
         assert_eq!(loaded.code, f.code);
     }
 
+    /// A store whose writes all fail, ending nothing.
+    struct Unwritable(Reserving);
+
+    impl CodeStore for Unwritable {
+        fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+            self.0.get(key)
+        }
+        fn put(&self, _: &StoreKey, _: &[u8]) -> Result<(), StoreError> {
+            Err(StoreError::TooLarge { len: 1, limit: 0 })
+        }
+        fn reserves(&self) -> bool {
+            true
+        }
+        fn release(&self, key: &StoreKey) {
+            self.0.release(key)
+        }
+    }
+
+    #[test]
+    fn a_write_ends_its_reservations_or_releases_them_if_it_fails() {
+        let f = fixture();
+        let key = StoreKey::of(&f.context, &f.template);
+        let other = StoreKey::from_bytes([7; 16]);
+        let entries = |store: &Arc<dyn CodeStore>| {
+            [key, other]
+                .into_iter()
+                .map(|key| {
+                    let Ok(Claimed::Reserved(reservation)) = claim(store, key) else {
+                        panic!("reserved");
+                    };
+                    Unwritten {
+                        key,
+                        value: f.entry(&f.code),
+                        reservation: Some(reservation),
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let reserving = Arc::new(Reserving::default());
+        let store: Arc<dyn CodeStore> = reserving.clone();
+        assert_eq!(write(&store, entries(&store)).unwrap(), 2);
+        // Two puts, no release.
+        assert_eq!(*reserving.ended.lock().unwrap(), ["put", "put"]);
+        assert!(load(&store, key, Source::Ask, &f.checks(), &f.template, &f.names).is_ok());
+        let unwritable = Arc::new(Unwritable(Reserving::default()));
+        let store: Arc<dyn CodeStore> = unwritable.clone();
+        assert!(write(&store, entries(&store)).is_err());
+        assert_eq!(*unwritable.0.ended.lock().unwrap(), ["release", "release"]);
+    }
+
     #[test]
     fn a_store_that_does_not_reserve_misses_what_a_batch_found_missing() {
         let f = fixture();
