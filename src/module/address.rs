@@ -124,8 +124,21 @@ impl<M: Module> DedupModule<M> {
         // Functions found equal after both were compiled: calls only,
         // never addresses (their entry points differ).
         match self.joins.call_target(id) {
-            Some(target) if !as_data => target,
+            Some(target) if !as_data && !self.runs_retired(target) => target,
             _ => id,
+        }
+    }
+
+    /// Whether `id` is the canonical function of a retired class (see
+    /// `retired.rs`): calls are not redirected to it.
+    fn runs_retired(&self, id: FuncId) -> bool {
+        match self.ids.state(id) {
+            State::Compiled(class) => self.retired.is_retired(class),
+            State::Undefined
+            | State::Pending
+            | State::Planned { .. }
+            | State::Duplicate { .. }
+            | State::Bytes => false,
         }
     }
 

@@ -589,7 +589,11 @@ impl<M: Module> DedupModule<M> {
                         continue;
                     }
                 };
-                let canonical = if let Some(class) = self.compiled.class_of(&fp) {
+                let compiled = self.compiled.class_of(&fp);
+                // A retired class runs code bound as this one's would not
+                // be (see `retired.rs`).
+                let compiled = compiled.filter(|&class| !self.retired.is_retired(class));
+                let canonical = if let Some(class) = compiled {
                     self.canonical_of(class)
                 } else if let Some(&(j, first_verified)) = first_of.get(&fp) {
                     if !first_verified {

@@ -186,6 +186,10 @@ impl<M: Module> DedupModule<M> {
         class: ClassId,
         verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
+        // Its code is bound as `id`'s would not be (see `retired.rs`).
+        if self.retired.is_retired(class) {
+            return Ok(None);
+        }
         let canonical = self.canonical_of(class);
         self.verify_once(func, verified)?;
         if self.options.check {
@@ -313,12 +317,20 @@ impl<M: Module> DedupModule<M> {
         let fp = walk.fingerprint.to_fingerprint();
         let names = ClassNames::of(&fp, walk.names, walk.address_taken);
         let class = match self.compiled.add_class(fp, facts) {
+            // A retired class's next function takes its place (see
+            // `retired.rs`).
+            Lookup::Duplicate(class) if self.retired.is_retired(class) => {
+                self.class_canonical[class] = Some(id);
+                self.retired.start(class, walk.names);
+                class
+            }
             Lookup::Duplicate(class) => class,
             Lookup::New(class) => {
                 self.class_canonical[class] = Some(id);
                 if let Some(names) = names {
                     self.joins.record(class, names);
                 }
+                self.retired.start(class, walk.names);
                 class
             }
         };
@@ -393,6 +405,10 @@ impl<M: Module> DedupModule<M> {
         func: &Function,
         verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
+        // Its code is bound as `id`'s would not be (see `retired.rs`).
+        if self.retired.is_retired(class) {
+            return Ok(None);
+        }
         let target = self.canonical_of(class);
         self.verify_once(func, verified)?;
         let own = if self.options.check {

@@ -278,6 +278,12 @@ impl Ids {
         self.finalized_data[id]
     }
 
+    /// The functions defined since the last finalization, in definition
+    /// order.
+    pub(super) fn unfinalized(&self) -> &[FuncId] {
+        &self.unfinalized
+    }
+
     /// Marks everything defined since the last finalization as finalized;
     /// returns the functions among it, in definition order.
     pub(super) fn finalize(&mut self) -> Vec<FuncId> {

@@ -29,10 +29,12 @@
 //!   duplicate that shares its canonical function's entry point there.
 
 use super::ids::State;
+use super::retired::Named;
 use super::{DedupError, DedupModule, DedupOptions};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{
-    DataId, FuncId, Module, ModuleDeclarations, ModuleError, ModuleRelocTarget, ModuleResult,
+    DataId, FuncId, Linkage, Module, ModuleDeclarations, ModuleError, ModuleRelocTarget,
+    ModuleResult,
 };
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -73,6 +75,7 @@ impl DedupModule<JITModule> {
     pub fn finalize_definitions(&mut self) -> ModuleResult<()> {
         self.flush()?;
         self.check_references_defined()?;
+        self.retire_bound_to_host();
         self.inner.finalize_definitions()?;
         let perf_map = cfg!(unix) && std::env::var_os("PERF_BUILDID_DIR").is_some();
         let mut perf_lines = String::new();
@@ -99,6 +102,46 @@ impl DedupModule<JITModule> {
             write_perf_map(&perf_lines);
         }
         Ok(())
+    }
+
+    /// Retires the classes whose code this finalize binds to a host symbol
+    /// for a preemptible function or data object the module does not
+    /// define, so that no
+    /// later function runs that code (see `retired.rs`).
+    fn retire_bound_to_host(&mut self) {
+        let decls = self.inner.declarations();
+        let bound_to_host = |named: &Named| match *named {
+            Named::Function(id) => {
+                self.ids.is_declared(id)
+                    && decls.get_function_decl(id).linkage == Linkage::Preemptible
+                    && !matches!(
+                        self.ids.state(id),
+                        State::Compiled(_) | State::Duplicate { .. } | State::Bytes
+                    )
+            }
+            Named::Data(id) => {
+                self.ids.is_declared_data(id)
+                    && decls.get_data_decl(id).linkage == Linkage::Preemptible
+                    && !self.ids.is_data_defined(id)
+            }
+        };
+        let mut retire = Vec::new();
+        for &id in self.ids.unfinalized() {
+            if let State::Compiled(class) = self.ids.state(id)
+                && self.class_canonical[class] == Some(id)
+                && self.retired.names(class).iter().any(bound_to_host)
+            {
+                retire.push(class);
+            }
+        }
+        for class in retire {
+            log::debug!(
+                "{}: its code calls a host symbol the module may still define; \
+                 no later function runs it",
+                self.function_name(self.canonical_of(class))
+            );
+            self.retired.retire(class);
+        }
     }
 
     /// The entry point of the finalized function `id` (see the

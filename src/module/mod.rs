@@ -233,6 +233,7 @@
 //! | `aliases.rs` | checks of the value aliases compiling would resolve, before a function is defined without compiling | |
 //! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
+//! | `retired.rs` | classes whose code a JIT bound to a host symbol the module may still define | `Retired` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
 //! | `similar.rs` | merging similar functions into a body and thunks (both modes) | `EagerShapes` |
@@ -263,6 +264,7 @@ mod join;
 mod object;
 mod options;
 mod parallel;
+mod retired;
 pub mod reuse;
 mod roots;
 mod similar;
@@ -334,6 +336,9 @@ pub struct DedupModule<M: Module> {
     /// Shapes seen by eager mode's similar-function merging (see
     /// `similar.rs`).
     eager_shapes: similar::EagerShapes,
+    /// What each class's code names, and the classes no later function
+    /// may run (see `retired.rs`).
+    retired: retired::Retired,
     /// Whether the inner module may write frame descriptions of code
     /// defined from bytes (see `stored.rs`).
     writes_frames: bool,
@@ -473,6 +478,7 @@ impl<M: Module> DedupModule<M> {
             stored: None,
             verified: verify::Verified::default(),
             eager_shapes: similar::EagerShapes::default(),
+            retired: retired::Retired::default(),
             writes_frames: kind.writes_frames(),
             records_exception_tables: kind.records_exception_tables(),
             exports_interposable: options

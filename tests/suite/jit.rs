@@ -696,3 +696,147 @@ fn declared_but_unused_references_need_no_definition() {
         assert_eq!(call1(d.get_finalized_function(f), 9), 9, "{mode:?}");
     }
 }
+
+/// The host's `late`, which a JIT binds a preemptible `late` to while the
+/// module does not define it.
+extern "C" fn host_late(x: i64) -> i64 {
+    x + 1
+}
+
+/// A preemptible function referenced before the module defines it is
+/// bound to the host's symbol at that finalize, and to the module's own
+/// definition in every finalize after it is defined. A function defined
+/// after that, equal to one finalized before, must not run the earlier
+/// function's code (which calls the host's symbol): plain `JITModule`
+/// binds its call to the module's definition (as it does for a twin
+/// defined before the module defines the callee, finalized after). In
+/// every option set.
+#[test]
+fn a_twin_of_code_bound_to_a_host_symbol_binds_its_own_calls() {
+    fn run<M: Module>(
+        m: &mut M,
+        finalize: &mut dyn FnMut(&mut M),
+        ptr: &dyn Fn(&M, FuncId) -> *const u8,
+    ) -> (i64, i64) {
+        let conv = m.isa().default_call_conv();
+        let s = crate::common::build::sig(m, conv);
+        let late = m
+            .declare_function("late", Linkage::Preemptible, &s)
+            .unwrap();
+        let caller = |m: &mut M, name: &str| {
+            let id = m.declare_function(name, Linkage::Local, &s).unwrap();
+            define(m, id, |b, m, p| {
+                let r = emit_call(b, m, late, p[0]);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+            id
+        };
+        let first = caller(m, "first");
+        finalize(m);
+        let before = call1(ptr(m, first), 10);
+        // Defined while `late` is still the host's, finalized once it is
+        // the module's.
+        let middle = caller(m, "middle");
+        define(m, late, |b, _, p| {
+            let r = b.ins().imul_imm_s(p[0], 100);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        let second = caller(m, "second");
+        finalize(m);
+        let after = call1(ptr(m, second), 10);
+        assert_eq!(call1(ptr(m, middle), 10), after);
+        // The first keeps calling the host's.
+        assert_eq!(call1(ptr(m, first), 10), before);
+        (before, after)
+    }
+    let builder = || {
+        let mut b = JITBuilder::new(default_libcall_names()).unwrap();
+        b.symbol("late", host_late as *const u8);
+        b
+    };
+    let mut plain = JITModule::new(builder());
+    let expected = run(
+        &mut plain,
+        &mut |m| m.finalize_definitions().unwrap(),
+        &|m, id| m.get_finalized_function(id),
+    );
+    assert_eq!(expected, (11, 1000));
+    for options in DedupOptions::ALL {
+        let mut m = DedupModule::with_options(builder(), options);
+        let got = run(
+            &mut m,
+            &mut |m| m.finalize_definitions().unwrap(),
+            &|m, id| m.get_finalized_function(id),
+        );
+        assert_eq!(got, expected, "{options:?}");
+    }
+}
+
+/// The host's `late_data`, which a JIT binds a preemptible `late_data` to
+/// while the module does not define it.
+static HOST_LATE_DATA: i64 = 5;
+
+/// As for a preemptible function above, for a preemptible data object: a
+/// function defined after the module defines it reads the module's, as
+/// with plain `JITModule`, not the host's that an equal function read
+/// before.
+#[test]
+fn a_twin_of_code_bound_to_host_data_reads_its_own() {
+    fn run<M: Module>(
+        m: &mut M,
+        finalize: &mut dyn FnMut(&mut M),
+        ptr: &dyn Fn(&M, FuncId) -> *const u8,
+    ) -> (i64, i64) {
+        let conv = m.isa().default_call_conv();
+        let s = crate::common::build::sig(m, conv);
+        let data = m
+            .declare_data("late_data", Linkage::Preemptible, false, false)
+            .unwrap();
+        let reader = |m: &mut M, name: &str| {
+            let id = m.declare_function(name, Linkage::Local, &s).unwrap();
+            define(m, id, |b, m, p| {
+                let gv = m.declare_data_in_func(data, b.func);
+                let addr = b.ins().symbol_value(ir::types::I64, gv);
+                let v = b
+                    .ins()
+                    .load(ir::types::I64, MemFlagsData::trusted(), addr, 0);
+                let r = b.ins().iadd(v, p[0]);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+            id
+        };
+        let first = reader(m, "first");
+        finalize(m);
+        let before = call1(ptr(m, first), 0);
+        let mut description = DataDescription::new();
+        description.define(7i64.to_le_bytes().into());
+        m.define_data(data, &description).unwrap();
+        let second = reader(m, "second");
+        finalize(m);
+        (before, call1(ptr(m, second), 0))
+    }
+    let builder = || {
+        let mut b = JITBuilder::new(default_libcall_names()).unwrap();
+        b.symbol("late_data", &HOST_LATE_DATA as *const i64 as *const u8);
+        b
+    };
+    let mut plain = JITModule::new(builder());
+    let expected = run(
+        &mut plain,
+        &mut |m| m.finalize_definitions().unwrap(),
+        &|m, id| m.get_finalized_function(id),
+    );
+    assert_eq!(expected, (5, 7));
+    for options in DedupOptions::ALL {
+        let mut m = DedupModule::with_options(builder(), options);
+        let got = run(
+            &mut m,
+            &mut |m| m.finalize_definitions().unwrap(),
+            &|m, id| m.get_finalized_function(id),
+        );
+        assert_eq!(got, expected, "{options:?}");
+    }
+}
