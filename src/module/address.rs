@@ -123,23 +123,29 @@ impl<M: Module> DedupModule<M> {
         };
         // Functions found equal after both were compiled: calls only,
         // never addresses (their entry points differ).
+        // Nor to or from code bound to a host symbol the module may still
+        // define (see `retired.rs`).
         match self.joins.call_target(id) {
-            Some(target) if !as_data && !self.runs_retired(target) => target,
+            Some(target)
+                if !as_data
+                    && !self.retired.runs_retired(id)
+                    && !self.retired.runs_retired(target) =>
+            {
+                target
+            }
             _ => id,
         }
     }
 
-    /// Whether `id` is the canonical function of a retired class (see
-    /// `retired.rs`): calls are not redirected to it.
-    fn runs_retired(&self, id: FuncId) -> bool {
-        match self.ids.state(id) {
-            State::Compiled(class) => self.retired.is_retired(class),
-            State::Undefined
-            | State::Pending
-            | State::Planned { .. }
-            | State::Duplicate { .. }
-            | State::Bytes => false,
-        }
+    /// Retires `class` (see `retired.rs`).
+    pub(super) fn retire(&mut self, class: crate::cache::ClassId) {
+        let canonical = self.canonical_of(class);
+        log::debug!(
+            "{}: its code calls a host symbol the module may still define; \
+             no later function runs it",
+            self.function_name(canonical)
+        );
+        self.retired.retire(class, canonical);
     }
 
     /// Whether [`DedupModule::canonicalize_references`] would rewrite a

@@ -20,7 +20,10 @@
 //!    | open, as written | alone | [`Record::leave_alone`] | the root of its plan failed, or planning panicked |
 //!
 //!    Both moves are one way: a flush's rounds only ever take functions
-//!    out of planning, which bounds them (see `batch.rs`).
+//!    out of planning, which bounds them (see `batch.rs`). A root put back
+//!    and later left alone (it was planned as a duplicate of a root that
+//!    failed) is a root no more: it may be rewritten again, and is defined
+//!    after every root and duplicate (see `roots.rs`).
 //! 2. A record's walk is of its function as it is: every method that
 //!    changes the function ([`Record::rewritten`], [`Record::undo`],
 //!    [`Record::put_back_as_written`], [`Record::replace`]) drops the

@@ -13,6 +13,7 @@
 //!    `address.rs`).
 
 use super::ids::State;
+use super::retired::Named;
 use super::{DedupError, DedupModule, Mode};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::{Context, ir, isa};
@@ -22,6 +23,25 @@ use cranelift_module::{
 };
 
 impl<M: Module> DedupModule<M> {
+    /// The linkage `name` is declared with, if it is declared.
+    fn declared_linkage(&self, name: &str) -> Option<Linkage> {
+        let decls = self.inner.declarations();
+        Some(match decls.get_name(name)? {
+            FuncOrDataId::Func(id) => decls.get_function_decl(id).linkage,
+            FuncOrDataId::Data(id) => decls.get_data_decl(id).linkage,
+        })
+    }
+
+    /// Retires every class whose code names `named`, an import that a
+    /// declaration just made definable: a JIT bound it to the host's
+    /// symbol, which a definition would replace for what is finalized
+    /// after it (see `retired.rs`).
+    fn retire_naming(&mut self, named: Named) {
+        for class in self.retired.naming(named) {
+            self.retire(class);
+        }
+    }
+
     /// Whether a function of `linkage` may be replaced by another
     /// definition when the code is linked (see 14 in the module docs).
     fn replaceable(&self, linkage: Linkage) -> bool {
@@ -120,8 +140,13 @@ impl<M: Module> Module for DedupModule<M> {
             }
             .into());
         }
+        let was_import = self.declared_linkage(name) == Some(Linkage::Import);
         let id = self.inner.declare_function(name, linkage, signature)?;
         self.ids.declare_function(id);
+        if was_import && self.inner.declarations().get_function_decl(id).linkage != Linkage::Import
+        {
+            self.retire_naming(Named::Function(id));
+        }
         Ok(id)
     }
 
@@ -138,8 +163,12 @@ impl<M: Module> Module for DedupModule<M> {
         writable: bool,
         tls: bool,
     ) -> ModuleResult<DataId> {
+        let was_import = self.declared_linkage(name) == Some(Linkage::Import);
         let id = self.inner.declare_data(name, linkage, writable, tls)?;
         self.ids.declare_data(id);
+        if was_import && self.inner.declarations().get_data_decl(id).linkage != Linkage::Import {
+            self.retire_naming(Named::Data(id));
+        }
         Ok(id)
     }
 

@@ -135,12 +135,7 @@ impl DedupModule<JITModule> {
             }
         }
         for class in retire {
-            log::debug!(
-                "{}: its code calls a host symbol the module may still define; \
-                 no later function runs it",
-                self.function_name(self.canonical_of(class))
-            );
-            self.retired.retire(class);
+            self.retire(class);
         }
     }
 

@@ -19,15 +19,19 @@
 //!    names a preemptible function or data object the module does not
 //!    define (so bound to the host's symbol, which a later definition
 //!    replaces for what is finalized after it) is
-//!    *retired* (`jit.rs`): no later function becomes its duplicate or an
-//!    adapter calling it, and no call is redirected to it by a late merge
-//!    (`join.rs`). Its template stays: reused code has its relocations
-//!    retargeted and bound at its own finalize, so it binds as plain
-//!    Cranelift does.
-//! 3. The next function of a retired class that is compiled or reused
-//!    becomes the class's canonical function, and the class is no longer
-//!    retired (its code is bound at its own finalize, and retired again
-//!    then if the callee is still not defined).
+//!    *retired* (`jit.rs`): no later function becomes its duplicate, an
+//!    adapter calling it or a thunk of it (eager similar merging), and no
+//!    call is redirected by a late merge (`join.rs`) to or from a function
+//!    running retired code. So is every class naming an import (or an
+//!    imported data object) that a declaration makes definable
+//!    (`forward.rs`): the JIT bound it to the host's symbol too. Its
+//!    template stays: reused code has its relocations retargeted and bound
+//!    at its own finalize, so it binds as plain Cranelift does.
+//! 3. The next function of a retired class that is compiled becomes the
+//!    class's canonical function, and the class is no longer retired (its
+//!    code is bound at its own finalize, and retired again then if the
+//!    callee is still not defined); the old code stays marked, so no call
+//!    is ever redirected to or from it.
 
 use crate::cache::ClassId;
 use crate::fingerprint::SymbolName;
@@ -41,6 +45,10 @@ pub(super) struct Retired {
     /// names (see 1 above).
     names: SecondaryMap<ClassId, Vec<Named>>,
     retired: SecondaryMap<ClassId, bool>,
+    /// The functions whose code was retired (their class's canonical
+    /// function when it was), for good: a class taken over by a new
+    /// member is no longer retired, but the old code is as it was.
+    bound: SecondaryMap<FuncId, bool>,
 }
 
 /// A function or data object of the module that code names.
@@ -74,9 +82,24 @@ impl Retired {
         &self.names[class]
     }
 
-    /// Retires `class` (see 2 above).
-    pub(super) fn retire(&mut self, class: ClassId) {
+    /// Retires `class`, whose code is `canonical`'s (see 2 above).
+    pub(super) fn retire(&mut self, class: ClassId, canonical: FuncId) {
         self.retired[class] = true;
+        self.bound[canonical] = true;
+    }
+
+    /// Whether `id` runs code that was retired (see 2 above).
+    pub(super) fn runs_retired(&self, id: FuncId) -> bool {
+        self.bound[id]
+    }
+
+    /// The classes whose code names `named`, not retired yet.
+    pub(super) fn naming(&self, named: Named) -> Vec<ClassId> {
+        self.names
+            .iter()
+            .filter(|(class, names)| !self.retired[*class] && names.contains(&named))
+            .map(|(class, _)| class)
+            .collect()
     }
 
     /// Whether `class` is retired.

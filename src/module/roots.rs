@@ -16,7 +16,7 @@
 //!    user wrote it (the record's original, kept by
 //!    [`DedupModule::canonicalize_pending`]; its walk and any code compiled
 //!    for it dropped: `Role::AsWritten` in `flush.rs`) and rewritten no
-//!    more in the flush, so a root's code
+//!    more while it is a root, so a root's code
 //!    counts on nothing this flush planned (its calls of planned
 //!    duplicates go through their trampolines). The roots are then
 //!    defined first, in definition order.

@@ -74,7 +74,11 @@
 //!    otherwise. Every member that becomes a thunk is verified first (its
 //!    own code is never compiled), and bodies and thunks are not merged
 //!    again. The same guarantees as above hold for ids, the cache and
-//!    failures (a body that fails leaves the shape alone).
+//!    failures (a body that fails leaves the shape alone). A body whose
+//!    code a JIT bound to a host symbol the module may still define takes
+//!    no more members (see `retired.rs`). Definitions an eager module
+//!    leaves to a flush (8 in `stored.rs`) are merged there as batch mode
+//!    merges (1 to 5).
 //!
 //! What an embedder sees differently: code addresses inside a body belong
 //! to the body's anonymous id (in `DedupModule::functions_at`, a profiler's
@@ -505,6 +509,9 @@ impl<M: Module> DedupModule<M> {
                 return None;
             }
             Some(Seen::Refused) => return None,
+            // A body bound to a host symbol the module may still define
+            // takes no more members (see `retired.rs`).
+            Some(Seen::Merged { body, .. }) if self.retired.runs_retired(body.id) => return None,
             Some(Seen::Merged {
                 body,
                 derived,

@@ -440,6 +440,17 @@ impl<M: Module> DedupModule<M> {
     ) -> ModuleResult<Option<Outcome>> {
         // A reservation left by a definition that unwound is given up.
         self.end_reservation();
+        // A module holding no claims may wait for another below (in a
+        // store that reserves keys): what it compiled and has not written,
+        // which the other may be waiting for, is written first (see 7 and
+        // 9 above).
+        if self
+            .stored
+            .as_ref()
+            .is_some_and(|s| !s.unwritten.is_empty() && s.claimed.is_empty() && s.store.reserves())
+        {
+            self.write_stored();
+        }
         let Some(stored) = &mut self.stored else {
             return Ok(None);
         };

@@ -107,11 +107,13 @@ const MAX_POLL: Duration = Duration::from_millis(2);
 /// Looks a value up (`KEYS[1]`, at most `ARGV[1]` + 1 bytes, see 5 in the
 /// module docs); if there is none, takes the lease `KEYS[2]` for the token
 /// `ARGV[2]` for `ARGV[3]` milliseconds. Answers the value, 1 (leased to
-/// the caller) or 0 (another holds the lease).
+/// the caller, or held by its token already: a claim whose answer was
+/// lost) or 0 (another holds the lease).
 const CLAIM_SCRIPT: &str = "\
 local v = redis.call('GETRANGE', KEYS[1], 0, ARGV[1]) \
 if #v > 0 then return v end \
 if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 1 end \
+if redis.call('GET', KEYS[2]) == ARGV[2] then return 1 end \
 return 0";
 
 /// Deletes the lease `KEYS[1]` if the token `ARGV[1]` still holds it.
@@ -397,7 +399,7 @@ impl CodeStore for RedisStore {
             });
         }
         let leased = self.lock().leased.remove(key);
-        self.with_connection("SET", |connection| {
+        let written = self.with_connection("SET", |connection| {
             let command = self.set_command(key, value);
             if !leased {
                 return command.query::<()>(connection);
@@ -407,13 +409,19 @@ impl CodeStore for RedisStore {
             pipeline.add_command(command).ignore();
             pipeline.add_command(self.release_command(key)).ignore();
             pipeline.query::<()>(connection)
-        })
+        });
+        // Not written: the lease is still this store's, to release.
+        if written.is_err() && leased {
+            self.lock().leased.insert(*key);
+        }
+        written
     }
 
     fn put_many(&self, entries: &[(StoreKey, Vec<u8>)]) -> Result<(), StoreError> {
         let mut first_error = None;
         for chunk in entries.chunks(GET_MANY_CHUNK) {
             let mut pipeline = redis::pipe();
+            let mut leased = Vec::new();
             for (key, value) in chunk {
                 let len = value.len() as u64;
                 if len > self.max_value_bytes {
@@ -426,11 +434,14 @@ impl CodeStore for RedisStore {
                 pipeline.add_command(self.set_command(key, value)).ignore();
                 if self.lock().leased.remove(key) {
                     pipeline.add_command(self.release_command(key)).ignore();
+                    leased.push(*key);
                 }
             }
             let written =
                 self.with_connection("SET", |connection| pipeline.query::<()>(connection));
             if let Err(e) = written {
+                // Not written: the leases are still this store's.
+                self.lock().leased.extend(leased);
                 first_error.get_or_insert(e);
             }
         }

@@ -29,9 +29,12 @@
 //!    takes the reservation over and compiles the template itself (which
 //!    costs a compile, never a wrong value: both threads' values are code
 //!    for the same template). A reservation is held from lookup to `put`
-//!    or release, and a module holds one at a time but while it defines
+//!    or release. An eager module holds one at a time but while it defines
 //!    the merged body of similar functions for the member it reserved
-//!    (eager mode, `similar.rs`). The bound ends every wait, including one
+//!    (`similar.rs`); a batch flush holds the ones it claimed ahead and
+//!    those of entries it has not written yet, and waits only after it has
+//!    given the first up and written the others (7 and 9 in
+//!    `src/module/stored.rs`). The bound ends every wait, including one
 //!    on a reservation a module never gives up (a panic it did not catch,
 //!    its module kept alive and idle) and any wait of two modules on each
 //!    other's reservations.

@@ -187,3 +187,27 @@ fn a_lease_whose_holder_was_killed_expires() {
         .unwrap();
     assert!(lease_left.is_none(), "the value did not end the lease");
 }
+
+/// A lease is its holder's: claimed again by the store that holds it (an
+/// answer that was lost), it is still that store's to compile; another
+/// store is told it is busy until the holder writes the value or
+/// releases it.
+#[test]
+fn a_lease_is_its_holders_own() {
+    let Some(server) = Server::start("own-lease", &[]) else {
+        return;
+    };
+    let holder = RedisStore::new(&server.url()).unwrap();
+    let other = RedisStore::new(&server.url()).unwrap();
+    let key = leaf2_key();
+    assert_eq!(holder.try_get_or_reserve(&key).unwrap(), Claim::Reserved);
+    assert_eq!(holder.try_get_or_reserve(&key).unwrap(), Claim::Reserved);
+    assert_eq!(other.try_get_or_reserve(&key).unwrap(), Claim::Busy);
+    holder.release(&key);
+    assert_eq!(other.try_get_or_reserve(&key).unwrap(), Claim::Reserved);
+    other.put(&key, b"value").unwrap();
+    assert_eq!(
+        holder.try_get_or_reserve(&key).unwrap(),
+        Claim::Found(b"value".to_vec())
+    );
+}

@@ -840,3 +840,68 @@ fn a_twin_of_code_bound_to_host_data_reads_its_own() {
         assert_eq!(got, expected, "{options:?}");
     }
 }
+
+/// A late merge must not redirect calls *from* a function whose code calls
+/// a host symbol the module defines later: `x` (calling `late`, bound to
+/// the host's) becomes equal to `y` once `late` is defined as a twin of
+/// `q`, but a function defined after that calling `x` still runs `x`'s
+/// code, as with plain `JITModule`.
+#[test]
+fn no_call_is_redirected_from_code_bound_to_a_host_symbol() {
+    fn run<M: Module>(
+        m: &mut M,
+        finalize: &mut dyn FnMut(&mut M),
+        ptr: &dyn Fn(&M, FuncId) -> *const u8,
+    ) -> i64 {
+        let conv = m.isa().default_call_conv();
+        let s = crate::common::build::sig(m, conv);
+        let late = m
+            .declare_function("late", Linkage::Preemptible, &s)
+            .unwrap();
+        // Preemptible as `late` is, so that `x` and `y` are calls alike (a
+        // local callee is colocated, a preemptible one is not).
+        let q = m.declare_function("q", Linkage::Preemptible, &s).unwrap();
+        let hundred = |b: &mut FunctionBuilder, _: &mut M, p: &[ir::Value]| {
+            let r = b.ins().imul_imm_s(p[0], 100);
+            b.ins().return_(&[r]);
+        };
+        define(m, q, hundred).unwrap();
+        let caller = |m: &mut M, name: &str, callee: FuncId| {
+            let id = m.declare_function(name, Linkage::Local, &s).unwrap();
+            define(m, id, |b, m, p| {
+                let r = emit_call(b, m, callee, p[0]);
+                b.ins().return_(&[r]);
+            })
+            .unwrap();
+            id
+        };
+        caller(m, "y", q);
+        let x = caller(m, "x", late);
+        finalize(m);
+        define(m, late, hundred).unwrap();
+        let w = caller(m, "w", x);
+        finalize(m);
+        call1(ptr(m, w), 10)
+    }
+    let builder = || {
+        let mut b = JITBuilder::new(default_libcall_names()).unwrap();
+        b.symbol("late", host_late as *const u8);
+        b
+    };
+    let mut plain = JITModule::new(builder());
+    let expected = run(
+        &mut plain,
+        &mut |m| m.finalize_definitions().unwrap(),
+        &|m, id| m.get_finalized_function(id),
+    );
+    assert_eq!(expected, 11);
+    for options in DedupOptions::ALL {
+        let mut m = DedupModule::with_options(builder(), options);
+        let got = run(
+            &mut m,
+            &mut |m| m.finalize_definitions().unwrap(),
+            &|m, id| m.get_finalized_function(id),
+        );
+        assert_eq!(got, expected, "{options:?}");
+    }
+}
