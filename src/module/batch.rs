@@ -269,6 +269,12 @@ impl<M: Module> DedupModule<M> {
             false,
             "a flush's plan was undone more often than it has functions"
         );
+        self.plan_nothing(flush);
+    }
+
+    /// Undoes the plan and leaves every function of `flush` not defined
+    /// yet alone: each is defined on its own (past a loop's bound, a bug).
+    fn plan_nothing(&mut self, flush: &mut [Record]) {
         self.undo_plan(flush);
         for record in flush.iter_mut() {
             record.leave_alone();
@@ -367,10 +373,7 @@ impl<M: Module> DedupModule<M> {
             false,
             "putting roots back changed addresses more often than possible"
         );
-        self.undo_plan(flush);
-        for record in flush.iter_mut() {
-            record.leave_alone();
-        }
+        self.plan_nothing(flush);
     }
 
     /// Plans this flush's duplicates among its functions (see 1 to 3

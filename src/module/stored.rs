@@ -290,27 +290,15 @@ impl<M: Module> DedupModule<M> {
         if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
             return;
         }
-        let policy = self.policy();
-        let isa = self.inner.isa();
         let mut keys = Vec::new();
         for record in flush.iter_mut().skip(from).take(CLAIM_AHEAD) {
             if self.ids.state(record.id) != State::Pending || record.code.is_some() {
                 continue;
             }
-            if record.walk.is_none() {
-                let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, &record.func, isa)
-                else {
-                    continue;
-                };
-                record.walk = Some(walk.to_owned());
-            }
-            let walk = record.walk.as_ref().expect("walked").as_ref();
-            let plan = self.compiled.plan(&walk.planned(&record.func), policy);
-            if !(plan.load && plan.needs_code()) {
+            let Some(key) = self.needed_key(&record.func, &mut record.walk) else {
                 continue;
-            }
+            };
             let stored = self.stored.as_ref().expect("checked above");
-            let key = store_key(&stored.context, &walk);
             let known = matches!(stored.prefetched.get(&key), Some(Some(_)))
                 || stored.claimed.contains_key(&key)
                 || stored.busy.contains(&key);
@@ -393,29 +381,39 @@ impl<M: Module> DedupModule<M> {
         // Walked as it is (its definition rewrites references to
         // duplicates first; should that change it, what is claimed here is
         // released when the flush ends).
+        let Some(key) = self.needed_key(func, known) else {
+            return false;
+        };
+        let stored = self.stored.as_mut().expect("checked above");
+        if eager && stored.deferred.contains(&key) {
+            return true;
+        }
+        let busy = stored.claim(key) == Served::Busy;
+        if eager && busy {
+            stored.deferred.insert(key);
+        }
+        busy
+    }
+
+    /// The store key of the template of `func` (walked as `known`; walked
+    /// here, as it is, if it was not), if there is a store and its plan is
+    /// to load or compile its code; `None` otherwise, and for a function
+    /// that cannot be walked (which fails in its define).
+    fn needed_key(
+        &mut self,
+        func: &Function,
+        known: &mut Option<crate::plan::Walk>,
+    ) -> Option<StoreKey> {
+        self.stored.as_ref()?;
         if known.is_none() {
-            let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, func, self.inner.isa())
-            else {
-                return false;
-            };
+            let walk =
+                verify::walk_checked(&mut self.fingerprinter, func, self.inner.isa()).ok()?;
             *known = Some(walk.to_owned());
         }
         let walk = known.as_ref().expect("walked").as_ref();
         let plan = self.compiled.plan(&walk.planned(func), self.policy());
-        let needs_code = plan.load && plan.needs_code();
-        let stored = self.stored.as_mut().expect("checked above");
-        if !eager {
-            return stored.claim(&walk, needs_code) == Served::Busy;
-        }
-        let key = store_key(&stored.context, &walk);
-        if needs_code && stored.deferred.contains(&key) {
-            return true;
-        }
-        let busy = stored.claim(&walk, needs_code) == Served::Busy;
-        if busy {
-            stored.deferred.insert(key);
-        }
-        busy
+        let stored = self.stored.as_ref().expect("checked above");
+        (plan.load && plan.needs_code()).then(|| store_key(&stored.context, &walk))
     }
 
     /// Forgets which templates eager definitions waited for: the flush
@@ -699,9 +697,9 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         loads: bool,
     ) -> bool {
-        stored
-            .as_mut()
-            .is_some_and(|stored| loads && stored.claim(walk, true) != Served::No)
+        stored.as_mut().is_some_and(|stored| {
+            loads && stored.claim(store_key(&stored.context, walk)) != Served::No
+        })
     }
 
     /// Whether a function walked as `walk`, whose plan loads its code from
@@ -768,17 +766,12 @@ enum Served {
 const REJECTED_ALIKE_TO_WARN: u32 = 3;
 
 impl Stored {
-    /// Claims the template of a function walked as `walk` whose code this
-    /// flush would load or compile (`needs_code`), without waiting (see 7
-    /// above): whether the store holds an entry for it (not checked), or
-    /// another module is compiling it. An entry found is kept as fetched,
-    /// a reservation as claimed. A store that does not reserve keys is
-    /// only looked at.
-    fn claim(&mut self, walk: &WalkRef<'_>, needs_code: bool) -> Served {
-        if !needs_code {
-            return Served::No;
-        }
-        let key = store_key(&self.context, walk);
+    /// Claims the template of store key `key`, whose code this flush
+    /// would load or compile, without waiting (see 7 above): whether the
+    /// store holds an entry for it (not checked), or another module is
+    /// compiling it. An entry found is kept as fetched, a reservation as
+    /// claimed. A store that does not reserve keys is only looked at.
+    fn claim(&mut self, key: StoreKey) -> Served {
         match self.prefetched.get(&key) {
             Some(Some(_)) => return Served::Found,
             // Missing when the flush asked: asked again only to claim it.

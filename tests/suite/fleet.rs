@@ -3,13 +3,11 @@
 //! `jitfold::store::redis`), against a real `redis-server` and real child
 //! processes (this test binary, started again on an ignored test).
 
-use crate::common::build::{call1, declare, define, leaves_and_callers};
+use crate::common::build::{call1, declare, define, leaf2, leaves_and_callers, template_key};
 use crate::store::redis_store::Server;
-use cranelift_codegen::ir::InstBuilder;
-use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_jit::JITBuilder;
 use cranelift_module::{Module, default_libcall_names};
-use jitfold::plan::Walk;
-use jitfold::store::{Claim, CodeContext, CodeStore, RedisStore, StoreKey};
+use jitfold::store::{Claim, CodeStore, RedisStore, StoreKey};
 use jitfold::{DedupModule, DedupOptions};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -24,26 +22,9 @@ fn builder() -> JITBuilder {
     JITBuilder::new(default_libcall_names()).unwrap()
 }
 
-/// `x * 5 + 2000`, the third leaf of `leaves_and_callers`.
-fn leaf2<M>(
-    b: &mut cranelift_frontend::FunctionBuilder,
-    _: &mut M,
-    p: &[cranelift_codegen::ir::Value],
-) {
-    let t = b.ins().imul_imm_s(p[0], 5);
-    let r = b.ins().iadd_imm_s(t, 2000);
-    b.ins().return_(&[r]);
-}
-
 /// The store key of `leaf2`'s template.
 fn leaf2_key() -> StoreKey {
-    let mut probe = JITModule::new(builder());
-    let context = CodeContext::of(probe.isa());
-    let conv = probe.isa().default_call_conv();
-    let id = declare(&mut probe, "probe", conv);
-    let func = crate::common::build::built(&mut probe, id, leaf2);
-    let walk = Walk::of(&mut jitfold::Fingerprinter::new(), &func);
-    StoreKey::of(&context, &walk.fingerprint.to_template())
+    template_key(leaf2)
 }
 
 /// The child side of the fleet test: defines the program in batch mode

@@ -697,6 +697,38 @@ fn declared_but_unused_references_need_no_definition() {
     }
 }
 
+/// A JIT builder with the host's `late` and `late_data`.
+fn host_builder() -> JITBuilder {
+    let mut b = JITBuilder::new(default_libcall_names()).unwrap();
+    b.symbol("late", host_late as *const u8);
+    b.symbol("late_data", &HOST_LATE_DATA as *const i64 as *const u8);
+    b
+}
+
+/// Runs `$run` (generic over the module: `fn run<M: Module>(m, finalize,
+/// pointer_of)`) on plain `JITModule` and through `DedupModule` in every
+/// option set, each made with [`host_builder`]; asserts that every result
+/// is plain's, and gives plain's.
+macro_rules! same_as_plain_in_every_option_set {
+    ($run:ident) => {{
+        let finalize = |m: &mut JITModule| m.finalize_definitions().unwrap();
+        let mut plain = JITModule::new(host_builder());
+        let expected = $run(&mut plain, &mut { finalize }, &|m: &JITModule, id| {
+            m.get_finalized_function(id)
+        });
+        for options in DedupOptions::ALL {
+            let mut m = DedupModule::with_options(host_builder(), options);
+            let got = $run(
+                &mut m,
+                &mut |m: &mut DedupModule<JITModule>| m.finalize_definitions().unwrap(),
+                &|m: &DedupModule<JITModule>, id| m.get_finalized_function(id),
+            );
+            assert_eq!(got, expected, "{options:?}");
+        }
+        expected
+    }};
+}
+
 /// The host's `late`, which a JIT binds a preemptible `late` to while the
 /// module does not define it.
 extern "C" fn host_late(x: i64) -> i64 {
@@ -751,27 +783,8 @@ fn a_twin_of_code_bound_to_a_host_symbol_binds_its_own_calls() {
         assert_eq!(call1(ptr(m, first), 10), before);
         (before, after)
     }
-    let builder = || {
-        let mut b = JITBuilder::new(default_libcall_names()).unwrap();
-        b.symbol("late", host_late as *const u8);
-        b
-    };
-    let mut plain = JITModule::new(builder());
-    let expected = run(
-        &mut plain,
-        &mut |m| m.finalize_definitions().unwrap(),
-        &|m, id| m.get_finalized_function(id),
-    );
+    let expected = same_as_plain_in_every_option_set!(run);
     assert_eq!(expected, (11, 1000));
-    for options in DedupOptions::ALL {
-        let mut m = DedupModule::with_options(builder(), options);
-        let got = run(
-            &mut m,
-            &mut |m| m.finalize_definitions().unwrap(),
-            &|m, id| m.get_finalized_function(id),
-        );
-        assert_eq!(got, expected, "{options:?}");
-    }
 }
 
 /// The host's `late_data`, which a JIT binds a preemptible `late_data` to
@@ -818,27 +831,8 @@ fn a_twin_of_code_bound_to_host_data_reads_its_own() {
         finalize(m);
         (before, call1(ptr(m, second), 0))
     }
-    let builder = || {
-        let mut b = JITBuilder::new(default_libcall_names()).unwrap();
-        b.symbol("late_data", &HOST_LATE_DATA as *const i64 as *const u8);
-        b
-    };
-    let mut plain = JITModule::new(builder());
-    let expected = run(
-        &mut plain,
-        &mut |m| m.finalize_definitions().unwrap(),
-        &|m, id| m.get_finalized_function(id),
-    );
+    let expected = same_as_plain_in_every_option_set!(run);
     assert_eq!(expected, (5, 7));
-    for options in DedupOptions::ALL {
-        let mut m = DedupModule::with_options(builder(), options);
-        let got = run(
-            &mut m,
-            &mut |m| m.finalize_definitions().unwrap(),
-            &|m, id| m.get_finalized_function(id),
-        );
-        assert_eq!(got, expected, "{options:?}");
-    }
 }
 
 /// A late merge must not redirect calls *from* a function whose code calls
@@ -883,25 +877,6 @@ fn no_call_is_redirected_from_code_bound_to_a_host_symbol() {
         finalize(m);
         call1(ptr(m, w), 10)
     }
-    let builder = || {
-        let mut b = JITBuilder::new(default_libcall_names()).unwrap();
-        b.symbol("late", host_late as *const u8);
-        b
-    };
-    let mut plain = JITModule::new(builder());
-    let expected = run(
-        &mut plain,
-        &mut |m| m.finalize_definitions().unwrap(),
-        &|m, id| m.get_finalized_function(id),
-    );
+    let expected = same_as_plain_in_every_option_set!(run);
     assert_eq!(expected, 11);
-    for options in DedupOptions::ALL {
-        let mut m = DedupModule::with_options(builder(), options);
-        let got = run(
-            &mut m,
-            &mut |m| m.finalize_definitions().unwrap(),
-            &|m, id| m.get_finalized_function(id),
-        );
-        assert_eq!(got, expected, "{options:?}");
-    }
 }

@@ -3,7 +3,9 @@
 //! every function returns what plain `JITModule` returns, and a compile
 //! that fails or panics on one thread never leaves another waiting.
 
-use crate::common::build::{call1, declare, define, leaves_and_callers, tail_caller};
+use crate::common::build::{
+    call1, declare, define, leaf2, leaves_and_callers, tail_caller, template_key,
+};
 use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};
@@ -307,35 +309,11 @@ fn a_module_holding_claims_does_not_wait_for_another() {
     }
 }
 
-/// What builds a function's body.
-type Body<M> = fn(&mut cranelift_frontend::FunctionBuilder, &mut M, &[ir::Value]);
-
-/// `x * 5 + 2000`: the third leaf of `leaves_and_callers`.
-fn leaf2<M>(b: &mut cranelift_frontend::FunctionBuilder, _: &mut M, p: &[ir::Value]) {
-    let t = b.ins().imul_imm_s(p[0], 5);
-    let r = b.ins().iadd_imm_s(t, 2000);
-    b.ins().return_(&[r]);
-}
-
 /// An `i64` plus an `i32`: the verifier refuses it.
 fn invalid<M>(b: &mut cranelift_frontend::FunctionBuilder, _: &mut M, p: &[ir::Value]) {
     let small = b.ins().iconst(ir::types::I32, 1);
     let r = b.ins().iadd(p[0], small);
     b.ins().return_(&[r]);
-}
-
-/// The key of the template of the function `body` builds (one `i64`
-/// parameter and result, the ISA's default convention).
-fn template_key(body: Body<JITModule>) -> jitfold::store::StoreKey {
-    use jitfold::plan::Walk;
-    use jitfold::store::{CodeContext, StoreKey};
-    let mut probe = JITModule::new(builder());
-    let context = CodeContext::of(probe.isa());
-    let conv = probe.isa().default_call_conv();
-    let id = declare(&mut probe, "probe", conv);
-    let func = crate::common::build::built(&mut probe, id, body);
-    let walk = Walk::of(&mut jitfold::Fingerprinter::new(), &func);
-    StoreKey::of(&context, &walk.fingerprint.to_template())
 }
 
 /// Eager mode does not wait for another module either: a function whose

@@ -133,3 +133,27 @@ pub fn tail_caller<M: Module>(m: &mut M) -> Result<(), ModuleError> {
         b.ins().return_call(callee, &[p[0]]);
     })
 }
+
+/// `x * 5 + 2000`: the third leaf [`leaves_and_callers`] defines (step
+/// 1000).
+pub fn leaf2<M>(b: &mut FunctionBuilder, _: &mut M, p: &[ir::Value]) {
+    let t = b.ins().imul_imm_s(p[0], 5);
+    let r = b.ins().iadd_imm_s(t, 2000);
+    b.ins().return_(&[r]);
+}
+
+/// The store key, in a JIT for the host, of the template of the function
+/// `body` builds (one `i64` parameter and result, the ISA's default
+/// convention).
+pub fn template_key(
+    body: fn(&mut FunctionBuilder, &mut cranelift_jit::JITModule, &[ir::Value]),
+) -> jitfold::store::StoreKey {
+    let builder = cranelift_jit::JITBuilder::new(cranelift_module::default_libcall_names());
+    let mut probe = cranelift_jit::JITModule::new(builder.unwrap());
+    let context = jitfold::store::CodeContext::of(probe.isa());
+    let conv = probe.isa().default_call_conv();
+    let id = declare(&mut probe, "probe", conv);
+    let func = built(&mut probe, id, body);
+    let walk = jitfold::plan::Walk::of(&mut jitfold::Fingerprinter::new(), &func);
+    jitfold::store::StoreKey::of(&context, &walk.fingerprint.to_template())
+}
