@@ -77,7 +77,9 @@ impl Retired {
         self.retired[class] = false;
     }
 
-    /// The functions and data objects the code of `class` names.
+    /// The functions and data objects the code of `class` names (read by
+    /// the JIT's finalize alone).
+    #[cfg_attr(not(feature = "jit"), allow(dead_code))]
     pub(super) fn names(&self, class: ClassId) -> &[Named] {
         &self.names[class]
     }

@@ -21,7 +21,7 @@
 //!    batch fetched it already and the store reserves nothing,
 //!    [`Miss::Absent`].
 //! 3. A [`Reservation`] ends exactly once: with [`Reservation::put`] or a
-//!    [`write`] that succeeds, or, when it is dropped unused (a compile
+//!    [`write()`] that succeeds, or, when it is dropped unused (a compile
 //!    that failed, panicked, or made no entry) or its write fails, with
 //!    [`CodeStore::release`], so that waiting modules may compile the key.
 //!
@@ -187,7 +187,7 @@ pub fn write(store: &Arc<dyn CodeStore>, entries: Vec<Unwritten>) -> Result<usiz
 }
 
 impl Reservation {
-    /// Ends the reservation, its key written by a [`write`].
+    /// Ends the reservation, its key written by a [`write()`].
     fn written(mut self) {
         self.store = None;
     }
