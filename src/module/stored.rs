@@ -269,10 +269,11 @@ impl<M: Module> DedupModule<M> {
         })
     }
 
-    /// Drops what the flush fetched (see 5 above), and gives up the keys
-    /// it claimed and did not compile (see 7 above).
+    /// Writes what the flush compiled and has not written (see 9 above),
+    /// gives up the keys it claimed and did not compile (see 7 above), and
+    /// drops what it fetched (see 5 above).
     pub(super) fn end_prefetch(&mut self) {
-        self.write_stored();
+        // (Writes what is unwritten first.)
         self.release_claims();
         if let Some(stored) = &mut self.stored {
             stored.prefetched = HashMap::new();
