@@ -322,6 +322,10 @@ pub struct Compiled {
     pub time: Duration,
     /// The code's unwind information, where the ISA gives one.
     pub unwind: Option<UnwindInfo>,
+    /// The bytes of its frame below the frame pointer (spill slots, stack
+    /// slots, saved registers, outgoing arguments), as Cranelift laid it
+    /// out; 0 where the backend does not say.
+    pub frame_bytes: u32,
 }
 
 /// Compiles a copy of `func` for `isa` with a default control plane.
@@ -356,7 +360,17 @@ fn compile_with(
     let unwind = ctx
         .compiled_code()
         .and_then(|c| c.create_unwind_info(isa).ok().flatten());
-    Ok((Compiled { code, time, unwind }, text))
+    let frame_bytes = ctx
+        .compiled_code()
+        .and_then(|c| c.buffer.frame_layout())
+        .map_or(0, |layout| layout.frame_to_fp_offset);
+    let compiled = Compiled {
+        code,
+        time,
+        unwind,
+        frame_bytes,
+    };
+    Ok((compiled, text))
 }
 
 /// The text of a panic payload.

@@ -263,6 +263,13 @@ pub struct SimilarSummary {
     pub refused_params: usize,
     /// Groups left alone because the cost model predicts no saving.
     pub refused_cost: usize,
+    /// Groups left alone because their members check a stack limit and
+    /// their stack growth is above the bound
+    /// ([`similar::StackDepth::DEFAULT`]).
+    pub refused_stack: usize,
+    /// The [stack growth](similar::CostModel::stack_growth) of each merged
+    /// group whose members check a stack limit.
+    pub stack_growths: Vec<u64>,
     /// Bytes the cost model predicts the merged groups save (member sizes
     /// estimated from their instruction counts, or with `--compile` as
     /// compiled).
@@ -341,6 +348,14 @@ pub struct SimilarMeasured {
     /// Bytes saved if exactly the groups whose measured code is smaller
     /// were merged (what a perfect model would get).
     pub best_saved: u64,
+    /// Of the measured groups whose members check a stack limit: the
+    /// largest growth measured (the body's frame beyond the member's, the
+    /// thunk's frame with its setup area, and the stack arguments of the
+    /// body's call beyond the member's), in bytes.
+    pub stack_growth_max: u64,
+    /// Of those groups: how many have a member whose measured growth is
+    /// above the model's ([`similar::CostModel::stack_growth`]).
+    pub stack_growth_above_model: usize,
     /// Groups not measured because a member does not compile for the ISA
     /// (it is in the compile errors); they are planned with estimated sizes.
     pub uncompiled: usize,
@@ -630,7 +645,11 @@ impl Grouping {
                 let start = Instant::now();
                 let walk = self.fingerprinter.last_walk();
                 let shape = collector.shaper.shape(&walk, func);
-                let mergeable = similar::mergeable(func, walk.observes_own_frame());
+                let mergeable = similar::mergeable(
+                    func,
+                    walk.observes_own_frame(),
+                    SimilarOptions::DEFAULT.stack,
+                );
                 shapes.push((!shape.values.is_empty() && mergeable).then_some(shape));
                 shape_time += start.elapsed();
             }
@@ -810,17 +829,21 @@ fn plan_subgroup(
 ) {
     let values: Vec<&[similar::ParamValue]> = group.iter().map(|(_, _, s)| &s.values[..]).collect();
     let instructions = group[0].2.shape.instructions();
-    // Member sizes: as compiled, or estimated.
-    let compiled: Option<Vec<Result<u64, String>>> = isa.map(|isa| {
+    // Member sizes (and frames): as compiled, or estimated.
+    let compiled: Option<Vec<Result<(u64, u32), String>>> = isa.map(|isa| {
         group
             .iter()
-            .map(|(f, _, _)| compile(f, isa).map(|c| c.code.bytes.len() as u64))
+            .map(|(f, _, _)| compile(f, isa).map(|c| (c.code.bytes.len() as u64, c.frame_bytes)))
             .collect()
     });
     // A member that does not compile for the ISA (listed with the compile
     // errors) leaves the group estimated and unmeasured.
-    let compiled: Option<Vec<u64>> =
-        compiled.and_then(|sizes| sizes.into_iter().collect::<Result<Vec<u64>, String>>().ok());
+    let compiled: Option<Vec<(u64, u32)>> = compiled.and_then(|sizes| {
+        sizes
+            .into_iter()
+            .collect::<Result<Vec<(u64, u32)>, String>>()
+            .ok()
+    });
     if isa.is_some() && compiled.is_none() {
         summary
             .measured
@@ -828,12 +851,15 @@ fn plan_subgroup(
             .uncompiled += 1;
     }
     let bytes: Vec<u64> = match &compiled {
-        Some(sizes) => sizes.clone(),
+        Some(sizes) => sizes.iter().map(|&(bytes, _)| bytes).collect(),
         None => {
             vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
         }
     };
-    let Some(plan) = similar::plan_group(&group[0].0.signature, &values, &bytes, options) else {
+    let first = &group[0].0;
+    let stack_limited = first.stack_limit.is_some();
+    let Some(plan) = similar::plan_group(&first.signature, stack_limited, &values, &bytes, options)
+    else {
         return;
     };
     let merge = plan.decision == similar::Decision::Merge;
@@ -843,19 +869,34 @@ fn plan_subgroup(
             summary.param_merged += group.len();
             summary.parameters += plan.derived.params.len();
             summary.predicted_bytes_saved += plan.prediction.saved();
+            summary.stack_growths.extend(plan.stack_growth);
         }
         similar::Decision::TooManyParams => summary.refused_params += 1,
         similar::Decision::DoesNotPay => summary.refused_cost += 1,
+        similar::Decision::StackGrowth => summary.refused_stack += 1,
     }
     let mut measured_group = None;
-    if let (Some(isa), Some(_)) = (isa, &compiled)
+    if let (Some(isa), Some(sizes)) = (isa, &compiled)
         && plan.decision != similar::Decision::TooManyParams
     {
         let measured = summary
             .measured
             .get_or_insert_with(SimilarMeasured::default);
-        match merged_bytes(isa, &group, &plan.derived) {
-            Ok((body, thunks)) => {
+        let frames: Vec<u32> = sizes.iter().map(|&(_, frame)| frame).collect();
+        match merged_bytes(isa, &group, &frames, &plan.derived) {
+            Ok(Merged {
+                body,
+                thunks,
+                stack_growth,
+            }) => {
+                if stack_limited {
+                    measured.stack_growth_max = measured.stack_growth_max.max(stack_growth);
+                    let model = options.model.stack_growth(
+                        &first.signature,
+                        &plan.derived.params.iter().map(|p| p.ty).collect::<Vec<_>>(),
+                    );
+                    measured.stack_growth_above_model += usize::from(stack_growth > model);
+                }
                 let members: u64 = bytes.iter().sum();
                 let merged = body + thunks;
                 measured.groups += 1;
@@ -886,13 +927,25 @@ fn plan_subgroup(
     });
 }
 
-/// The code bytes of a group's merged body and of all its thunks, each
-/// verified and compiled for `isa`.
+/// A group merged and compiled, measured.
+struct Merged {
+    /// Code bytes of its body.
+    body: u64,
+    /// Code bytes of all its thunks.
+    thunks: u64,
+    /// The largest stack growth of a member (as
+    /// [`SimilarMeasured::stack_growth_max`]).
+    stack_growth: u64,
+}
+
+/// A group's merged body and all its thunks, each verified and compiled
+/// for `isa`; `member_frames` are the members' frames compiled alone.
 fn merged_bytes(
     isa: &dyn TargetIsa,
     group: &[(Function, FunctionName, ShapeOf)],
+    member_frames: &[u32],
     derived: &similar::Derived,
-) -> Result<(u64, u64), String> {
+) -> Result<Merged, String> {
     let (first, _, shape) = &group[0];
     let body = similar::merged_body(first, &shape.sites, derived)?;
     let flags = isa.flags();
@@ -900,22 +953,30 @@ fn merged_bytes(
         cranelift_codegen::verify_function(f, flags).map_err(|e| format!("{e}\n{f}"))
     };
     verified(&body)?;
-    let body_bytes = compile(&body, isa)?.code.bytes.len() as u64;
-    let mut thunks = 0;
+    let body_code = compile(&body, isa)?;
+    let mut merged = Merged {
+        body: body_code.code.bytes.len() as u64,
+        thunks: 0,
+        stack_growth: 0,
+    };
     let body_name = cranelift_codegen::ir::UserExternalName::new(0, u32::MAX);
     for (m, (func, _, _)) in group.iter().enumerate() {
         let thunk = similar::thunk(
             isa.frontend_config(),
-            func.name.clone(),
-            &func.signature,
+            func,
             body_name.clone(),
             &body.signature,
             &similar::thunk_values(derived, m),
         );
         verified(&thunk)?;
-        thunks += compile(&thunk, isa)?.code.bytes.len() as u64;
+        let thunk_code = compile(&thunk, isa)?;
+        merged.thunks += thunk_code.code.bytes.len() as u64;
+        let body_beyond = body_code.frame_bytes.saturating_sub(member_frames[m]);
+        let growth =
+            u64::from(body_beyond) + u64::from(thunk_code.frame_bytes) + similar::THUNK_FRAME_BYTES;
+        merged.stack_growth = merged.stack_growth.max(growth);
     }
-    Ok((body_bytes, thunks))
+    Ok(merged)
 }
 
 /// What the plan of one function made of it, for `--compile`.

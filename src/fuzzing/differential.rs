@@ -47,7 +47,7 @@
 use super::isolated::{self, Entry};
 use super::machine_code::Oracle;
 use super::program::{Callee, Form, Op, Program, emit};
-use crate::similar::{CostModel, SimilarOptions};
+use crate::similar::{CostModel, SimilarOptions, StackDepth};
 use crate::{DedupModule, DedupOptions, Fingerprint};
 use cranelift_codegen::data_value::DataValue;
 use cranelift_codegen::ir::{ArgumentExtension, Function, UserFuncName};
@@ -95,9 +95,15 @@ pub fn similar_options() -> DedupOptions {
         body_bytes_per_stack_param: 0,
         ..CostModel::X86_64
     };
+    // Functions with a stack limit are merged whatever the depth moves:
+    // no input puts the limit between two depths a call may reach.
+    let stack = StackDepth::Bounded {
+        max_growth: u64::MAX,
+    };
     DedupOptions::batch().with_similar(SimilarOptions {
         max_params: 16,
         model,
+        stack,
     })
 }
 

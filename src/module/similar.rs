@@ -134,13 +134,14 @@ pub(super) struct Merge {
 }
 
 /// The groups of `candidates` (each standing for the function whose
-/// signature `signatures` holds at its [`Candidate::index`]) to merge
+/// signature, and whether it checks a stack limit, `signatures` holds at
+/// its [`Candidate::index`]) to merge
 /// under `options`: by
 /// shape, split to fit the parameter limit, merged where the cost model
 /// predicts a saving (see 2 in the module docs). Pure.
 pub(super) fn plan_merges(
     candidates: &[Candidate],
-    signatures: &[&Signature],
+    signatures: &[(&Signature, bool)],
     options: &SimilarOptions,
 ) -> Vec<Merge> {
     let mut by_shape: HashMap<&Shape, usize> = HashMap::new();
@@ -174,8 +175,9 @@ pub(super) fn plan_merges(
                     u64::from(candidates[c].instructions) * options.model.bytes_per_instruction
                 })
                 .collect();
-            let sig = signatures[candidates[members[0]].index];
-            let Some(plan) = similar::plan_group(sig, &values, &bytes, options) else {
+            let (sig, stack_limited) = signatures[candidates[members[0]].index];
+            let Some(plan) = similar::plan_group(sig, stack_limited, &values, &bytes, options)
+            else {
                 continue;
             };
             if plan.decision == Decision::Merge {
@@ -199,8 +201,11 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let decided = catch_unwind(AssertUnwindSafe(|| {
-            let candidates = self.similar_candidates(flush);
-            let signatures: Vec<&Signature> = flush.iter().map(|r| &r.func.signature).collect();
+            let candidates = self.similar_candidates(flush, &options);
+            let signatures: Vec<(&Signature, bool)> = flush
+                .iter()
+                .map(|r| (&r.func.signature, r.func.stack_limit.is_some()))
+                .collect();
             let merges = plan_merges(&candidates, &signatures, &options);
             (candidates, merges)
         }));
@@ -215,7 +220,11 @@ impl<M: Module> DedupModule<M> {
 
     /// The candidates for merging among `flush` (see 1 in the module
     /// docs), in definition order.
-    fn similar_candidates(&mut self, flush: &mut [Record]) -> Vec<Candidate> {
+    fn similar_candidates(
+        &mut self,
+        flush: &mut [Record],
+        options: &SimilarOptions,
+    ) -> Vec<Candidate> {
         let policy = self.policy();
         let mut walker = std::mem::take(&mut self.fingerprinter);
         let mut shaper = Shaper::new();
@@ -246,7 +255,7 @@ impl<M: Module> DedupModule<M> {
                 continue;
             }
             let instructions = walk.fingerprint.instructions();
-            if !similar::mergeable(func, walk.observes_own_frame) {
+            if !similar::mergeable(func, walk.observes_own_frame, options.stack) {
                 continue;
             }
             let shape = shaper.shape(&walker.last_walk(), func);
@@ -397,8 +406,7 @@ impl<M: Module> DedupModule<M> {
             || isa.flags().preserve_frame_pointers();
         similar::thunk_calling(
             isa.frontend_config(),
-            member.name.clone(),
-            &member.signature,
+            member,
             UserExternalName::new(0, body.id.as_u32()),
             &body.signature,
             &values,
@@ -466,7 +474,7 @@ impl<M: Module> DedupModule<M> {
         if self.options.mode != Mode::Eager || self.options.check || self.eager_shapes.busy {
             return None;
         }
-        if !similar::mergeable(func, observes_own_frame) {
+        if !similar::mergeable(func, observes_own_frame, options.stack) {
             return None;
         }
         let shapes = &mut self.eager_shapes;
@@ -529,13 +537,16 @@ impl<M: Module> DedupModule<M> {
         };
         // The second member: a body for it and the members to come, if a
         // group of two such members pays.
-        let derived = similar::derive(&[first, &shape.values])?;
         let bytes = instructions * options.model.bytes_per_instruction;
-        let types: Vec<Type> = derived.params.iter().map(|p| p.ty).collect();
-        let prediction = options
-            .model
-            .predict(&func.signature, &[bytes, bytes], &types);
-        let fits = derived.params.len() <= options.max_params && prediction.pays();
+        let plan = similar::plan_group(
+            &func.signature,
+            func.stack_limit.is_some(),
+            &[first, &shape.values],
+            &[bytes, bytes],
+            options,
+        )?;
+        let fits = plan.decision == Decision::Merge;
+        let derived = plan.derived;
         // (Verified, as above; the shape is left alone if it fails.)
         let body = if fits && self.verify_uncompiled(func, None).is_ok() {
             self.define_body(id, func, &shape, &derived, ctrl_plane.clone())
@@ -638,9 +649,13 @@ mod tests {
         (pending, candidates)
     }
 
-    /// The signatures of `pending`, by index.
-    fn signatures(pending: &[(FuncId, Function)]) -> Vec<&Signature> {
-        pending.iter().map(|(_, f)| &f.signature).collect()
+    /// The signatures of `pending`, by index, and whether each checks a
+    /// stack limit.
+    fn signatures(pending: &[(FuncId, Function)]) -> Vec<(&Signature, bool)> {
+        pending
+            .iter()
+            .map(|(_, f)| (&f.signature, f.stack_limit.is_some()))
+            .collect()
     }
 
     fn members(merges: &[Merge]) -> Vec<Vec<usize>> {

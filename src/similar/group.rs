@@ -179,6 +179,23 @@ impl CostModel {
         }
     }
 
+    /// The bound, in bytes, on how much more stack a call of a merged
+    /// member of signature `sig` uses before its body's stack-limit check
+    /// than the member compiled alone would (see [`StackDepth`]), with
+    /// parameters of types `params`: a thunk's frame
+    /// ([`THUNK_FRAME_BYTES`]), every stack argument of the body's call
+    /// (a thunk that calls has them in its frame; one that tail-calls
+    /// grows the argument area by those beyond the member's, fewer), and
+    /// [`SPILL_BYTES_PER_PARAM`] for each parameter (the body's frame
+    /// beyond the member's, which is otherwise the same function).
+    pub fn stack_growth(&self, sig: &Signature, params: &[Type]) -> u64 {
+        let own = sig.params.iter().map(|p| p.value_type);
+        let stack_args = self.stack_args(own.chain(params.iter().copied())) as u64;
+        THUNK_FRAME_BYTES
+            + STACK_ARG_BYTES * stack_args.next_multiple_of(2)
+            + SPILL_BYTES_PER_PARAM * params.len() as u64
+    }
+
     /// How many of arguments of types `types` go on the stack.
     fn stack_args(&self, types: impl Iterator<Item = Type>) -> usize {
         let (mut ints, mut floats) = (0usize, 0usize);
@@ -221,6 +238,64 @@ impl Prediction {
     }
 }
 
+/// A thunk's frame in [`CostModel::stack_growth`]: the return address and
+/// the saved frame pointer (x86-64 and aarch64).
+pub const THUNK_FRAME_BYTES: u64 = 16;
+/// One stack argument's slot (x86-64 and aarch64), in
+/// [`CostModel::stack_growth`]; the area is kept 16-byte aligned.
+pub const STACK_ARG_BYTES: u64 = 8;
+/// What [`CostModel::stack_growth`] counts for each parameter of a body:
+/// the spill slot of a parameter held across the body (every parameter
+/// is an integer, pointer or scalar float of at most 8 bytes). A model:
+/// the register allocator may lay out the body's frame otherwise than
+/// the member's; `jitfold report --similar --compile` measures the
+/// difference on a corpus (`stack growth`).
+pub const SPILL_BYTES_PER_PARAM: u64 = 8;
+
+/// What similar merging promises about the stack depth at which a
+/// function with a stack limit (`Function::stack_limit`) traps.
+///
+/// Every frame still checks the limit under either choice: a merged body
+/// keeps its own check against its own frame, and a thunk checks the
+/// member's limit against its own frame, so no stack overflow goes
+/// undetected. What merging moves is the depth: a call of a merged member
+/// passes through its thunk (which, where both use the `tail` convention
+/// and the target compiles tail calls, jumps to the body and leaves no
+/// frame behind) into a body that may need a larger frame and more stack
+/// arguments, so it may trap for stack exhaustion a little sooner than
+/// the member compiled alone. Nothing else changes: results, other traps,
+/// addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackDepth {
+    /// Functions with a stack limit are never merged: each traps at
+    /// exactly the depth its own code does.
+    Exact,
+    /// Functions with a stack limit are merged in groups whose
+    /// [`CostModel::stack_growth`] is at most `max_growth` bytes: a call
+    /// of a merged member uses at most that much more stack before its
+    /// body's check (by that model) than the member alone would, per
+    /// level of calls.
+    Bounded {
+        /// The largest growth a merged group may have, in bytes.
+        max_growth: u64,
+    },
+}
+
+impl StackDepth {
+    /// The default bound: 128 bytes per call, which every group of six
+    /// parameters at most (the default limit) whose body takes eight or
+    /// fewer arguments on the stack fits. For scale: wasmtime's default
+    /// stack for wasm is 512 KiB, so a chain of 100 calls of merged
+    /// functions may trap for stack exhaustion at most 12.5 KiB (2.4% of
+    /// that stack) sooner.
+    pub const DEFAULT: StackDepth = StackDepth::Bounded { max_growth: 128 };
+
+    /// Whether a function that checks a stack limit may be merged at all.
+    pub fn merges_stack_limited(&self) -> bool {
+        matches!(self, StackDepth::Bounded { .. })
+    }
+}
+
 /// Limits of similar-function merging.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimilarOptions {
@@ -228,15 +303,29 @@ pub struct SimilarOptions {
     pub max_params: usize,
     /// The cost model.
     pub model: CostModel,
+    /// Whether (and within which bound) functions with a stack limit are
+    /// merged.
+    pub stack: StackDepth,
 }
 
 impl SimilarOptions {
-    /// Six parameters at most, and the x86-64 cost model
-    /// ([`CostModel::X86_64`]).
+    /// Six parameters at most, the x86-64 cost model
+    /// ([`CostModel::X86_64`]), and functions with a stack limit merged
+    /// within [`StackDepth::DEFAULT`].
     pub const DEFAULT: SimilarOptions = SimilarOptions {
         max_params: 6,
         model: CostModel::X86_64,
+        stack: StackDepth::DEFAULT,
     };
+
+    /// These options with functions that check a stack limit never merged
+    /// ([`StackDepth::Exact`]).
+    pub fn with_exact_stack_depth(self) -> SimilarOptions {
+        SimilarOptions {
+            stack: StackDepth::Exact,
+            ..self
+        }
+    }
 }
 
 impl Default for SimilarOptions {
@@ -254,6 +343,10 @@ pub enum Decision {
     TooManyParams,
     /// Left alone: the cost model predicts no saving.
     DoesNotPay,
+    /// Left alone: its members check a stack limit and its
+    /// [`CostModel::stack_growth`] is above what [`SimilarOptions::stack`]
+    /// allows.
+    StackGrowth,
 }
 
 /// The plan of one group of one shape.
@@ -263,15 +356,20 @@ pub struct GroupPlan {
     pub derived: Derived,
     /// The cost model's prediction.
     pub prediction: Prediction,
+    /// Where the members check a stack limit: the group's
+    /// [`CostModel::stack_growth`].
+    pub stack_growth: Option<u64>,
     /// What to do.
     pub decision: Decision,
 }
 
 /// Plans a group whose members (two or more, all of one shape, mergeable,
-/// with signature `sig`) have the site values `members` and code sizes
-/// `member_bytes`; `None` if they are not of one shape.
+/// with signature `sig`, checking a stack limit when `stack_limited`)
+/// have the site values `members` and code sizes `member_bytes`; `None`
+/// if they are not of one shape.
 pub fn plan_group(
     sig: &Signature,
+    stack_limited: bool,
     members: &[&[ParamValue]],
     member_bytes: &[u64],
     options: &SimilarOptions,
@@ -279,8 +377,16 @@ pub fn plan_group(
     let derived = derive(members)?;
     let types: Vec<Type> = derived.params.iter().map(|p| p.ty).collect();
     let prediction = options.model.predict(sig, member_bytes, &types);
+    let stack_growth = stack_limited.then(|| options.model.stack_growth(sig, &types));
+    let growth_allowed = match (stack_growth, options.stack) {
+        (None, _) => true,
+        (Some(_), StackDepth::Exact) => false,
+        (Some(growth), StackDepth::Bounded { max_growth }) => growth <= max_growth,
+    };
     let decision = if derived.params.len() > options.max_params {
         Decision::TooManyParams
+    } else if !growth_allowed {
+        Decision::StackGrowth
     } else if !prediction.pays() {
         Decision::DoesNotPay
     } else {
@@ -289,6 +395,7 @@ pub fn plan_group(
     Some(GroupPlan {
         derived,
         prediction,
+        stack_growth,
         decision,
     })
 }

@@ -5,8 +5,8 @@ use super::group::Derived;
 use super::shape::{Site, SiteValue, constant_kind, references_of};
 use crate::fingerprint::SymbolName;
 use cranelift_codegen::ir::{
-    AbiParam, ExtFuncData, ExternalName, Function, GlobalValueData, InstBuilder, InstructionData,
-    Opcode, Signature, Type, UserExternalName, UserFuncName, Value,
+    AbiParam, ExtFuncData, ExternalName, Function, GlobalValue, GlobalValueData, InstBuilder,
+    InstructionData, Opcode, Signature, Type, UserExternalName, Value,
     immediates::{Ieee32, Ieee64, Imm64},
     types,
 };
@@ -242,25 +242,26 @@ fn no_reference_left(body: &Function, name: &SymbolName) -> Result<(), String> {
     Ok(())
 }
 
-/// A thunk: a function named `name` with signature `sig` (a member's)
+/// A thunk of `member`: a function with `member`'s name and signature
 /// that calls `body` (a merged body with signature `body_sig`, named as a
 /// `cranelift-module` name: namespace 0, the body's function id as index)
 /// with its own arguments followed by `values` (one per parameter, as
 /// constants of their types) and returns what it returns. With both
 /// signatures in the `tail` convention it is a `return_call`; otherwise a
 /// `call` and a `return`. Float values are `f32const`s and `f64const`s of
-/// their raw bits. `frontend` is the target's
-/// (`TargetIsa::frontend_config`).
+/// their raw bits. Where `member` checks a stack limit, the thunk checks
+/// the same limit (its global values are copied). `frontend` is the
+/// target's (`TargetIsa::frontend_config`).
 pub fn thunk(
     frontend: TargetFrontendConfig,
-    name: UserFuncName,
-    sig: &Signature,
+    member: &Function,
     body: UserExternalName,
     body_sig: &Signature,
     values: &[(Type, SiteValue)],
 ) -> Function {
+    let sig = &member.signature;
     let tail_call = sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
-    thunk_calling(frontend, name, sig, body, body_sig, values, tail_call)
+    thunk_calling(frontend, member, body, body_sig, values, tail_call)
 }
 
 /// [`thunk`], with a `return_call` only if `tail_call` (which needs both
@@ -269,16 +270,19 @@ pub fn thunk(
 /// without `preserve_frame_pointers`, where Cranelift 0.135.8 asserts).
 pub fn thunk_calling(
     frontend: TargetFrontendConfig,
-    name: UserFuncName,
-    sig: &Signature,
+    member: &Function,
     body: UserExternalName,
     body_sig: &Signature,
     values: &[(Type, SiteValue)],
     tail_call: bool,
 ) -> Function {
+    let sig = &member.signature;
     let tail_call =
         tail_call && sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
-    let mut func = Function::with_name_signature(name, sig.clone());
+    let mut func = Function::with_name_signature(member.name.clone(), sig.clone());
+    func.stack_limit = member
+        .stack_limit
+        .map(|limit| copy_global_value(member, limit, &mut func));
     let mut context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut context);
     let block = b.create_block();
@@ -335,6 +339,63 @@ pub fn thunk_calling(
     }
     b.finalize(frontend);
     func
+}
+
+/// Copies global value `gv` of `from`, and the global values it is
+/// computed from, into `to`; returns the copy. A symbol's name is declared
+/// in `to` as it is named in `from`; a load's flags (and their alias
+/// region) are interned in `to`.
+fn copy_global_value(from: &Function, gv: GlobalValue, to: &mut Function) -> GlobalValue {
+    let data = match from.global_values[gv].clone() {
+        GlobalValueData::Load {
+            base,
+            offset,
+            global_type,
+            flags,
+        } => {
+            // Flags and their alias region are interned per function.
+            let data = from.dfg.mem_flags[flags];
+            let region = data.alias_region().map(|region| {
+                to.dfg
+                    .alias_regions
+                    .insert(from.dfg.alias_regions[region].clone())
+            });
+            GlobalValueData::Load {
+                base: copy_global_value(from, base, to),
+                offset,
+                global_type,
+                flags: to
+                    .dfg
+                    .mem_flags
+                    .insert_unchecked(data.with_alias_region(region)),
+            }
+        }
+        GlobalValueData::IAddImm {
+            base,
+            offset,
+            global_type,
+        } => GlobalValueData::IAddImm {
+            base: copy_global_value(from, base, to),
+            offset,
+            global_type,
+        },
+        GlobalValueData::Symbol {
+            name,
+            offset,
+            colocated,
+            tls,
+        } => GlobalValueData::Symbol {
+            name: match SymbolName::of(from, &name) {
+                Some(symbol) => external_name(to, &symbol),
+                None => name,
+            },
+            offset,
+            colocated,
+            tls,
+        },
+        data @ (GlobalValueData::VMContext | GlobalValueData::DynScaleTargetConst { .. }) => data,
+    };
+    to.create_global_value(data)
 }
 
 /// The values a thunk of member `member` passes: each parameter's value

@@ -165,8 +165,9 @@ mod merge;
 mod shape;
 
 pub use group::{
-    CostModel, Decision, Derived, GroupPlan, Param, Prediction, SPLIT_TRIES, SimilarOptions,
-    derive, plan_group, split, values_for,
+    CostModel, Decision, Derived, GroupPlan, Param, Prediction, SPILL_BYTES_PER_PARAM, SPLIT_TRIES,
+    STACK_ARG_BYTES, SimilarOptions, StackDepth, THUNK_FRAME_BYTES, derive, plan_group, split,
+    values_for,
 };
 pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};
@@ -176,7 +177,9 @@ mod tests {
     use super::shape::*;
     use super::*;
     use crate::Fingerprinter;
-    use cranelift_codegen::ir::{Function, Signature, UserExternalName, UserFuncName};
+    use cranelift_codegen::ir::{
+        Function, GlobalValueData, Signature, UserExternalName, UserFuncName,
+    };
     use cranelift_codegen::isa::CallConv;
     use cranelift_codegen::{ir, settings};
 
@@ -322,16 +325,16 @@ mod tests {
         let (a, b) = ([v(1)], [v(2)]);
         let (a, b) = (&a[..], &b[..]);
         let sig = Signature::new(CallConv::SystemV);
-        let small = plan_group(&sig, &[a, b], &[20, 20], &options).unwrap();
+        let small = plan_group(&sig, false, &[a, b], &[20, 20], &options).unwrap();
         assert_eq!(small.decision, Decision::DoesNotPay);
-        let large = plan_group(&sig, &[a, b], &[400, 400], &options).unwrap();
+        let large = plan_group(&sig, false, &[a, b], &[400, 400], &options).unwrap();
         assert_eq!(large.decision, Decision::Merge);
         assert_eq!(large.prediction.removed, 400);
         // Two thunks of 13 + 6 bytes, and 5 bytes of growth.
         assert_eq!(large.prediction.added, 43);
         let many_a: Vec<ParamValue> = (0..8).map(v).collect();
         let many_b: Vec<ParamValue> = (10..18).map(v).collect();
-        let many = plan_group(&sig, &[&many_a, &many_b], &[4000, 4000], &options).unwrap();
+        let many = plan_group(&sig, false, &[&many_a, &many_b], &[4000, 4000], &options).unwrap();
         assert_eq!(many.decision, Decision::TooManyParams);
     }
 
@@ -364,6 +367,49 @@ mod tests {
         assert!(t.display().to_string().contains("iconst.i32 9"));
     }
 
+    #[test]
+    fn a_thunk_checks_its_members_stack_limit_and_the_body_keeps_it() {
+        let text = |c: i64| {
+            format!(
+                "function %f(i64 vmctx, i64) -> i64 system_v {{
+                     gv0 = vmctx
+                     gv1 = load.i64 notrap aligned readonly gv0+8
+                     gv2 = iadd_imm.i64 gv1, 16
+                     stack_limit = gv2
+                 block0(v0: i64, v1: i64):
+                     v2 = iconst.i64 {c}
+                     v3 = iadd v1, v2
+                     return v3
+                 }}"
+            )
+        };
+        let (f, a, _) = shape(&text(3));
+        let (_, b, _) = shape(&text(4));
+        let d = derive(&[&a.values, &b.values]).unwrap();
+        let (body, t) = body_and_second_thunk(&f, &a.sites, &d);
+        for func in [&body, &t] {
+            let limit = func.stack_limit.expect("a stack limit");
+            let GlobalValueData::IAddImm { base, offset, .. } = func.global_values[limit] else {
+                panic!("{func}");
+            };
+            assert_eq!(offset.bits(), 16, "{func}");
+            let GlobalValueData::Load { base, offset, .. } = func.global_values[base] else {
+                panic!("{func}");
+            };
+            assert_eq!(i32::from(offset), 8, "{func}");
+            assert_eq!(
+                func.global_values[base],
+                GlobalValueData::VMContext,
+                "{func}"
+            );
+        }
+        // Without a limit, the thunk has none.
+        let mut unlimited = f.clone();
+        unlimited.stack_limit = None;
+        let (_, t) = body_and_second_thunk(&unlimited, &a.sites, &d);
+        assert_eq!(t.stack_limit, None);
+    }
+
     /// The merged body of `f` (its sites `sites`, parameters `d`) and the
     /// thunk of the group's second member (`u0:1`, the body named
     /// `u0:2`), both verified.
@@ -371,10 +417,11 @@ mod tests {
         let body = merged_body(f, sites, d).unwrap();
         let flags = settings::Flags::new(settings::builder());
         cranelift_codegen::verify_function(&body, &flags).unwrap();
+        let mut member = f.clone();
+        member.name = UserFuncName::user(0, 1);
         let t = thunk(
             FRONTEND,
-            UserFuncName::user(0, 1),
-            &f.signature,
+            &member,
             UserExternalName::new(0, 2),
             &body.signature,
             &thunk_values(d, 1),

@@ -1,6 +1,7 @@
 //! Shapes: which constants of a function are parameter sites, and the
 //! function's key with them masked (see the [module docs](super)).
 
+use super::group::StackDepth;
 use crate::fingerprint::{Shape, SymbolName, Walk};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::instructions::InstructionMapper;
@@ -566,15 +567,15 @@ fn fits(bits: i64, ty: Type) -> bool {
 
 /// Whether a thunk may stand in front of `func` and its body take appended
 /// parameters (see the [module docs](super)); `observes_own_frame` is the
-/// walk's [`Walk::observes_own_frame`]. Not with a stack limit: the thunk's
-/// frame would come between the caller and the body's check, which would
-/// then trap at a shallower depth of calls than the function compiled
-/// alone does (the ABI adapters refuse such functions for the same
-/// reason).
-pub fn mergeable(func: &Function, observes_own_frame: bool) -> bool {
+/// walk's [`Walk::observes_own_frame`]. A function with a stack limit only
+/// when `stack` merges such functions ([`StackDepth`]: the thunk's frame
+/// and the body's come between the caller and the body's check, which
+/// then traps at a shallower depth of calls than the function compiled
+/// alone does; the ABI adapters refuse such functions for that reason).
+pub fn mergeable(func: &Function, observes_own_frame: bool, stack: StackDepth) -> bool {
     let sig = &func.signature;
     !observes_own_frame
-        && func.stack_limit.is_none()
+        && (func.stack_limit.is_none() || stack.merges_stack_limited())
         && matches!(
             sig.call_conv,
             CallConv::Fast

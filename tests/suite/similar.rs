@@ -169,10 +169,11 @@ fn merged_results_agree_with_data(data: &[i64], callees: &[String], texts: &[Str
     define(&mut merged, body_id, body.clone());
     let mut thunks = Vec::new();
     for (i, (f, &id)) in funcs.iter().zip(&ids).enumerate() {
+        let mut member = f.clone();
+        member.name = UserFuncName::user(0, id.as_u32());
         let thunk = similar::thunk(
             merged.target_config(),
-            UserFuncName::user(0, id.as_u32()),
-            &f.signature,
+            &member,
             UserExternalName::new(0, body_id.as_u32()),
             &body.signature,
             &similar::thunk_values(&derived, i),
@@ -517,6 +518,7 @@ fn the_cost_model_refuses_a_group_of_tiny_functions() {
         .collect();
     let plan = similar::plan_group(
         &funcs[0].signature,
+        false,
         &values,
         &bytes,
         &SimilarOptions::default(),
@@ -1181,6 +1183,7 @@ fn eager_mode_merges_from_the_second_member_on() {
     let options = DedupOptions::eager().with_similar(SimilarOptions {
         max_params: 16,
         model: free,
+        ..SimilarOptions::DEFAULT
     });
     let texts: Vec<String> = (0..5).map(|i| member(i, 5)).collect();
     let s = merged_module_agrees(&texts, &all(5), options);
@@ -1484,36 +1487,63 @@ fn a_member_keeps_its_reservation_while_its_body_is_defined() {
     );
 }
 
-/// A function with a stack limit is merged with no other: a thunk's frame
-/// would come between its callers and the body's stack check, which would
-/// then trap at a shallower depth of calls than the function compiled
-/// alone. The same pair without the limit merges.
+/// `text` (a `system_v (i64, i64) -> i64` function) with a stack limit:
+/// its first argument, as the `vmctx` the limit is read from.
+fn stack_limited(text: &str) -> String {
+    text.replacen(
+        "(i64, i64) -> i64 system_v {",
+        "(i64 vmctx, i64) -> i64 system_v {\n    gv0 = vmctx\n    stack_limit = gv0",
+        1,
+    )
+}
+
+/// Functions with a stack limit merge under the default
+/// [`StackDepth`](jitfold::similar::StackDepth), in batch and eager mode,
+/// and not with `with_exact_stack_depth`, nor when the group's growth is
+/// above the bound; the same pair without the limit merges under every
+/// choice.
 #[test]
-fn functions_with_a_stack_limit_are_not_merged_into_thunks() {
-    let limited = |text: &str| {
-        text.replacen(
-            "(i64, i64) -> i64 system_v {",
-            "(i64 vmctx, i64) -> i64 system_v {\n    gv0 = vmctx\n    stack_limit = gv0",
-            1,
-        )
-    };
+fn functions_with_a_stack_limit_merge_within_the_stack_growth_bound() {
+    use jitfold::similar::StackDepth;
     let plain = [
         padded(&arithmetic("system_v", 3, 5, -7, 1000), 24),
         padded(&arithmetic("system_v", -3, 5, 100, -1), 24),
     ];
-    let with_limit: Vec<String> = plain.iter().map(|t| limited(t)).collect();
+    let with_limit: Vec<String> = plain.iter().map(|t| stack_limited(t)).collect();
     assert!(with_limit[0].contains("stack_limit"), "{}", with_limit[0]);
-    for (texts, merged) in [(plain.to_vec(), 2), (with_limit, 0)] {
+    let default = SimilarOptions::default();
+    let exact = default.with_exact_stack_depth();
+    // Three parameters (`a`, `c`, `d`), no stack argument: 16 + 3 * 8
+    // bytes.
+    let growth = 40;
+    let just_within = SimilarOptions {
+        stack: StackDepth::Bounded { max_growth: growth },
+        ..default
+    };
+    let just_above = SimilarOptions {
+        stack: StackDepth::Bounded {
+            max_growth: growth - 1,
+        },
+        ..default
+    };
+    let cases = [
+        (&plain[..], default, 2),
+        (&plain[..], exact, 2),
+        (&plain[..], just_above, 2),
+        (&with_limit[..], default, 2),
+        (&with_limit[..], just_within, 2),
+        (&with_limit[..], just_above, 0),
+        (&with_limit[..], exact, 0),
+    ];
+    for (texts, similar, merged) in cases {
         let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
         assert_eq!(
-            similar::mergeable(&funcs[0], false),
-            merged > 0,
-            "{}",
-            texts[0]
+            similar::mergeable(&funcs[0], false, similar.stack),
+            funcs[0].stack_limit.is_none() || similar.stack != StackDepth::Exact,
         );
         for options in [
-            similar_batch(),
-            DedupOptions::eager().with_similar(SimilarOptions::default()),
+            DedupOptions::batch().with_similar(similar),
+            DedupOptions::eager().with_similar(similar),
         ] {
             let mut m = DedupModule::<JITModule>::with_options(jit_builder(), options);
             define_all(&mut m, &funcs, &[]);
@@ -1530,6 +1560,65 @@ fn functions_with_a_stack_limit_are_not_merged_into_thunks() {
                 "{options}: {}",
                 texts[0]
             );
+        }
+    }
+}
+
+/// Merged functions with a stack limit still check it in every frame:
+/// with the limit below the stack they return what they return unmerged,
+/// and with it above the stack pointer they trap, as unmerged (each call
+/// in a child process). Members and thunks in the `tail` convention too
+/// (the thunk tail-calls the body and checks the limit itself).
+#[cfg(all(feature = "fuzzing", unix))]
+#[test]
+fn merged_functions_with_a_stack_limit_still_trap_on_it() {
+    use jitfold::fuzzing::isolated::{Entry, run};
+    for conv in ["system_v", "tail"] {
+        let texts: Vec<String> = [(3, 5, -7, 1000), (-3, 5, 100, -1), (9, 5, 1, 7)]
+            .iter()
+            .map(|&(a, b, c, d)| padded(&arithmetic("system_v", a, b, c, d), 24))
+            .map(|t| stack_limited(&t))
+            .collect();
+        let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+        // The members themselves in `conv`, called through `system_v`
+        // entries.
+        let funcs: Vec<Function> = funcs
+            .into_iter()
+            .map(|mut f| {
+                if conv == "tail" {
+                    f.signature.call_conv = CallConv::Tail;
+                }
+                f
+            })
+            .collect();
+        let entries = all(funcs.len());
+        let mut plain = jit();
+        let (_, plain_entries) = define_all(&mut plain, &funcs, &entries);
+        plain.finalize_definitions().unwrap();
+        let mut dedup = DedupModule::<JITModule>::with_options(jit_builder(), similar_batch());
+        let (_, dedup_entries) = define_all(&mut dedup, &funcs, &entries);
+        dedup.finalize_definitions().unwrap();
+        assert_eq!(dedup.stats().similar_merged, funcs.len() as u64, "{conv}");
+        let entry = |ptr: *const u8| -> Entry {
+            // SAFETY: every entry is `system_v (i64, i64) -> i64`, the
+            // host's C convention on the Unix hosts these tests run on,
+            // and its module was finalized.
+            unsafe { std::mem::transmute(ptr) }
+        };
+        // The limit is the first argument: 0 is below every stack,
+        // `i64::MAX` above every user-space stack pointer (and far enough
+        // from the top that adding a frame's size does not wrap).
+        let mut calls = Vec::new();
+        for (&p, &d) in plain_entries.iter().zip(&dedup_entries) {
+            for limit in [0, i64::MAX] {
+                calls.push((entry(plain.get_finalized_function(p)), limit, 77));
+                calls.push((entry(dedup.get_finalized_function(d)), limit, 77));
+            }
+        }
+        let results = run(&calls).unwrap();
+        for (i, pair) in results.chunks(2).enumerate() {
+            assert_eq!(pair[0], pair[1], "{conv}: call {i}");
+            assert_eq!(pair[0].is_none(), i % 2 == 1, "{conv}: call {i} traps");
         }
     }
 }

@@ -418,6 +418,8 @@ fn similar_json(s: &report::SimilarSummary, with_groups: bool) -> Value {
         "parameters": s.parameters,
         "refused_params": s.refused_params,
         "refused_cost": s.refused_cost,
+        "refused_stack": s.refused_stack,
+        "stack_growths": s.stack_growths,
         "predicted_bytes_saved": s.predicted_bytes_saved,
         "similar_s": s.time.as_secs_f64(),
     });
@@ -428,6 +430,8 @@ fn similar_json(s: &report::SimilarSummary, with_groups: bool) -> Value {
             "merged_members_bytes": m.merged_members_bytes,
             "merged_bytes": m.merged_bytes,
             "best_saved": m.best_saved,
+            "stack_growth_max": m.stack_growth_max,
+            "stack_growth_above_model": m.stack_growth_above_model,
             "uncompiled": m.uncompiled,
             "errors": m.errors.iter().map(|(f, e)| json!({
                 "file": path(&f.file), "function": f.name, "message": e
@@ -499,13 +503,14 @@ fn print_summary(r: &Report, with_groups: bool) {
     }
     if let Some(s) = &r.similar {
         println!(
-            "param_merged          {} in {} groups ({} parameters; {} candidate groups, refused: {} for parameters, {} for cost; predicted {} bytes saved; shapes {:.2} ns/instruction, planning {:.3} ms)",
+            "param_merged          {} in {} groups ({} parameters; {} candidate groups, refused: {} for parameters, {} for cost, {} for stack growth; predicted {} bytes saved; shapes {:.2} ns/instruction, planning {:.3} ms)",
             s.param_merged,
             s.param_groups,
             s.parameters,
             s.candidate_groups,
             s.refused_params,
             s.refused_cost,
+            s.refused_stack,
             s.predicted_bytes_saved,
             s.shape_ns_per_inst(r.instructions),
             s.time.as_secs_f64() * 1e3
@@ -520,6 +525,23 @@ fn print_summary(r: &Report, with_groups: bool) {
                 m.best_saved,
                 m.errors.len()
             );
+        }
+        if !s.stack_growths.is_empty() {
+            let mut growths = s.stack_growths.clone();
+            growths.sort_unstable();
+            print!(
+                "stack growth          {} stack-limited groups merged; model bound median {} bytes, largest {}",
+                growths.len(),
+                growths[growths.len() / 2],
+                growths[growths.len() - 1]
+            );
+            match &s.measured {
+                Some(m) => println!(
+                    "; measured largest {} bytes, above the model in {} groups",
+                    m.stack_growth_max, m.stack_growth_above_model
+                ),
+                None => println!(),
+            }
         }
     }
     println!("duplicate groups      {}", r.groups.len());
