@@ -105,9 +105,9 @@ impl Names {
     }
 }
 
-/// Defines `funcs` in a new module with `options`, flushes, and prints
-/// the statistics.
-fn load(funcs: &[Function], options: DedupOptions) -> ModuleResult<()> {
+/// Defines `funcs` in a new module with `options`, flushes, prints the
+/// statistics and returns them.
+fn load(funcs: &[Function], options: DedupOptions) -> ModuleResult<jitfold::Stats> {
     let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags())
         .map_err(|e| cranelift_module::ModuleError::Backend(e.into()))?;
     let builder = ObjectBuilder::new(isa, "corpus", default_libcall_names())?;
@@ -138,7 +138,7 @@ fn load(funcs: &[Function], options: DedupOptions) -> ModuleResult<()> {
         start.elapsed().as_secs_f64(),
         m.stats()
     );
-    Ok(())
+    Ok(m.stats().clone())
 }
 
 fn main() -> ExitCode {
@@ -161,16 +161,33 @@ fn main() -> ExitCode {
         }
     };
     let similar = SimilarOptions::default();
-    for options in [
-        DedupOptions::eager(),
-        DedupOptions::eager().with_similar(similar),
-        DedupOptions::batch(),
-        DedupOptions::batch().with_similar(similar),
-    ] {
-        if let Err(e) = load(&funcs, options) {
-            eprintln!("load_corpus: {options}: {e}");
-            return ExitCode::from(1);
+    let mut summary = Vec::new();
+    for mode in [DedupOptions::eager(), DedupOptions::batch()] {
+        let mut code_bytes = [0; 2];
+        for (i, options) in [mode, mode.with_similar(similar)].into_iter().enumerate() {
+            match load(&funcs, options) {
+                Ok(stats) => {
+                    code_bytes[i] = stats.code_bytes;
+                    if i == 1 {
+                        summary.push(format!(
+                            "{mode}: thunks {} ({} bodies); code {} bytes with similar merging, {} without ({:+.2}%)",
+                            stats.similar_merged,
+                            stats.similar_groups,
+                            code_bytes[1],
+                            code_bytes[0],
+                            (code_bytes[1] as f64 / code_bytes[0].max(1) as f64 - 1.0) * 100.0
+                        ));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("load_corpus: {options}: {e}");
+                    return ExitCode::from(1);
+                }
+            }
         }
+    }
+    for line in summary {
+        println!("{line}");
     }
     ExitCode::SUCCESS
 }

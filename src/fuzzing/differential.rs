@@ -91,6 +91,7 @@ pub fn similar_options() -> DedupOptions {
         thunk_bytes_per_param: 0,
         thunk_stack_bytes: 0,
         thunk_bytes_per_stack_arg: 0,
+        thunk_stack_check_bytes: 0,
         body_bytes_per_param: 0,
         body_bytes_per_stack_param: 0,
         ..CostModel::X86_64

@@ -18,8 +18,11 @@
 //!    bytes), and it queues the id for the next finalization; only
 //!    [`Ids::finalize`] takes the queue, marking the ids finalized.
 //! 3. [`Ids::check_references_defined`] lists, by name, every local
-//!    function and data object that something defined refers to and that
-//!    is not defined: finalizing then is an error, not a panic in the JIT.
+//!    function and data object that something defined since the last
+//!    finalization refers to and that is not defined: finalizing then is
+//!    an error, not a panic in the JIT. What a finalization finalized was
+//!    relocated then; the JIT does not look its references up again, even
+//!    when a name it bound to a host symbol is declared local later.
 //! 4. Duplicate links point to earlier definitions or planned ones, so
 //!    [`Ids::root_of`] ends after at most as many steps as there are ids.
 
@@ -285,8 +288,12 @@ impl Ids {
     }
 
     /// Marks everything defined since the last finalization as finalized;
-    /// returns the functions among it, in definition order.
+    /// returns the functions among it, in definition order. What it
+    /// referred to was resolved then, once (a JIT relocates only what a
+    /// finalization finalizes), so it is no longer checked (see 3 above).
     pub(super) fn finalize(&mut self) -> Vec<FuncId> {
+        self.referenced_functions.clear();
+        self.referenced_data.clear();
         for id in std::mem::take(&mut self.unfinalized_data) {
             self.finalized_data[id] = true;
         }

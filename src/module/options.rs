@@ -94,7 +94,12 @@ pub struct DedupOptions {
     /// its own address (its thunk's). What it saves: the members' code but
     /// one copy, and their compiles, at a cost the model of
     /// [`SimilarOptions::model`] predicts in bytes; groups it predicts not
-    /// to pay are left alone. See `similar.rs` in [`DedupModule`] and
+    /// to pay are left alone. Functions with a stack limit (all of
+    /// wasmtime's) are merged by default, every frame still checking the
+    /// limit, but a merged call may trap for stack exhaustion a bounded
+    /// number of bytes sooner ([`SimilarOptions::stack`],
+    /// [`StackDepth`](crate::similar::StackDepth); `Exact` keeps such
+    /// functions apart). See `similar.rs` in [`DedupModule`] and
     /// [`Stats::similar_groups`].
     pub similar: Option<SimilarOptions>,
     /// Whether another definition may replace an exported function's

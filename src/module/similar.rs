@@ -26,8 +26,10 @@
 //!    failed it already).
 //! 2. **Groups.** Candidates of one [shape](crate::similar) are split so
 //!    that each subgroup fits [`SimilarOptions::max_params`], and a
-//!    subgroup of two or more is merged only if the cost model predicts
-//!    that it pays, with each member's code size estimated as its
+//!    subgroup of two or more is merged only if [`similar::plan_group`]
+//!    says so (the cost model predicts that it pays, and a stack limit's
+//!    growth is within [`SimilarOptions::stack`]), with each member's code
+//!    size estimated as its
 //!    instructions times the model's
 //!    [`bytes_per_instruction`](crate::similar::CostModel::bytes_per_instruction)
 //!    (they are not compiled yet). Members are in definition order; the
@@ -35,7 +37,8 @@
 //! 3. **Thunks.** A thunk tail-calls the body (`return_call`) when both
 //!    use the `tail` convention and the target compiles tail calls (on
 //!    x86-64, only with `preserve_frame_pointers`); otherwise it calls and
-//!    returns.
+//!    returns. A thunk of a member with a stack limit checks that limit
+//!    (see [`similar::StackDepth`]).
 //! 4. **Ids.** The body is declared as an anonymous local function of the
 //!    inner module (an id of the module's own, never one of the user's: in
 //!    an object file, a local symbol) and defined at once as any function
@@ -64,10 +67,10 @@
 //!    sites is shaped (a second walk: the define path's walk is borrowed
 //!    by its plan). The first function of a shape is compiled on its own
 //!    and its site values are kept. The second gets a body built from it,
-//!    with the parameters [`similar::derive`] gives for the two, if the
-//!    cost model predicts that a body for two such members pays (the
-//!    first keeps its code: only members from the third on save code) and
-//!    the parameters fit the limit; it becomes that body's thunk.
+//!    with the parameters [`similar::derive`] gives for the two, if
+//!    [`similar::plan_group`] merges a group of two such members (the
+//!    first keeps its code: only members from the third on save code: it
+//!    predicts the saving of a group of two); it becomes that body's thunk.
 //!    Otherwise the shape is left alone for good. A later member becomes a
 //!    thunk of the body if it fits ([`similar::values_for`]: the sites the
 //!    body keeps as constants have its values), and is compiled on its own

@@ -117,6 +117,9 @@ pub struct CostModel {
     pub thunk_stack_bytes: u64,
     /// Each stack argument of a thunk's call.
     pub thunk_bytes_per_stack_arg: u64,
+    /// A thunk's check of its member's stack limit (where the members
+    /// have one).
+    pub thunk_stack_check_bytes: u64,
     /// What each parameter adds to the body in a register (an operand in a
     /// register rather than an immediate).
     pub body_bytes_per_param: u64,
@@ -140,12 +143,16 @@ impl CostModel {
     /// 18-19 bytes with one parameter, 24-25 with two), and about 20 more
     /// plus 6 per stack argument otherwise (47-74 bytes with one to three
     /// stack arguments); a body grows by about 5 bytes per parameter in a
-    /// register and 20 per parameter on the stack.
+    /// register and 20 per parameter on the stack. A thunk's check of a
+    /// stack limit read through `vmctx` (as wasmtime's) adds 23 bytes
+    /// (measured: the thunks of the same groups of sqlite and resvg, with
+    /// and without it).
     pub const X86_64: CostModel = CostModel {
         thunk_bytes: 13,
         thunk_bytes_per_param: 6,
         thunk_stack_bytes: 20,
         thunk_bytes_per_stack_arg: 6,
+        thunk_stack_check_bytes: 23,
         body_bytes_per_param: 5,
         body_bytes_per_stack_param: 20,
         int_arg_registers: 6,
@@ -158,8 +165,15 @@ impl CostModel {
     /// body), merged with parameters of types `params`: the bytes removed
     /// are every member's code but the first's; the bytes added are one
     /// thunk per member (materializing the parameters, passing its
-    /// arguments) and the body's growth.
-    pub fn predict(&self, sig: &Signature, member_bytes: &[u64], params: &[Type]) -> Prediction {
+    /// arguments, checking the stack limit where `stack_limited`) and the
+    /// body's growth.
+    pub fn predict(
+        &self,
+        sig: &Signature,
+        stack_limited: bool,
+        member_bytes: &[u64],
+        params: &[Type],
+    ) -> Prediction {
         let n = member_bytes.len() as u64;
         let removed = member_bytes.iter().skip(1).sum();
         let own = sig.params.iter().map(|p| p.value_type);
@@ -170,6 +184,9 @@ impl CostModel {
         let mut thunk = self.thunk_bytes + k * self.thunk_bytes_per_param;
         if after > 0 {
             thunk += self.thunk_stack_bytes + after as u64 * self.thunk_bytes_per_stack_arg;
+        }
+        if stack_limited {
+            thunk += self.thunk_stack_check_bytes;
         }
         let body = (k - stack_params.min(k)) * self.body_bytes_per_param
             + stack_params * self.body_bytes_per_stack_param;
@@ -186,14 +203,16 @@ impl CostModel {
     /// ([`THUNK_FRAME_BYTES`]), every stack argument of the body's call
     /// (a thunk that calls has them in its frame; one that tail-calls
     /// grows the argument area by those beyond the member's, fewer), and
-    /// [`SPILL_BYTES_PER_PARAM`] for each parameter (the body's frame
-    /// beyond the member's, which is otherwise the same function).
+    /// [`SPILL_BYTES_PER_PARAM`] for each parameter and
+    /// [`FRAME_ALIGNMENT_BYTES`] (the body's frame beyond the member's,
+    /// which is otherwise the same function).
     pub fn stack_growth(&self, sig: &Signature, params: &[Type]) -> u64 {
         let own = sig.params.iter().map(|p| p.value_type);
         let stack_args = self.stack_args(own.chain(params.iter().copied())) as u64;
         THUNK_FRAME_BYTES
             + STACK_ARG_BYTES * stack_args.next_multiple_of(2)
             + SPILL_BYTES_PER_PARAM * params.len() as u64
+            + FRAME_ALIGNMENT_BYTES
     }
 
     /// How many of arguments of types `types` go on the stack.
@@ -244,9 +263,15 @@ pub const THUNK_FRAME_BYTES: u64 = 16;
 /// One stack argument's slot (x86-64 and aarch64), in
 /// [`CostModel::stack_growth`]; the area is kept 16-byte aligned.
 pub const STACK_ARG_BYTES: u64 = 8;
+/// What [`CostModel::stack_growth`] counts for the alignment of a body's
+/// frame: Cranelift keeps the saved registers and the spill and stack
+/// slots each 16-byte aligned, so a few more bytes in either may take up
+/// to 8 more.
+pub const FRAME_ALIGNMENT_BYTES: u64 = 16;
 /// What [`CostModel::stack_growth`] counts for each parameter of a body:
-/// the spill slot of a parameter held across the body (every parameter
-/// is an integer, pointer or scalar float of at most 8 bytes). A model:
+/// a spill slot or a saved register for a parameter held across the body
+/// (every parameter is an integer, pointer or scalar float of at most 8
+/// bytes). A model:
 /// the register allocator may lay out the body's frame otherwise than
 /// the member's; `jitfold report --similar --compile` measures the
 /// difference on a corpus (`stack growth`).
@@ -283,7 +308,7 @@ pub enum StackDepth {
 
 impl StackDepth {
     /// The default bound: 128 bytes per call, which every group of six
-    /// parameters at most (the default limit) whose body takes eight or
+    /// parameters at most (the default limit) whose body takes six or
     /// fewer arguments on the stack fits. For scale: wasmtime's default
     /// stack for wasm is 512 KiB, so a chain of 100 calls of merged
     /// functions may trap for stack exhaustion at most 12.5 KiB (2.4% of
@@ -376,7 +401,9 @@ pub fn plan_group(
 ) -> Option<GroupPlan> {
     let derived = derive(members)?;
     let types: Vec<Type> = derived.params.iter().map(|p| p.ty).collect();
-    let prediction = options.model.predict(sig, member_bytes, &types);
+    let prediction = options
+        .model
+        .predict(sig, stack_limited, member_bytes, &types);
     let stack_growth = stack_limited.then(|| options.model.stack_growth(sig, &types));
     let growth_allowed = match (stack_growth, options.stack) {
         (None, _) => true,

@@ -33,7 +33,8 @@
 //!    that is one more frame per level of recursion, and the body's frame
 //!    can be larger than the member's, so a recursion that ends just
 //!    short of the stack's end unmerged overflows it merged; functions
-//!    with a stack limit are not merged).
+//!    with a stack limit still check it in every frame, within the bound
+//!    [`StackDepth`] states).
 //! 2. **Parameters.** [`derive()`] numbers the sites of a group LLVM-style: a
 //!    site whose value is equal in every member stays a constant; sites
 //!    with equal value vectors (and types) share one parameter.
@@ -53,10 +54,23 @@
 //!    takes. [`thunk`] has the member's own signature and passes its
 //!    arguments, its constants and the addresses of its functions
 //!    (`func_addr`) and symbols (`symbol_value`) through.
+//!
+//!    Functions with a stack limit (with [`StackDepth::Bounded`], the
+//!    default): the body keeps the first member's limit (the members'
+//!    limits are equal: the global values are in the shape) and checks it
+//!    against its own frame, and each thunk checks the same limit against
+//!    its own. So every frame that runs checks it, and no stack overflow
+//!    goes undetected; what moves is the depth at which one is detected,
+//!    by at most [`CostModel::stack_growth`] per merged call by that
+//!    model ([`StackDepth`]; `jitfold report --similar --compile` compares
+//!    it with the frames Cranelift lays out).
 //! 4. **Cost.** [`CostModel::predict`] counts, in bytes of machine code, the
 //!    members' code removed against the thunks and the body's growth;
-//!    [`plan_group`] merges only groups that it predicts to pay and whose
-//!    parameters fit [`SimilarOptions::max_params`].
+//!    [`plan_group`] merges only groups that it predicts to pay, whose
+//!    parameters fit [`SimilarOptions::max_params`] and, where the members
+//!    have a stack limit, whose stack growth [`SimilarOptions::stack`]
+//!    allows. [`plan_group`] is the one decision: `DedupModule` in batch
+//!    and eager mode and `jitfold report` all call it.
 //!
 //! # What it costs
 //!
@@ -165,9 +179,9 @@ mod merge;
 mod shape;
 
 pub use group::{
-    CostModel, Decision, Derived, GroupPlan, Param, Prediction, SPILL_BYTES_PER_PARAM, SPLIT_TRIES,
-    STACK_ARG_BYTES, SimilarOptions, StackDepth, THUNK_FRAME_BYTES, derive, plan_group, split,
-    values_for,
+    CostModel, Decision, Derived, FRAME_ALIGNMENT_BYTES, GroupPlan, Param, Prediction,
+    SPILL_BYTES_PER_PARAM, SPLIT_TRIES, STACK_ARG_BYTES, SimilarOptions, StackDepth,
+    THUNK_FRAME_BYTES, derive, plan_group, split, values_for,
 };
 pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};

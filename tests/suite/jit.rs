@@ -835,6 +835,50 @@ fn a_twin_of_code_bound_to_host_data_reads_its_own() {
     assert_eq!(expected, (5, 7));
 }
 
+/// A reference is checked at the finalization that resolves it only: code
+/// finalized reading preemptible `late_data` (bound to the host's) stays
+/// as it is when `late_data` is then declared exported and never defined,
+/// and the next finalization succeeds, as with plain `JITModule` (which
+/// relocates only what it finalizes).
+#[test]
+fn a_reference_finalized_before_its_name_turned_local_is_not_checked_again() {
+    fn run<M: Module>(
+        m: &mut M,
+        finalize: &mut dyn FnMut(&mut M),
+        ptr: &dyn Fn(&M, FuncId) -> *const u8,
+    ) -> (i64, i64) {
+        let conv = m.isa().default_call_conv();
+        let s = crate::common::build::sig(m, conv);
+        let data = m
+            .declare_data("late_data", Linkage::Preemptible, false, false)
+            .unwrap();
+        let reader = m.declare_function("reader", Linkage::Local, &s).unwrap();
+        define(m, reader, |b, m, p| {
+            let gv = m.declare_data_in_func(data, b.func);
+            let addr = b.ins().symbol_value(ir::types::I64, gv);
+            let v = b
+                .ins()
+                .load(ir::types::I64, MemFlagsData::trusted(), addr, 0);
+            let r = b.ins().iadd(v, p[0]);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        finalize(m);
+        let before = call1(ptr(m, reader), 1);
+        m.declare_data("late_data", Linkage::Export, false, false)
+            .unwrap();
+        let other = m.declare_function("other", Linkage::Local, &s).unwrap();
+        define(m, other, |b, _, p| {
+            b.ins().return_(&[p[0]]);
+        })
+        .unwrap();
+        finalize(m);
+        (before, call1(ptr(m, other), 2))
+    }
+    let expected = same_as_plain_in_every_option_set!(run);
+    assert_eq!(expected, (6, 2));
+}
+
 /// A late merge must not redirect calls *from* a function whose code calls
 /// a host symbol the module defines later: `x` (calling `late`, bound to
 /// the host's) becomes equal to `y` once `late` is defined as a twin of
