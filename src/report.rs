@@ -47,8 +47,9 @@
 //!   exact class is shaped ([`crate::similar`]) from the walk just taken
 //!   (the shape time is kept apart from `fingerprint_time`), functions of one shape are grouped
 //!   (within one partition), split to fit the parameter limit, and planned
-//!   by the cost model. Members are sized by compiling them with
-//!   `--compile`, otherwise estimated from their instruction counts. With
+//!   by [`similar::plan_group`] with each member's size estimated from the
+//!   instructions Cranelift lowers ([`similar::live_instructions`]), as
+//!   `DedupModule` plans them. With
 //!   `--compile`, every group within the limit whose members all compile is
 //!   merged (body and thunks built, verified and compiled) whatever the
 //!   model decided, so that the model can be checked against the bytes
@@ -271,8 +272,8 @@ pub struct SimilarSummary {
     /// group whose members check a stack limit.
     pub stack_growths: Vec<u64>,
     /// Bytes the cost model predicts the merged groups save (member sizes
-    /// estimated from their instruction counts, or with `--compile` as
-    /// compiled).
+    /// estimated from the instructions Cranelift lowers, also with
+    /// `--compile`, which measures the plan instead).
     pub predicted_bytes_saved: i64,
     /// Time to compute the shapes from the walks (not in
     /// `fingerprint_time`).
@@ -303,7 +304,8 @@ impl SimilarSummary {
 pub struct SimilarGroup {
     /// The members (first functions of their exact classes), in file order.
     pub members: Vec<FunctionName>,
-    /// Instructions in each member.
+    /// Instructions Cranelift lowers in its first member
+    /// ([`similar::live_instructions`]).
     pub instructions: u32,
     /// Parameters of the merged body.
     pub parameters: usize,
@@ -357,7 +359,7 @@ pub struct SimilarMeasured {
     /// above the model's ([`similar::CostModel::stack_growth`]).
     pub stack_growth_above_model: usize,
     /// Groups not measured because a member does not compile for the ISA
-    /// (it is in the compile errors); they are planned with estimated sizes.
+    /// (it is in the compile errors).
     pub uncompiled: usize,
     /// Bodies or thunks that failed to build, verify or compile while every
     /// member compiled: (first member, message). Each is a bug.
@@ -828,8 +830,18 @@ fn plan_subgroup(
     options: &SimilarOptions,
 ) {
     let values: Vec<&[similar::ParamValue]> = group.iter().map(|(_, _, s)| &s.values[..]).collect();
-    let instructions = group[0].2.shape.instructions();
-    // Member sizes (and frames): as compiled, or estimated.
+    // Planned as `DedupModule` plans (see `module/similar.rs`): each
+    // member's size estimated from the instructions Cranelift lowers.
+    let live: Vec<u32> = group
+        .iter()
+        .map(|(f, _, _)| similar::live_instructions(f))
+        .collect();
+    let instructions = live[0];
+    let bytes: Vec<u64> = live
+        .iter()
+        .map(|&n| u64::from(n) * options.model.bytes_per_instruction)
+        .collect();
+    // Member sizes (and frames) as compiled, to measure the plan.
     let compiled: Option<Vec<Result<(u64, u32), String>>> = isa.map(|isa| {
         group
             .iter()
@@ -850,12 +862,6 @@ fn plan_subgroup(
             .get_or_insert_with(SimilarMeasured::default)
             .uncompiled += 1;
     }
-    let bytes: Vec<u64> = match &compiled {
-        Some(sizes) => sizes.iter().map(|&(bytes, _)| bytes).collect(),
-        None => {
-            vec![u64::from(instructions) * options.model.bytes_per_instruction; group.len()]
-        }
-    };
     let first = &group[0].0;
     let stack_limited = first.stack_limit.is_some();
     let Some(plan) = similar::plan_group(&first.signature, stack_limited, &values, &bytes, options)
@@ -897,7 +903,7 @@ fn plan_subgroup(
                     );
                     measured.stack_growth_above_model += usize::from(stack_growth > model);
                 }
-                let members: u64 = bytes.iter().sum();
+                let members: u64 = sizes.iter().map(|&(bytes, _)| bytes).sum();
                 let merged = body + thunks;
                 measured.groups += 1;
                 if (members > merged) == merge {

@@ -29,8 +29,9 @@
 //!    subgroup of two or more is merged only if [`similar::plan_group`]
 //!    says so (the cost model predicts that it pays, and a stack limit's
 //!    growth is within [`SimilarOptions::stack`]), with each member's code
-//!    size estimated as its
-//!    instructions times the model's
+//!    size estimated as the instructions Cranelift lowers
+//!    ([`similar::live_instructions`]: a client's dead code does not
+//!    count) times the model's
 //!    [`bytes_per_instruction`](crate::similar::CostModel::bytes_per_instruction)
 //!    (they are not compiled yet). Members are in definition order; the
 //!    first one's code becomes the body.
@@ -123,7 +124,8 @@ pub(super) struct Candidate {
     pub(super) index: usize,
     /// Its shape and parameter sites.
     pub(super) shape: ShapeOf,
-    /// Its instruction count (for the estimate of its code size).
+    /// Its live instruction count ([`similar::live_instructions`], for
+    /// the estimate of its code size).
     pub(super) instructions: u32,
 }
 
@@ -257,7 +259,6 @@ impl<M: Module> DedupModule<M> {
             if !compiles || self.store_holds(&walk, plan.load) {
                 continue;
             }
-            let instructions = walk.fingerprint.instructions();
             if !similar::mergeable(func, walk.observes_own_frame, options.stack) {
                 continue;
             }
@@ -265,6 +266,7 @@ impl<M: Module> DedupModule<M> {
             if shape.values.is_empty() {
                 continue;
             }
+            let instructions = similar::live_instructions(func);
             candidates.push(Candidate {
                 index,
                 shape,
@@ -485,8 +487,8 @@ impl<M: Module> DedupModule<M> {
         // reset their scratch memory on every use).
         let shaped = catch_unwind(AssertUnwindSafe(|| {
             let walk = shapes.walker.walk(func);
-            let instructions = u64::from(walk.instructions());
-            (shapes.shaper.shape(&walk, func), instructions)
+            let shape = shapes.shaper.shape(&walk, func);
+            (shape, u64::from(similar::live_instructions(func)))
         }));
         let Ok((shape, instructions)) = shaped else {
             log::debug!("{id}: shaping panicked; not merged");
@@ -640,7 +642,7 @@ mod tests {
         for (i, t) in texts.iter().enumerate() {
             let func = cranelift_reader::parse_functions(t).unwrap().remove(0);
             let walk = walker.walk(&func);
-            let instructions = walk.instructions();
+            let instructions = similar::live_instructions(&func);
             let shape = shaper.shape(&walk, &func);
             candidates.push(Candidate {
                 index: i,

@@ -177,6 +177,7 @@
 mod group;
 mod merge;
 mod shape;
+mod size;
 
 pub use group::{
     CostModel, Decision, Derived, FRAME_ALIGNMENT_BYTES, GroupPlan, Param, Prediction,
@@ -185,6 +186,7 @@ pub use group::{
 };
 pub use merge::{merged_body, thunk, thunk_calling, thunk_values};
 pub use shape::{CALLEE_TYPE, ParamKind, ParamValue, ShapeOf, Shaper, Site, SiteValue, mergeable};
+pub use size::live_instructions;
 
 #[cfg(test)]
 mod tests {

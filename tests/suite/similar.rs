@@ -837,6 +837,47 @@ fn batch_mode_leaves_a_group_the_cost_model_refuses() {
     assert_eq!(s.compiled + s.reused, 6, "{s:?}");
 }
 
+/// The cost model sizes a member by the instructions Cranelift lowers: the
+/// same members padded with instructions whose results nothing uses are
+/// as small as unpadded ones (Cranelift emits nothing for them), and are
+/// left alone, in batch and eager mode, where the same padding used
+/// merges.
+#[test]
+fn dead_code_does_not_make_a_group_look_worth_merging() {
+    let tiny = |c: i64| {
+        format!(
+            "function %f(i64, i64) -> i64 system_v {{
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 {c}
+                 v3 = iadd v0, v2
+                 return v3
+             }}"
+        )
+    };
+    let live = |c: i64| padded(&tiny(c), 24);
+    let dead = |c: i64| {
+        let text = tiny(c);
+        let at = text.rfind("    return").expect("a return");
+        let unused: String = (0..24)
+            .map(|i| format!("    v{} = iadd v0, v1\n", 2000 + i))
+            .collect();
+        format!("{}{unused}{}", &text[..at], &text[at..])
+    };
+    let members = |f: &dyn Fn(i64) -> String| -> Vec<String> { (1..=3).map(f).collect() };
+    for (texts, merges) in [(members(&live), true), (members(&dead), false)] {
+        assert!(texts[0].contains("v2023") == !merges, "{}", texts[0]);
+        for options in [similar_batch(), similar_eager()] {
+            let s = merged_module_agrees(&texts, &all(3), options);
+            assert_eq!(
+                s.similar_merged > 0,
+                merges,
+                "{options}: {s:?}\n{}",
+                texts[0]
+            );
+        }
+    }
+}
+
 #[test]
 fn batch_mode_does_not_merge_functions_differing_in_a_shift_or_an_offset() {
     // `c` is a parameter site; the shift amount and the offset are not.
