@@ -29,6 +29,16 @@
 //!    ([`DEFAULT_RETRY_INTERVAL`], 1 s), answering
 //!    [`StoreError::RedisBackingOff`] at once, so that a server that is
 //!    down or stalled costs one timeout per interval, not per function.
+//!    A server that answers within the timeouts but slowly is given up on
+//!    the same way: a command that took longer than
+//!    [`DEFAULT_SLOW_AFTER`] (10 ms; set with
+//!    [`RedisStore::with_slow_after`]), or than [`SLOW_PER_KEY`] for each
+//!    key it names where that is longer, still gives its answer, and the
+//!    store then backs off for the retry interval, so that such a server
+//!    costs at most one slow command per interval (a store slower than
+//!    compiling is worth less than none: the JIT compiles instead). A
+//!    server that answers each command within that time is kept, however
+//!    many commands it takes.
 //! 3. **Recovery.** A connection on which anything failed is dropped, never
 //!    used again (a timed-out command's answer may still arrive on it); the
 //!    next operation after the retry interval connects anew, so the store
@@ -81,6 +91,22 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_millis(100);
 /// by default.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A command slower than this makes the store back off, by default, unless
+/// it names more keys than [`SLOW_PER_KEY`] allows this much time for (see
+/// 2 in the module docs): ten milliseconds, tens of times a round trip on
+/// a local network, and more than a loaded machine's scheduler delays a
+/// process by (a few milliseconds), so that only a server in trouble
+/// takes that long.
+pub const DEFAULT_SLOW_AFTER: Duration = Duration::from_millis(10);
+
+/// What a command may take for each key it names before it is slow, when
+/// that is more than the store's slow-after time (see 2 in the module
+/// docs): a quarter of a millisecond, about what Cranelift takes to
+/// compile the median function of the shared wasm corpora (0.3 ms), so
+/// that a server that is slow to give many entries at once is not kept
+/// when compiling them would be as fast.
+pub const SLOW_PER_KEY: Duration = Duration::from_micros(250);
+
 /// The largest value a store keeps by default, in bytes: 16 MiB, thousands
 /// of times the average entry of the shared wasm corpora (1.4 to 5.4 KB
 /// per function, table 4 of the README).
@@ -128,6 +154,10 @@ pub struct RedisStore {
     connect_timeout: Duration,
     io_timeout: Duration,
     retry_interval: Duration,
+    /// A command slower than this (or than [`SLOW_PER_KEY`] for each key
+    /// it names, if longer) makes the store back off (see 2 in the module
+    /// docs); `None`: only timeouts do.
+    slow_after: Option<Duration>,
     ttl: Option<Duration>,
     max_value_bytes: u64,
     /// How long a lease lasts; `None`: no leases (see 6 in the module
@@ -162,6 +192,7 @@ impl RedisStore {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             io_timeout: DEFAULT_IO_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
+            slow_after: Some(DEFAULT_SLOW_AFTER),
             ttl: None,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             lease: Some(DEFAULT_LEASE),
@@ -190,6 +221,15 @@ impl RedisStore {
     /// again (zero: try at every operation).
     pub fn with_retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
+        self
+    }
+
+    /// This store backing off after a command that took longer than
+    /// `after` (or than [`SLOW_PER_KEY`] for each key it names, if longer)
+    /// instead of [`DEFAULT_SLOW_AFTER`]; with `None`, only after a
+    /// timeout (see 2 in the module docs).
+    pub fn with_slow_after(mut self, after: Option<Duration>) -> Self {
+        self.slow_after = after;
         self
     }
 
@@ -314,38 +354,60 @@ impl RedisStore {
         }
     }
 
-    /// Runs `command` on a connection, which goes back to the pool only if
-    /// it succeeded (see 3 in the module docs).
+    /// Runs `command`, which names `keys` keys, on a connection, which
+    /// goes back to the pool only if it succeeded (see 3 in the module
+    /// docs); backs off after a timeout or a slow answer (see 2).
     fn with_connection<T>(
         &self,
         operation: &'static str,
+        keys: usize,
         command: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         let mut connection = self.connection()?;
-        match command(&mut connection) {
+        let start = Instant::now();
+        let answered = command(&mut connection);
+        let slow = self.slow_after.is_some_and(|after| {
+            let keys = u32::try_from(keys).unwrap_or(u32::MAX);
+            start.elapsed() > after.max(SLOW_PER_KEY.saturating_mul(keys))
+        });
+        match answered {
+            Ok(value) if slow => {
+                log::debug!(
+                    "redis store: {operation} of {keys} keys took {:?}; backing off for {:?}",
+                    start.elapsed(),
+                    self.retry_interval
+                );
+                self.back_off();
+                Ok(value)
+            }
             Ok(value) => {
                 self.lock().idle.push(connection);
                 Ok(value)
             }
             Err(source) => {
                 // A server that took the whole I/O timeout is likely to
-                // take it again: back off as after a failed connect, and
-                // drop the idle connections to it, which would wait too.
+                // take it again.
                 if source.is_timeout() {
-                    let mut state = self.lock();
-                    state.retry_at = Some(Instant::now() + self.retry_interval);
-                    state.idle.clear();
+                    self.back_off();
                 }
                 Err(StoreError::Redis { operation, source })
             }
         }
+    }
+
+    /// Backs off as after a failed connect, dropping the idle connections
+    /// to the server (which would be as slow).
+    fn back_off(&self) {
+        let mut state = self.lock();
+        state.retry_at = Some(Instant::now() + self.retry_interval);
+        state.idle.clear();
     }
 }
 
 impl CodeStore for RedisStore {
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let name = self.redis_key(key);
-        let answer = self.with_connection("GETRANGE", |connection| {
+        let answer = self.with_connection("GETRANGE", 1, |connection| {
             self.bounded_get(&name).query(connection)
         })?;
         self.value_of(answer)
@@ -355,7 +417,7 @@ impl CodeStore for RedisStore {
         let mut values = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(GET_MANY_CHUNK) {
             let names: Vec<String> = chunk.iter().map(|key| self.redis_key(key)).collect();
-            let answers = self.with_connection("GETRANGE", |connection| {
+            let answers = self.with_connection("GETRANGE", chunk.len(), |connection| {
                 let mut pipeline = redis::pipe();
                 // A key's own error (another type than a string) is that
                 // key's miss, not the call's failure.
@@ -399,7 +461,7 @@ impl CodeStore for RedisStore {
             });
         }
         let leased = self.lock().leased.remove(key);
-        let written = self.with_connection("SET", |connection| {
+        let written = self.with_connection("SET", 1, |connection| {
             let command = self.set_command(key, value);
             if !leased {
                 return command.query::<()>(connection);
@@ -437,8 +499,9 @@ impl CodeStore for RedisStore {
                     leased.push(*key);
                 }
             }
-            let written =
-                self.with_connection("SET", |connection| pipeline.query::<()>(connection));
+            let written = self.with_connection("SET", chunk.len(), |connection| {
+                pipeline.query::<()>(connection)
+            });
             if let Err(e) = written {
                 // Not written: the leases are still this store's.
                 self.lock().leased.extend(leased);
@@ -455,7 +518,7 @@ impl CodeStore for RedisStore {
                 None => Claim::Reserved,
             });
         };
-        let answer: redis::Value = self.with_connection("EVAL", |connection| {
+        let answer: redis::Value = self.with_connection("EVAL", 1, |connection| {
             self.claim_command(key, lease).query(connection)
         })?;
         self.claim_of(key, answer)
@@ -471,13 +534,14 @@ impl CodeStore for RedisStore {
         };
         let mut claims = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(GET_MANY_CHUNK) {
-            let answers: Vec<redis::Value> = self.with_connection("EVAL", |connection| {
-                let mut pipeline = redis::pipe();
-                for key in chunk {
-                    pipeline.add_command(self.claim_command(key, lease));
-                }
-                pipeline.query(connection)
-            })?;
+            let answers: Vec<redis::Value> =
+                self.with_connection("EVAL", chunk.len(), |connection| {
+                    let mut pipeline = redis::pipe();
+                    for key in chunk {
+                        pipeline.add_command(self.claim_command(key, lease));
+                    }
+                    pipeline.query(connection)
+                })?;
             if answers.len() != chunk.len() {
                 return Err(garbage("another number of answers than keys"));
             }
@@ -521,7 +585,7 @@ impl CodeStore for RedisStore {
             return;
         }
         // A lease not ended here expires.
-        let released = self.with_connection("EVAL", |connection| {
+        let released = self.with_connection("EVAL", 1, |connection| {
             self.release_command(key).query::<()>(connection)
         });
         if let Err(e) = released {

@@ -1395,6 +1395,86 @@ pub(crate) mod redis_store {
         accepted.join().unwrap();
     }
 
+    /// A proxy on a loopback port of its own to the server on `port`, which
+    /// holds every read of a request `delay` before passing it on.
+    fn slow_proxy(port: u16, delay: Duration) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let (Ok(client), Ok(server)) = (client, TcpStream::connect(("127.0.0.1", port)))
+                else {
+                    return;
+                };
+                let (mut from_client, mut to_server) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                        std::thread::sleep(delay);
+                        if to_server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_server.shutdown(std::net::Shutdown::Both);
+                });
+                let (mut from_server, mut to_client) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_server, &mut to_client);
+                    let _ = to_client.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        proxy
+    }
+
+    /// A server that answers every command 15 ms late, within the
+    /// timeouts: the first slow answer is used, and then the store backs
+    /// off, so that the next operations answer at once (a JIT compiles
+    /// instead of waiting 15 ms a function). A command naming many keys
+    /// may take a quarter of a millisecond each; without the limit, every
+    /// operation waits.
+    #[test]
+    fn a_slow_server_is_given_up_on_for_the_retry_interval() {
+        let Some(server) = Server::start("slow", &[]) else {
+            return;
+        };
+        let direct = RedisStore::new(&server.url()).unwrap();
+        for i in 0..4 {
+            direct.put(&key(i), b"value").unwrap();
+        }
+        let proxy = slow_proxy(server.port, Duration::from_millis(15));
+        let url = format!("redis://127.0.0.1:{proxy}/");
+        let slow = RedisStore::new(&url).unwrap();
+        let start = Instant::now();
+        assert_eq!(slow.get(&key(1)).unwrap().as_deref(), Some(&b"value"[..]));
+        assert!(start.elapsed() >= Duration::from_millis(15));
+        let start = Instant::now();
+        for i in 0..50 {
+            let error = slow.get(&key(i % 4)).unwrap_err();
+            assert!(matches!(error, StoreError::RedisBackingOff), "{error}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_millis(15),
+            "{:?}",
+            start.elapsed()
+        );
+        // A command of 256 keys may take 64 ms: it is not slow (even if
+        // its request arrives in up to four reads).
+        let many: Vec<StoreKey> = (0..512).map(|i| key(i % 4)).collect();
+        let batch = RedisStore::new(&url).unwrap();
+        assert_eq!(batch.get_many(&many).unwrap().len(), 512);
+        assert_eq!(batch.get_many(&many[..4]).unwrap().len(), 4);
+        // Without the limit, each operation waits for its answer.
+        let patient = RedisStore::new(&url).unwrap().with_slow_after(None);
+        for i in 0..3 {
+            assert_eq!(
+                patient.get(&key(i)).unwrap().as_deref(),
+                Some(&b"value"[..])
+            );
+        }
+    }
+
     /// A server that answers garbage: an error, and the connection is not
     /// kept.
     #[test]
