@@ -239,7 +239,13 @@ impl DedupOptions {
     /// reused code and adapter compiled again and compared, and off in the
     /// two with reuse off, so that the path without checks runs too; those
     /// two also merge similar functions ([`DedupOptions::similar`], which
-    /// check mode would skip).
+    /// check mode would skip), keeping functions with a stack limit apart
+    /// ([`StackDepth::Exact`](crate::similar::StackDepth::Exact)): so
+    /// that a differential check against plain Cranelift may compare
+    /// everything, whether a stack limit traps included (a program can
+    /// compute any limit: one between the depths a merged and an
+    /// unmerged call reach, or one near the top of the address space,
+    /// where Cranelift's check wraps).
     pub const ALL: [DedupOptions; 6] = [
         DedupOptions {
             mode: Mode::Eager,
@@ -283,7 +289,7 @@ impl DedupOptions {
             reuse: false,
             check: false,
             threads: 1,
-            similar: Some(SimilarOptions::DEFAULT),
+            similar: Some(SimilarOptions::DEFAULT.with_exact_stack_depth()),
             interposable_exports: None,
         },
         DedupOptions {
@@ -292,7 +298,7 @@ impl DedupOptions {
             reuse: false,
             check: false,
             threads: 1,
-            similar: Some(SimilarOptions::DEFAULT),
+            similar: Some(SimilarOptions::DEFAULT.with_exact_stack_depth()),
             interposable_exports: None,
         },
     ];

@@ -294,7 +294,10 @@ pub const SPILL_BYTES_PER_PARAM: u64 = 8;
 /// frame behind) into a body that may need a larger frame and more stack
 /// arguments, so it may trap for stack exhaustion a little sooner than
 /// the member compiled alone. Nothing else changes: results, other traps,
-/// addresses.
+/// addresses. (One more case, which no real stack has: Cranelift checks a
+/// frame by adding its size to the limit, which wraps for a limit within
+/// that size of the top of the address space, so with such a limit a
+/// thunk's frame and the member's may disagree on whether to trap.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StackDepth {
     /// Functions with a stack limit are never merged: each traps at
@@ -350,7 +353,7 @@ impl SimilarOptions {
 
     /// These options with functions that check a stack limit never merged
     /// ([`StackDepth::Exact`]).
-    pub fn with_exact_stack_depth(self) -> SimilarOptions {
+    pub const fn with_exact_stack_depth(self) -> SimilarOptions {
         SimilarOptions {
             stack: StackDepth::Exact,
             ..self

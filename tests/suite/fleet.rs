@@ -4,10 +4,10 @@
 //! processes (this test binary, started again on an ignored test).
 
 use crate::common::build::{call1, declare, define, leaf2, leaves_and_callers, template_key};
-use crate::store::redis_store::Server;
+use crate::store::redis_store::{Server, store_at};
 use cranelift_jit::JITBuilder;
 use cranelift_module::{Module, default_libcall_names};
-use jitfold::store::{Claim, CodeStore, RedisStore, StoreKey};
+use jitfold::store::{Claim, CodeStore, StoreKey};
 use jitfold::{DedupModule, DedupOptions};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -39,8 +39,8 @@ fn child_fleet_runtime() {
     };
     // Compiles are counted exactly: three processes on a loaded 2-core
     // machine may see a round trip stall past the slow-answer limit, which
-    // would make one compile for itself (see `RedisStore::with_slow_after`).
-    let store = RedisStore::new(&url).unwrap().with_slow_after(None);
+    // would make one compile for itself (see `store_at`).
+    let store = store_at(&url);
     let store = Arc::new(store) as Arc<dyn CodeStore>;
     let mut m = DedupModule::with_options(builder(), DedupOptions::batch()).with_store(store, None);
     let order: Vec<i64> = (0..LEAVES).collect();
@@ -109,7 +109,7 @@ fn child_lease_holder() {
         return;
     };
     let lease = Duration::from_millis(lease.parse().unwrap());
-    let store = RedisStore::new(&url).unwrap().with_lease(Some(lease));
+    let store = store_at(&url).with_lease(Some(lease));
     assert_eq!(
         store.try_get_or_reserve(&leaf2_key()).unwrap(),
         Claim::Reserved
@@ -153,9 +153,7 @@ fn a_lease_whose_holder_was_killed_expires() {
     );
     // Eager mode leaves the busy function to the flush, which waits for the
     // lease to expire and then compiles it.
-    let store = RedisStore::new(&server.url())
-        .unwrap()
-        .with_lease(Some(Duration::from_millis(lease_ms)));
+    let store = store_at(&server.url()).with_lease(Some(Duration::from_millis(lease_ms)));
     let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
         .with_store(Arc::new(store) as Arc<dyn CodeStore>, None);
     let conv = m.isa().default_call_conv();
@@ -182,8 +180,8 @@ fn a_lease_is_its_holders_own() {
     let Some(server) = Server::start("own-lease", &[]) else {
         return;
     };
-    let holder = RedisStore::new(&server.url()).unwrap();
-    let other = RedisStore::new(&server.url()).unwrap();
+    let holder = store_at(&server.url());
+    let other = store_at(&server.url());
     let key = leaf2_key();
     assert_eq!(holder.try_get_or_reserve(&key).unwrap(), Claim::Reserved);
     assert_eq!(holder.try_get_or_reserve(&key).unwrap(), Claim::Reserved);

@@ -1077,6 +1077,14 @@ pub(crate) mod redis_store {
             && &answer == b"+PONG\r\n"
     }
 
+    /// A store in the server at `url` that keeps every answer however
+    /// slow (`with_slow_after(None)`): these tests count on every answer,
+    /// and a loaded machine can stall a round trip past the slow-answer
+    /// limit, which would make the store back off.
+    pub(crate) fn store_at(url: &str) -> RedisStore {
+        RedisStore::new(url).unwrap().with_slow_after(None)
+    }
+
     /// Generous: the store's own timeouts are milliseconds; this only
     /// catches a hang.
     const HANG: Duration = Duration::from_secs(10);
@@ -1090,9 +1098,7 @@ pub(crate) mod redis_store {
         let Some(server) = Server::start("bounded", &[]) else {
             return;
         };
-        let store = RedisStore::new(&server.url())
-            .unwrap()
-            .with_max_value_bytes(1000);
+        let store = store_at(&server.url()).with_max_value_bytes(1000);
         let mut raw = server.raw();
         let name = |k: u32| format!("jitfold:code:{}", key(k).hex());
         redis::cmd("SET")
@@ -1135,13 +1141,9 @@ pub(crate) mod redis_store {
         assert_eq!(store.get(&key(3)).unwrap(), Some(vec![1u8; 1000]));
         // A limit beyond what Redis holds is cut to it, not refused by
         // the server.
-        let unbounded = RedisStore::new(&server.url())
-            .unwrap()
-            .with_max_value_bytes(u64::MAX);
+        let unbounded = store_at(&server.url()).with_max_value_bytes(u64::MAX);
         assert_eq!(unbounded.get(&key(2)).unwrap(), Some(vec![9u8; 1000]));
-        let forever = RedisStore::new(&server.url())
-            .unwrap()
-            .with_ttl(Duration::MAX);
+        let forever = store_at(&server.url()).with_ttl(Duration::MAX);
         forever.put(&key(4), b"x").unwrap();
         assert_eq!(forever.get(&key(4)).unwrap().as_deref(), Some(&b"x"[..]));
     }
@@ -1151,7 +1153,7 @@ pub(crate) mod redis_store {
         let Some(server) = Server::start("round-trip", &[]) else {
             return;
         };
-        let store = RedisStore::new(&server.url()).unwrap();
+        let store = store_at(&server.url());
         assert_eq!(store.get(&key(1)).unwrap(), None);
         store.put(&key(1), &value(1, 0, 5000)).unwrap();
         store.put(&key(1), &value(1, 1, 3000)).unwrap();
@@ -1164,8 +1166,7 @@ pub(crate) mod redis_store {
             .query(&mut raw)
             .unwrap();
         assert_eq!(ttl, -1, "no expiry by default");
-        let expiring = RedisStore::new(&server.url())
-            .unwrap()
+        let expiring = store_at(&server.url())
             .with_ttl(Duration::from_secs(300))
             .with_prefix("other:");
         expiring.put(&key(1), b"x").unwrap();
@@ -1200,7 +1201,7 @@ pub(crate) mod redis_store {
         let Some(server) = Server::start("get-many", &[]) else {
             return;
         };
-        let store = RedisStore::new(&server.url()).unwrap();
+        let store = store_at(&server.url());
         // More keys than one command asks for; every third one is held.
         let keys: Vec<StoreKey> = (0..300).map(key).collect();
         for id in (0..300).step_by(3) {
@@ -1255,7 +1256,7 @@ pub(crate) mod redis_store {
             return;
         };
         let s = sample();
-        let store = RedisStore::new(&url).unwrap();
+        let store = store_at(&url);
         store
             .put(&StoreKey::of(&s.context, &s.f.template), &s.signed)
             .unwrap();
@@ -1282,7 +1283,7 @@ pub(crate) mod redis_store {
         let isa = isa();
         let context = CodeContext::of(&*isa);
         let g = compiled(G, &isa);
-        let store = RedisStore::new(&server.url()).unwrap();
+        let store = store_at(&server.url());
         let bytes = store
             .get(&StoreKey::of(&context, &g.template))
             .unwrap()
@@ -1298,7 +1299,7 @@ pub(crate) mod redis_store {
             return;
         };
         let s = sample();
-        let store = RedisStore::new(&server.url()).unwrap();
+        let store = store_at(&server.url());
         let k = StoreKey::of(&s.context, &s.f.template);
         let redis_key = format!("jitfold:code:{}", k.hex());
         let mut raw = server.raw();
@@ -1439,7 +1440,7 @@ pub(crate) mod redis_store {
         let Some(server) = Server::start("slow", &[]) else {
             return;
         };
-        let direct = RedisStore::new(&server.url()).unwrap();
+        let direct = store_at(&server.url());
         for i in 0..4 {
             direct.put(&key(i), b"value").unwrap();
         }
@@ -1466,7 +1467,7 @@ pub(crate) mod redis_store {
         assert_eq!(batch.get_many(&many).unwrap().len(), 512);
         assert_eq!(batch.get_many(&many[..4]).unwrap().len(), 4);
         // Without the limit, each operation waits for its answer.
-        let patient = RedisStore::new(&url).unwrap().with_slow_after(None);
+        let patient = store_at(&url);
         for i in 0..3 {
             assert_eq!(
                 patient.get(&key(i)).unwrap().as_deref(),
@@ -1507,12 +1508,10 @@ pub(crate) mod redis_store {
         let Some(mut server) = Server::start("stalled", &[]) else {
             return;
         };
-        let store = RedisStore::new(&server.url())
-            .unwrap()
-            .with_retry_interval(Duration::ZERO);
+        let store = store_at(&server.url()).with_retry_interval(Duration::ZERO);
         store.put(&key(1), b"before").unwrap();
         // And one with the default retry interval, also connected.
-        let patient = RedisStore::new(&server.url()).unwrap();
+        let patient = store_at(&server.url());
         patient.put(&key(2), b"before").unwrap();
         let pid = server.child.as_ref().unwrap().id().to_string();
         let signal = |name: &str| {
@@ -1565,9 +1564,7 @@ pub(crate) mod redis_store {
         let Some(mut server) = Server::start("restart", &[]) else {
             return;
         };
-        let store = RedisStore::new(&server.url())
-            .unwrap()
-            .with_retry_interval(Duration::ZERO);
+        let store = store_at(&server.url()).with_retry_interval(Duration::ZERO);
         store.put(&key(1), b"before").unwrap();
         assert_eq!(store.get(&key(1)).unwrap().as_deref(), Some(&b"before"[..]));
         server.kill();
@@ -1590,9 +1587,7 @@ pub(crate) mod redis_store {
             return;
         };
         server.kill();
-        let store = RedisStore::new(&server.url())
-            .unwrap()
-            .with_retry_interval(Duration::from_millis(200));
+        let store = store_at(&server.url()).with_retry_interval(Duration::from_millis(200));
         assert!(matches!(
             store.get(&key(1)).unwrap_err(),
             StoreError::Redis { .. }
@@ -1687,8 +1682,7 @@ pub(crate) mod redis_store {
         ) else {
             return;
         };
-        let store = RedisStore::new(&server.url())
-            .unwrap()
+        let store = store_at(&server.url())
             .with_timeouts(Duration::from_millis(500), Duration::from_secs(2));
         store.put(&key(0), &value(0, 0, 1000)).unwrap();
         let mut refused = None;
