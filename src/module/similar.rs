@@ -69,9 +69,9 @@
 //!    by its plan). The first function of a shape is compiled on its own
 //!    and its site values are kept. The second gets a body built from it,
 //!    with the parameters [`similar::derive`] gives for the two, if
-//!    [`similar::plan_group`] merges a group of two such members (the
-//!    first keeps its code: only members from the third on save code: it
-//!    predicts the saving of a group of two); it becomes that body's thunk.
+//!    [`similar::plan_group`] merges a group of two such members (though
+//!    the first keeps its own code, so that only members from the third
+//!    on save code); it becomes that body's thunk.
 //!    Otherwise the shape is left alone for good. A later member becomes a
 //!    thunk of the body if it fits ([`similar::values_for`]: the sites the
 //!    body keeps as constants have its values), and is compiled on its own

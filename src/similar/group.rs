@@ -276,10 +276,9 @@ pub const FRAME_ALIGNMENT_BYTES: u64 = 16;
 /// What [`CostModel::stack_growth`] counts for each parameter of a body:
 /// a spill slot or a saved register for a parameter held across the body
 /// (every parameter is an integer, pointer or scalar float of at most 8
-/// bytes). A model:
-/// the register allocator may lay out the body's frame otherwise than
-/// the member's; `jitfold report --similar --compile` measures the
-/// difference on a corpus (`stack growth`).
+/// bytes). A model: the register allocator may lay out the body's frame
+/// otherwise than the member's; `jitfold report --similar --compile`
+/// measures the difference on a corpus (`stack growth`).
 pub const SPILL_BYTES_PER_PARAM: u64 = 8;
 
 /// What similar merging promises about the stack depth at which a

@@ -426,6 +426,42 @@ mod tests {
         assert_eq!(t.stack_limit, None);
     }
 
+    #[test]
+    fn a_stack_limit_whose_global_values_are_malformed_is_not_merged() {
+        let (f, _, _) = shape(
+            "function %f(i64 vmctx, i64) -> i64 system_v {
+                 gv0 = vmctx
+                 gv1 = load.i64 notrap aligned readonly gv0+8
+                 stack_limit = gv1
+             block0(v0: i64, v1: i64):
+                 v2 = iconst.i64 3
+                 v3 = iadd v1, v2
+                 return v3
+             }",
+        );
+        let stack = StackDepth::DEFAULT;
+        assert!(mergeable(&f, false, stack));
+        assert!(!mergeable(&f, false, StackDepth::Exact));
+        let gv0 = ir::GlobalValue::from_u32(0);
+        let gv1 = ir::GlobalValue::from_u32(1);
+        // A cycle: gv0 loads from gv1, which loads from gv0.
+        let mut cycle = f.clone();
+        let GlobalValueData::Load { flags, .. } = cycle.global_values[gv1] else {
+            panic!("{cycle}");
+        };
+        cycle.global_values[gv0] = GlobalValueData::Load {
+            base: gv1,
+            offset: 0.into(),
+            global_type: ir::types::I64,
+            flags,
+        };
+        assert!(!mergeable(&cycle, false, stack));
+        // A limit that is not a global value of the function.
+        let mut missing = f.clone();
+        missing.stack_limit = Some(ir::GlobalValue::from_u32(7));
+        assert!(!mergeable(&missing, false, stack));
+    }
+
     /// The merged body of `f` (its sites `sites`, parameters `d`) and the
     /// thunk of the group's second member (`u0:1`, the body named
     /// `u0:2`), both verified.

@@ -6,9 +6,9 @@ use crate::fingerprint::{Shape, SymbolName, Walk};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::instructions::InstructionMapper;
 use cranelift_codegen::ir::{
-    self, ArgumentPurpose, Block, BlockCall, ExceptionTable, ExceptionTableItem, FuncRef, Function,
-    GlobalValue, GlobalValueData, Inst, JumpTable, Opcode, SigRef, Signature, StackSlot, Type,
-    Value, ValueList, types,
+    self, ArgumentPurpose, Block, BlockCall, ExceptionTable, ExceptionTableItem, ExternalName,
+    FuncRef, Function, GlobalValue, GlobalValueData, Inst, JumpTable, Opcode, SigRef, Signature,
+    StackSlot, Type, Value, ValueList, types,
 };
 use cranelift_codegen::isa::CallConv;
 
@@ -554,6 +554,40 @@ fn ordinary_operand(opcode: Opcode, index: usize) -> bool {
     }
 }
 
+/// Whether global value `gv` of `func` and those it is computed from exist,
+/// form no cycle and name only declared names: what a thunk copies of a
+/// member's stack limit (the verifier checks as much, but may be off).
+fn global_value_is_well_formed(func: &Function, gv: GlobalValue) -> bool {
+    let mut at = gv;
+    // A chain longer than there are global values has a cycle.
+    for _ in 0..=func.global_values.len() {
+        let Some(data) = func.global_values.get(at) else {
+            return false;
+        };
+        match data {
+            GlobalValueData::VMContext | GlobalValueData::DynScaleTargetConst { .. } => {
+                return true;
+            }
+            GlobalValueData::Symbol { name, .. } => {
+                return !matches!(name, ExternalName::User(_))
+                    || SymbolName::of(func, name).is_some();
+            }
+            GlobalValueData::Load { base, flags, .. } => {
+                if !func.dfg.mem_flags.is_valid(*flags) {
+                    return false;
+                }
+                let region = func.dfg.mem_flags[*flags].alias_region();
+                if region.is_some_and(|r| !func.dfg.alias_regions.is_valid(r)) {
+                    return false;
+                }
+                at = *base;
+            }
+            GlobalValueData::IAddImm { base, .. } => at = *base,
+        }
+    }
+    false
+}
+
 /// Whether the bits of an `iconst` of type `ty` are within the type, as
 /// Cranelift's verifier requires (`iconst_bounds`: zero above the type's
 /// width).
@@ -575,7 +609,9 @@ fn fits(bits: i64, ty: Type) -> bool {
 pub fn mergeable(func: &Function, observes_own_frame: bool, stack: StackDepth) -> bool {
     let sig = &func.signature;
     !observes_own_frame
-        && (func.stack_limit.is_none() || stack.merges_stack_limited())
+        && func.stack_limit.is_none_or(|limit| {
+            stack.merges_stack_limited() && global_value_is_well_formed(func, limit)
+        })
         && matches!(
             sig.call_conv,
             CallConv::Fast
