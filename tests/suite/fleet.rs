@@ -37,9 +37,6 @@ fn child_fleet_runtime() {
     let Ok(url) = std::env::var("JITFOLD_FLEET_REDIS") else {
         return;
     };
-    // Compiles are counted exactly: three processes on a loaded 2-core
-    // machine may see a round trip stall past the slow-answer limit, which
-    // would make one compile for itself (see `store_at`).
     let store = store_at(&url);
     let store = Arc::new(store) as Arc<dyn CodeStore>;
     let mut m = DedupModule::with_options(builder(), DedupOptions::batch()).with_store(store, None);

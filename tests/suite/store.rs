@@ -970,6 +970,7 @@ pub(crate) mod redis_store {
 
     use super::*;
     use jitfold::store::RedisStore;
+    use jitfold::store::redis::DEFAULT_SLOW_AFTER;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::process::Child;
@@ -1077,12 +1078,9 @@ pub(crate) mod redis_store {
             && &answer == b"+PONG\r\n"
     }
 
-    /// A store in the server at `url` that keeps every answer however
-    /// slow (`with_slow_after(None)`): these tests count on every answer,
-    /// and a loaded machine can stall a round trip past the slow-answer
-    /// limit, which would make the store back off.
+    /// A store in the server at `url`, with the default settings.
     pub(crate) fn store_at(url: &str) -> RedisStore {
-        RedisStore::new(url).unwrap().with_slow_after(None)
+        RedisStore::new(url).unwrap()
     }
 
     /// Generous: the store's own timeouts are milliseconds; this only
@@ -1430,8 +1428,8 @@ pub(crate) mod redis_store {
     }
 
     /// A server that answers every command 15 ms late, within the
-    /// timeouts: the first slow answer is used, and then the store backs
-    /// off, so that the next operations answer at once (a JIT compiles
+    /// timeouts, with `with_slow_after(Some(DEFAULT_SLOW_AFTER))`: the
+    /// first slow answer is used, and then the store backs off, so that the next operations answer at once (a JIT compiles
     /// instead of waiting 15 ms a function). A command naming many keys
     /// may take a quarter of a millisecond each; without the limit, every
     /// operation waits.
@@ -1446,7 +1444,9 @@ pub(crate) mod redis_store {
         }
         let proxy = slow_proxy(server.port, Duration::from_millis(15));
         let url = format!("redis://127.0.0.1:{proxy}/");
-        let slow = RedisStore::new(&url).unwrap();
+        let slow = RedisStore::new(&url)
+            .unwrap()
+            .with_slow_after(Some(DEFAULT_SLOW_AFTER));
         let start = Instant::now();
         assert_eq!(slow.get(&key(1)).unwrap().as_deref(), Some(&b"value"[..]));
         assert!(start.elapsed() >= Duration::from_millis(15));
@@ -1463,10 +1463,13 @@ pub(crate) mod redis_store {
         // A command of 256 keys may take 64 ms: it is not slow (even if
         // its request arrives in up to four reads).
         let many: Vec<StoreKey> = (0..512).map(|i| key(i % 4)).collect();
-        let batch = RedisStore::new(&url).unwrap();
+        let batch = RedisStore::new(&url)
+            .unwrap()
+            .with_slow_after(Some(DEFAULT_SLOW_AFTER));
         assert_eq!(batch.get_many(&many).unwrap().len(), 512);
         assert_eq!(batch.get_many(&many[..4]).unwrap().len(), 4);
-        // Without the limit, each operation waits for its answer.
+        // Without the limit (the default), each operation waits for its
+        // answer.
         let patient = store_at(&url);
         for i in 0..3 {
             assert_eq!(
