@@ -351,9 +351,9 @@ pub struct SimilarMeasured {
     /// were merged (what a perfect model would get).
     pub best_saved: u64,
     /// Of the measured groups whose members check a stack limit: the
-    /// largest growth measured (the body's frame beyond the member's, the
-    /// thunk's frame with its setup area, and the stack arguments of the
-    /// body's call beyond the member's), in bytes.
+    /// largest growth measured (the body's frame beyond the member's, and
+    /// the thunk's frame with its setup area, which holds the body call's
+    /// stack arguments when the thunk calls), in bytes.
     pub stack_growth_max: u64,
     /// Of those groups: how many have a member whose measured growth is
     /// above the model's ([`similar::CostModel::stack_growth`]).

@@ -26,7 +26,7 @@ use cranelift_codegen::ir::{Block, Function, Inst, InstructionData, Opcode, Valu
 /// The number of instructions of `func` that Cranelift lowers (see the
 /// module docs).
 pub fn live_instructions(func: &Function) -> u32 {
-    let reachable = reachable_blocks(func);
+    let (reachable, is_reachable) = reachable_blocks(func);
     let mut live: EntitySet<Inst> = EntitySet::new();
     let mut work: Vec<Inst> = Vec::new();
     for &block in &reachable {
@@ -50,7 +50,7 @@ pub fn live_instructions(func: &Function) -> u32 {
             let in_reachable = func
                 .layout
                 .inst_block(def)
-                .is_some_and(|b| reachable.contains(&b));
+                .is_some_and(|b| is_reachable.contains(b));
             if in_reachable && live.insert(def) {
                 work.push(def);
             }
@@ -92,10 +92,11 @@ fn tables_valid(func: &Function, inst: Inst) -> bool {
             .is_none_or(|table| func.dfg.exception_tables.get(table).is_some())
 }
 
-/// The blocks reachable from the entry block, in the order first reached.
-fn reachable_blocks(func: &Function) -> Vec<Block> {
+/// The blocks reachable from the entry block, in the order first reached,
+/// and as a set.
+fn reachable_blocks(func: &Function) -> (Vec<Block>, EntitySet<Block>) {
     let Some(entry) = func.layout.entry_block() else {
-        return Vec::new();
+        return (Vec::new(), EntitySet::new());
     };
     let mut seen: EntitySet<Block> = EntitySet::new();
     seen.insert(entry);
@@ -117,7 +118,7 @@ fn reachable_blocks(func: &Function) -> Vec<Block> {
             }
         }
     }
-    order
+    (order, seen)
 }
 
 #[cfg(test)]
