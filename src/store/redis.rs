@@ -148,6 +148,13 @@ const RELEASE_SCRIPT: &str = "\
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
 return 0";
 
+/// Whether a command naming `keys` keys that took `elapsed` is slow for a
+/// store that backs off after `after` (see 2 in the module docs).
+fn is_slow(elapsed: Duration, keys: usize, after: Duration) -> bool {
+    let keys = u32::try_from(keys).unwrap_or(u32::MAX);
+    elapsed > after.max(SLOW_PER_KEY.saturating_mul(keys))
+}
+
 /// A code store in a Redis server: see the [module docs](self).
 pub struct RedisStore {
     client: Client,
@@ -367,10 +374,9 @@ impl RedisStore {
         let mut connection = self.connection()?;
         let start = Instant::now();
         let answered = command(&mut connection);
-        let slow = self.slow_after.is_some_and(|after| {
-            let keys = u32::try_from(keys).unwrap_or(u32::MAX);
-            start.elapsed() > after.max(SLOW_PER_KEY.saturating_mul(keys))
-        });
+        let slow = self
+            .slow_after
+            .is_some_and(|after| is_slow(start.elapsed(), keys, after));
         match answered {
             Ok(value) if slow => {
                 log::debug!(
@@ -674,3 +680,25 @@ const _: fn() = || {
     fn shared<T: Send + Sync>() {}
     shared::<RedisStore>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::{SLOW_PER_KEY, is_slow};
+    use std::time::Duration;
+
+    #[test]
+    fn a_command_is_slow_past_its_time_or_a_quarter_millisecond_a_key() {
+        let ms = Duration::from_millis;
+        let after = ms(10);
+        assert!(!is_slow(ms(10), 1, after));
+        assert!(is_slow(ms(11), 1, after));
+        assert!(is_slow(ms(11), 0, after));
+        // 40 keys: 10 ms still; 256 keys: 64 ms.
+        assert!(is_slow(ms(11), 40, after));
+        assert!(!is_slow(ms(64), 256, after));
+        assert!(is_slow(ms(65), 256, after));
+        assert_eq!(SLOW_PER_KEY * 256, ms(64));
+        // No overflow for absurd counts.
+        assert!(!is_slow(ms(1000), usize::MAX, after));
+    }
+}

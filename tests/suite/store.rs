@@ -1429,10 +1429,12 @@ pub(crate) mod redis_store {
 
     /// A server that answers every command 15 ms late, within the
     /// timeouts, with `with_slow_after(Some(DEFAULT_SLOW_AFTER))`: the
-    /// first slow answer is used, and then the store backs off, so that the next operations answer at once (a JIT compiles
-    /// instead of waiting 15 ms a function). A command naming many keys
-    /// may take a quarter of a millisecond each; without the limit, every
-    /// operation waits.
+    /// first slow answer is used, and then the store backs off, so that
+    /// the next operations answer at once (a JIT compiles instead of
+    /// waiting 15 ms a function); without the limit, every operation
+    /// waits. (How long a command of many keys may take is a unit test in
+    /// `redis.rs`: through a proxy on a loaded machine, a test cannot time
+    /// it.)
     #[test]
     fn a_slow_server_is_given_up_on_for_the_retry_interval() {
         let Some(server) = Server::start("slow", &[]) else {
@@ -1455,19 +1457,12 @@ pub(crate) mod redis_store {
             let error = slow.get(&key(i % 4)).unwrap_err();
             assert!(matches!(error, StoreError::RedisBackingOff), "{error}");
         }
+        // Had they waited, 750 ms (the margin is for a loaded machine).
         assert!(
-            start.elapsed() < Duration::from_millis(15),
+            start.elapsed() < Duration::from_millis(500),
             "{:?}",
             start.elapsed()
         );
-        // A command of 256 keys may take 64 ms: it is not slow (even if
-        // its request arrives in up to four reads).
-        let many: Vec<StoreKey> = (0..512).map(|i| key(i % 4)).collect();
-        let batch = RedisStore::new(&url)
-            .unwrap()
-            .with_slow_after(Some(DEFAULT_SLOW_AFTER));
-        assert_eq!(batch.get_many(&many).unwrap().len(), 512);
-        assert_eq!(batch.get_many(&many[..4]).unwrap().len(), 4);
         // Without the limit (the default), each operation waits for its
         // answer.
         let patient = store_at(&url);
