@@ -94,7 +94,7 @@ pub struct DedupOptions {
     /// its own address (its thunk's). What it saves: the members' code but
     /// one copy, and their compiles, at a cost the model of
     /// [`SimilarOptions::model`] predicts in bytes; groups it predicts not
-    /// to pay are left alone. Functions with a stack limit (all of
+    /// to pay are left alone. Functions with a stack limit (most of
     /// wasmtime's) are merged by default, every frame still checking the
     /// limit, but a merged call may trap for stack exhaustion a bounded
     /// number of bytes sooner ([`SimilarOptions::stack`],
