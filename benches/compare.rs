@@ -30,7 +30,8 @@
 //! version (prefixes of the corpora, few rounds); with
 //! `JITFOLD_COMPARE=full` it runs whole corpora and more rounds, for the
 //! README. `JITFOLD_COMPARE=runtimes` runs table 6 alone, on whole
-//! corpora. `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
+//! corpora; `JITFOLD_COMPARE=warm` table 4 alone, on whole corpora
+//! (`JITFOLD_WARM_ROUNDS` rounds, 11 by default). `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
 //! unpacked (one folder each), for a machine without `../shared`.
 
 #[allow(dead_code)]
@@ -119,12 +120,26 @@ pub struct Config {
     pub probes: usize,
     /// `JITFOLD_COMPARE=runtimes`: table 6 alone.
     pub runtimes_only: bool,
+    /// `JITFOLD_COMPARE=warm`: table 4 alone.
+    pub warm_only: bool,
 }
 
 impl Config {
     fn from_env() -> Config {
         let full = std::env::var("JITFOLD_COMPARE").is_ok_and(|v| v == "full");
         let runtimes_only = std::env::var("JITFOLD_COMPARE").is_ok_and(|v| v == "runtimes");
+        let warm_only = std::env::var("JITFOLD_COMPARE").is_ok_and(|v| v == "warm");
+        if warm_only {
+            return Config {
+                corpus_limit: None,
+                corpus_rounds: std::env::var("JITFOLD_WARM_ROUNDS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(11),
+                warm_only,
+                ..Config::short()
+            };
+        }
         if runtimes_only {
             return Config {
                 corpus_limit: None,
@@ -142,6 +157,7 @@ impl Config {
                 corpus_rounds: 11,
                 probes: 100_000,
                 runtimes_only,
+                warm_only,
             }
         } else {
             Config::short()
@@ -159,8 +175,21 @@ impl Config {
             corpus_rounds: 5,
             probes: 20_000,
             runtimes_only: false,
+            warm_only: false,
         }
     }
+}
+
+/// The host ISA with `jitfold::isa::jit_flags()`'s settings and the
+/// verifier on or off (embedders such as wasmtime ship with it off).
+pub fn isa_with_verifier(verifier: bool) -> cranelift_codegen::isa::OwnedTargetIsa {
+    let flags = jitfold::isa::flags(&[
+        ("opt_level", "speed"),
+        ("preserve_frame_pointers", "true"),
+        ("enable_verifier", if verifier { "true" } else { "false" }),
+    ])
+    .expect("settings exist");
+    jitfold::isa::host_isa(flags).expect("host ISA")
 }
 
 /// Prints a markdown table.
@@ -225,12 +254,16 @@ fn main() {
     print_machine(&config);
     let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags()).expect("host ISA");
     let corpora = e2e::Corpus::load_all(&*isa, &config);
-    if !config.runtimes_only {
+    if config.warm_only {
+        e2e::print_warm(&corpora, &config);
+    } else if !config.runtimes_only {
         per_function::print(&corpora, &*isa, &config);
         e2e::print(&corpora, &isa, &config);
         lookup::print(&config);
     }
-    runtimes::print(&corpora, &config);
+    if !config.warm_only {
+        runtimes::print(&corpora, &config);
+    }
     println!(
         "Load average at the end: {}; the whole run took {:.0} s.",
         common::load_average(),

@@ -11,16 +11,26 @@
 //! ```sh
 //! cargo run --release --features tools --example load_corpus -- DIR
 //! ```
+//!
+//! `--jit` defines into a `DedupModule<JITModule>` (finalized) instead;
+//! `--no-verifier` turns Cranelift's verifier off (as wasmtime ships);
+//! `--store STORE_DIR --repeat N` runs eager and batch mode `N` times each
+//! on a `DirectoryStore` in `STORE_DIR` (the first run fills it): warm
+//! starts through the product.
 
 use cranelift_codegen::ir::{
     ExternalName, Function, GlobalValueData, UserExternalName, UserFuncName,
 };
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_jit::JITBuilder;
 use cranelift_module::{DataId, FuncId, Linkage, Module, ModuleResult, default_libcall_names};
-use cranelift_object::{ObjectBuilder, ObjectModule};
+use cranelift_object::ObjectBuilder;
 use hashbrown::HashMap;
+use jitfold::store::{CodeStore, DirectoryStore};
 use jitfold::{DedupModule, DedupOptions, similar::SimilarOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The ids of a module, by the names the corpus uses.
@@ -105,31 +115,128 @@ impl Names {
     }
 }
 
-/// Defines `funcs` in a new module with `options`, flushes, prints the
-/// statistics and returns them.
-fn load(funcs: &[Function], options: DedupOptions) -> ModuleResult<jitfold::Stats> {
-    let isa = jitfold::isa::host_isa(jitfold::isa::jit_flags())
-        .map_err(|e| cranelift_module::ModuleError::Backend(e.into()))?;
-    let builder = ObjectBuilder::new(isa, "corpus", default_libcall_names())?;
-    let mut m = DedupModule::wrap(ObjectModule::new(builder), options);
-    let mut names = Names::default();
-    for (i, f) in funcs.iter().enumerate() {
-        let id = m.declare_function(&format!("f{i}"), Linkage::Local, &f.signature)?;
-        names.functions.insert(f.name.clone(), id);
+/// How to run: the command line.
+struct Args {
+    /// The corpus folder.
+    dir: PathBuf,
+    /// `--jit`: a `DedupModule<JITModule>`, finalized, instead of an
+    /// object file.
+    jit: bool,
+    /// `--store DIR`: warm starts from a `DirectoryStore` in `DIR`.
+    store: Option<PathBuf>,
+    /// `--repeat N`: runs of each mode on the store.
+    repeat: usize,
+    /// `--no-verifier`: Cranelift's verifier off, as wasmtime ships.
+    verifier: bool,
+}
+
+impl Args {
+    fn parse() -> Option<Args> {
+        let mut args = std::env::args().skip(1);
+        let mut parsed = Args {
+            dir: PathBuf::new(),
+            jit: false,
+            store: None,
+            repeat: 2,
+            verifier: true,
+        };
+        let mut dir = None;
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--jit" => parsed.jit = true,
+                "--no-verifier" => parsed.verifier = false,
+                "--store" => parsed.store = Some(args.next()?.into()),
+                "--repeat" => parsed.repeat = args.next()?.parse().ok()?,
+                _ if !arg.starts_with("--") && dir.is_none() => dir = Some(arg.into()),
+                _ => return None,
+            }
+        }
+        parsed.dir = dir?;
+        Some(parsed)
     }
+
+    /// The ISA every module compiles for.
+    fn isa(&self) -> Result<OwnedTargetIsa, String> {
+        let verifier = if self.verifier { "true" } else { "false" };
+        jitfold::isa::flags(&[
+            ("opt_level", "speed"),
+            ("preserve_frame_pointers", "true"),
+            ("enable_verifier", verifier),
+        ])
+        .and_then(jitfold::isa::host_isa)
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// What names outside the corpus resolve to in a JIT; never called.
+extern "C" fn unresolved() {}
+
+/// Defines `funcs` in a new module with `options` (and `store`), flushes
+/// (a JIT also finalizes), prints the statistics and returns them.
+fn load(
+    args: &Args,
+    funcs: &[Function],
+    options: DedupOptions,
+    store: Option<Arc<dyn CodeStore>>,
+) -> Result<jitfold::Stats, String> {
+    let isa = args.isa()?;
+    if args.jit {
+        let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+        builder.symbol_lookup_fn(Box::new(|_| Some(unresolved as *const u8)));
+        let mut m = DedupModule::with_options(builder, options);
+        if let Some(store) = store {
+            m = m.with_store(store, None);
+        }
+        let stats = define_all(&mut m, funcs, options, |m| m.finalize_definitions());
+        // SAFETY: nothing of this module's code runs or is pointed to.
+        unsafe { m.into_inner().free_memory() };
+        stats
+    } else {
+        let builder = ObjectBuilder::new(isa, "corpus", default_libcall_names())
+            .map_err(|e| e.to_string())?;
+        let mut m = DedupModule::with_options(builder, options);
+        if let Some(store) = store {
+            m = m.with_store(store, None);
+        }
+        define_all(&mut m, funcs, options, |m| m.flush())
+    }
+}
+
+/// Declares and defines `funcs` in `m`, then `finish`es it, timed.
+fn define_all<M: Module>(
+    m: &mut DedupModule<M>,
+    funcs: &[Function],
+    options: DedupOptions,
+    finish: impl FnOnce(&mut DedupModule<M>) -> ModuleResult<()>,
+) -> Result<jitfold::Stats, String> {
+    let mut names = Names::default();
+    let renamed = (|| -> ModuleResult<Vec<(FuncId, Function)>> {
+        for (i, f) in funcs.iter().enumerate() {
+            let id = m.declare_function(&format!("f{i}"), Linkage::Local, &f.signature)?;
+            names.functions.insert(f.name.clone(), id);
+        }
+        funcs
+            .iter()
+            .map(|f| {
+                let id = names.functions[&f.name];
+                let mut func = names.rename(m, f.clone())?;
+                func.name = UserFuncName::user(0, id.as_u32());
+                Ok((id, func))
+            })
+            .collect()
+    })()
+    .map_err(|e| e.to_string())?;
     let start = Instant::now();
     let mut failed = 0;
-    for f in funcs {
-        let id = names.functions[&f.name];
-        let mut func = names.rename(&mut m, f.clone())?;
-        func.name = UserFuncName::user(0, id.as_u32());
-        let mut ctx = m.make_context();
+    let mut ctx = m.make_context();
+    for (id, func) in renamed {
+        ctx.clear();
         ctx.func = func;
         if m.define_function(id, &mut ctx).is_err() {
             failed += 1;
         }
     }
-    if m.flush().is_err() {
+    if finish(m).is_err() {
         failed += m.take_failed_definitions().len();
     }
     println!(
@@ -141,31 +248,62 @@ fn load(funcs: &[Function], options: DedupOptions) -> ModuleResult<jitfold::Stat
     Ok(m.stats().clone())
 }
 
+/// Each mode `args.repeat` times on a `DirectoryStore` in `store` (one
+/// folder per mode; the first run fills an empty one): one line a run.
+fn warm_starts(args: &Args, store: &Path, funcs: &[Function]) -> Result<(), String> {
+    for (label, mode) in [
+        ("eager", DedupOptions::eager()),
+        ("batch", DedupOptions::batch()),
+    ] {
+        let dir = store.join(label);
+        for run in 0..args.repeat {
+            let store = DirectoryStore::new(&dir).map_err(|e| e.to_string())?;
+            let start = Instant::now();
+            let stats = load(args, funcs, mode, Some(Arc::new(store)))?;
+            println!(
+                "{label} run {run}: {:.3} s with printing; {} loaded, {} compiled, {} written",
+                start.elapsed().as_secs_f64(),
+                stats.loaded,
+                stats.compiled,
+                stats.store_writes
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    let Some(dir) = std::env::args().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: load_corpus DIR");
+    let Some(args) = Args::parse() else {
+        eprintln!(
+            "usage: load_corpus DIR [--jit] [--no-verifier] [--store STORE_DIR [--repeat N]]"
+        );
         return ExitCode::from(2);
     };
-    let isa = match jitfold::isa::host_isa(jitfold::isa::jit_flags()) {
-        Ok(isa) => isa,
-        Err(e) => {
-            eprintln!("load_corpus: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let funcs = match jitfold::corpus::valid_functions(&[dir], Some(&*isa)) {
+    let funcs = match args.isa().and_then(|isa| {
+        jitfold::corpus::valid_functions(std::slice::from_ref(&args.dir), Some(&*isa))
+            .map_err(|e| e.to_string())
+    }) {
         Ok(funcs) => funcs,
         Err(e) => {
             eprintln!("load_corpus: {e}");
             return ExitCode::from(2);
         }
     };
+    if let Some(store) = &args.store {
+        return match warm_starts(&args, store, &funcs) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("load_corpus: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let similar = SimilarOptions::default();
     let mut summary = Vec::new();
     for mode in [DedupOptions::eager(), DedupOptions::batch()] {
         let mut code_bytes = [0; 2];
         for (i, options) in [mode, mode.with_similar(similar)].into_iter().enumerate() {
-            match load(&funcs, options) {
+            match load(&args, &funcs, options, None) {
                 Ok(stats) => {
                     code_bytes[i] = stats.code_bytes;
                     if i == 1 {

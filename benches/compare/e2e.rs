@@ -539,7 +539,23 @@ pub fn print(corpora: &[Corpus], isa: &OwnedTargetIsa, config: &Config) {
         &rows,
     );
 
-    warm(&workloads, isa, config);
+    warm(&workloads, config);
+}
+
+/// Table 4 alone (`JITFOLD_COMPARE=warm`), on the wasm corpora.
+pub fn print_warm(corpora: &[Corpus], config: &Config) {
+    let isa = crate::isa_with_verifier(true);
+    let workloads: Vec<(Workload, usize)> = corpora
+        .iter()
+        .filter(|c| c.wasm)
+        .map(|c| {
+            (
+                Workload::of_corpus(c, &*isa, config.corpus_limit),
+                config.corpus_rounds,
+            )
+        })
+        .collect();
+    warm(&workloads, config);
 }
 
 /// A fresh, empty directory.
@@ -553,94 +569,117 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Warm starts on the corpora: each persistent cache filled by one run,
-/// then read by fresh stores in alternating rounds against plain: Cranelift's
-/// cache on a directory, jitfold eager and batch on a directory, and jitfold
-/// batch on a Redis server on loopback (with the `redis` feature and
-/// `redis-server` installed).
-fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) {
+/// Warm starts on the corpora, with Cranelift's verifier on and off: each
+/// persistent cache filled by one run, then read by fresh stores in
+/// alternating rounds against plain: Cranelift's cache on a directory,
+/// jitfold eager and batch on a directory, and jitfold batch on a Redis
+/// server on loopback (with the `redis` feature and `redis-server`
+/// installed).
+fn warm(workloads: &[(Workload, usize)], config: &Config) {
     let fleet = fleet::Server::start();
     let mut rows = Vec::new();
-    for (w, _) in workloads
-        .iter()
-        .filter(|(w, _)| w.corpus && !w.funcs.is_empty())
-    {
-        let (cl_dir, jf_dir) = (scratch("cranelift"), scratch("jitfold"));
-        let jf_store = || -> Arc<dyn CodeStore> {
-            Arc::new(
-                DirectoryStore::new(&jf_dir)
-                    .unwrap()
-                    .with_limit(u64::MAX / 2),
-            )
-        };
-        // A fresh store each run, as a new process of the fleet.
-        let fleet_store = || fleet.as_ref().map(|server| server.store(&w.name));
-        let eager = Jitfold(DedupOptions::eager(), "");
-        let batch = Jitfold(DedupOptions::batch(), "");
-        let cl_cold = run(
-            CraneliftCache,
-            w,
-            isa,
-            Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
-        );
-        let jf_cold = run(eager, w, isa, Persistent::Jitfold(jf_store()));
-        if let Some(store) = fleet_store() {
-            run(batch, w, isa, Persistent::Jitfold(store));
-        }
-        let sides = if fleet.is_some() { 5 } else { 4 };
-        let mut hits = [0u64; 5];
-        let spread = alternate(sides, config.corpus_rounds, 0, |side| {
-            let r = match side {
-                0 => run(Plain, w, isa, Persistent::None),
-                1 => run(
-                    CraneliftCache,
-                    w,
-                    isa,
-                    Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
-                ),
-                2 => run(eager, w, isa, Persistent::Jitfold(jf_store())),
-                3 => run(batch, w, isa, Persistent::Jitfold(jf_store())),
-                _ => run(
-                    batch,
-                    w,
-                    isa,
-                    Persistent::Jitfold(fleet_store().expect("a fleet side only with a server")),
-                ),
+    for verifier in [true, false] {
+        let isa = &crate::isa_with_verifier(verifier);
+        for (w, _) in workloads
+            .iter()
+            .filter(|(w, _)| w.corpus && !w.funcs.is_empty())
+        {
+            eprintln!("warm: {}, verifier {verifier}", w.name);
+            let (cl_dir, jf_dir) = (scratch("cranelift"), scratch("jitfold"));
+            let jf_store = || -> Arc<dyn CodeStore> {
+                Arc::new(
+                    DirectoryStore::new(&jf_dir)
+                        .unwrap()
+                        .with_limit(u64::MAX / 2),
+                )
             };
-            hits[side] = r.stats.as_ref().map_or(r.merged, |s| s.loaded);
-            r.time
-        });
-        let per_fn = |dir: &PathBuf| crate::common::size_of_dir(dir) / w.funcs.len() as u64;
-        let jitfold = |side: usize| {
-            format!(
-                "{}; {}; {} loaded",
-                ms(spread.best[side]),
-                spread.ratio(side),
-                hits[side]
-            )
-        };
-        rows.push(vec![
-            w.name.clone(),
-            w.funcs.len().to_string(),
-            ms(spread.best[0]),
-            format!("{}; {}", ms(cl_cold.time), ms(jf_cold.time)),
-            format!(
-                "{}; {}; {} hits; {} B/function",
-                ms(spread.best[1]),
-                spread.ratio(1),
-                hits[1],
-                per_fn(&cl_dir)
-            ),
-            format!("{}; {} B/function", jitfold(2), per_fn(&jf_dir)),
-            jitfold(3),
-            if fleet.is_some() {
-                jitfold(4)
-            } else {
-                fleet::MISSING.to_string()
-            },
-        ]);
-        let _ = std::fs::remove_dir_all(&cl_dir);
-        let _ = std::fs::remove_dir_all(&jf_dir);
+            // A fresh store each run, as a new process of the fleet.
+            let fleet_store = || fleet.as_ref().map(|server| server.store(&w.name));
+            let eager = Jitfold(DedupOptions::eager(), "");
+            let batch = Jitfold(DedupOptions::batch(), "");
+            let cl_cold = run(
+                CraneliftCache,
+                w,
+                isa,
+                Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
+            );
+            // Cold in batch mode on a store of its own (the table's cold
+            // column), then eager mode fills the store the warm runs read.
+            let batch_dir = scratch("jitfold-batch");
+            let jf_batch_cold = run(
+                batch,
+                w,
+                isa,
+                Persistent::Jitfold(Arc::new(DirectoryStore::new(&batch_dir).unwrap())),
+            );
+            let _ = std::fs::remove_dir_all(&batch_dir);
+            let jf_cold = run(eager, w, isa, Persistent::Jitfold(jf_store()));
+            if let Some(store) = fleet_store() {
+                run(batch, w, isa, Persistent::Jitfold(store));
+            }
+            let sides = if fleet.is_some() { 5 } else { 4 };
+            let mut hits = [0u64; 5];
+            let spread = alternate(sides, config.corpus_rounds, 0, |side| {
+                let r = match side {
+                    0 => run(Plain, w, isa, Persistent::None),
+                    1 => run(
+                        CraneliftCache,
+                        w,
+                        isa,
+                        Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
+                    ),
+                    2 => run(eager, w, isa, Persistent::Jitfold(jf_store())),
+                    3 => run(batch, w, isa, Persistent::Jitfold(jf_store())),
+                    _ => run(
+                        batch,
+                        w,
+                        isa,
+                        Persistent::Jitfold(
+                            fleet_store().expect("a fleet side only with a server"),
+                        ),
+                    ),
+                };
+                hits[side] = r.stats.as_ref().map_or(r.merged, |s| s.loaded);
+                r.time
+            });
+            let per_fn = |dir: &PathBuf| crate::common::size_of_dir(dir) / w.funcs.len() as u64;
+            let jitfold = |side: usize| {
+                format!(
+                    "{}; {}; {} loaded",
+                    ms(spread.best[side]),
+                    spread.ratio(side),
+                    hits[side]
+                )
+            };
+            rows.push(vec![
+                w.name.clone(),
+                if verifier { "on" } else { "off" }.into(),
+                w.funcs.len().to_string(),
+                ms(spread.best[0]),
+                format!(
+                    "{}; {}; {}",
+                    ms(cl_cold.time),
+                    ms(jf_cold.time),
+                    ms(jf_batch_cold.time)
+                ),
+                format!(
+                    "{}; {}; {} hits; {} B/function",
+                    ms(spread.best[1]),
+                    spread.ratio(1),
+                    hits[1],
+                    per_fn(&cl_dir)
+                ),
+                format!("{}; {} B/function", jitfold(2), per_fn(&jf_dir)),
+                jitfold(3),
+                if fleet.is_some() {
+                    jitfold(4)
+                } else {
+                    fleet::MISSING.to_string()
+                },
+            ]);
+            let _ = std::fs::remove_dir_all(&cl_dir);
+            let _ = std::fs::remove_dir_all(&jf_dir);
+        }
     }
     println!(
         "### 4. Warm start from a persistent cache\n\n\
@@ -648,16 +687,19 @@ fn warm(workloads: &[(Workload, usize)], isa: &OwnedTargetIsa, config: &Config) 
          on the filled one each run, as a new process: Cranelift's `compile_with_cache` on a \
          directory-backed `CacheKvStore` (one file per key); jitfold (`DedupModule::with_store`) \
          eager and batch with a `DirectoryStore`, and batch with a `RedisStore` on a \
-         `redis-server` on loopback (a batch flush asks for all its entries at once). Cells: \
+         `redis-server` on loopback (a batch flush asks for all its entries at once). \
+         Cranelift's verifier on and off (wasmtime ships with it off). Cold: Cranelift's \
+         cache, jitfold eager and jitfold batch, each filling an empty directory. Cells: \
          best ms; time relative to plain, best (median of rounds), {} rounds.\n",
         config.corpus_rounds
     );
     table(
         &[
             "corpus",
+            "verifier",
             "functions",
             "plain ms",
-            "cold ms: Cranelift; jitfold",
+            "cold ms: Cranelift; jitfold eager; jitfold batch",
             "Cranelift warm (directory)",
             "jitfold eager warm (directory)",
             "jitfold batch warm (directory)",

@@ -28,18 +28,6 @@ fn rounds() -> usize {
         .unwrap_or(3)
 }
 
-/// The host ISA with `jitfold::isa::jit_flags()`'s settings and the
-/// verifier on or off.
-fn isa(verifier: bool) -> OwnedTargetIsa {
-    let flags = jitfold::isa::flags(&[
-        ("opt_level", "speed"),
-        ("preserve_frame_pointers", "true"),
-        ("enable_verifier", if verifier { "true" } else { "false" }),
-    ])
-    .expect("settings exist");
-    jitfold::isa::host_isa(flags).expect("host ISA")
-}
-
 /// What gives each runtime its store.
 type StoreOf<'a> = dyn Fn() -> Arc<dyn CodeStore> + Sync + 'a;
 
@@ -99,7 +87,7 @@ pub fn print(corpora: &[Corpus], config: &Config) {
     let mut rows = Vec::new();
     let mut round = 0;
     for verifier in [true, false] {
-        let isa = isa(verifier);
+        let isa = crate::isa_with_verifier(verifier);
         for corpus in corpora.iter().filter(|c| c.wasm) {
             let w = Workload::of_corpus(corpus, &*isa, config.corpus_limit);
             for &n in &counts {

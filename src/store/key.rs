@@ -15,7 +15,7 @@
 //!   context and the template's key words: it is the same in every process
 //!   and on every machine (XXH3 with a fixed seed, no per-process state).
 //!   Distinct templates may collide (see [`StoreKey`]); entries are checked
-//!   against the whole template, so a collision is a miss.
+//!   against the template's digest, so a collision is a miss.
 
 use super::entry::FORMAT_VERSION;
 use crate::fingerprint::{CRANELIFT_VERSION, KEY_FORMAT_VERSION, Template};
@@ -99,7 +99,8 @@ fn push_settings(text: &mut String, group: &str, values: Vec<Value>) {
 /// XXH3 is fast (the key is computed at every lookup) and not
 /// collision-resistant against someone who chooses the functions: two
 /// templates may share a key. That is safe because an entry holds its
-/// whole template key and [`Entry::decode`](super::Entry::decode)
+/// template's BLAKE3 digest ([`template_digest`](super::entry::template_digest),
+/// collision-resistant) and [`Entry::decode`](super::Entry::decode)
 /// compares it, so a collision is a miss (and the two templates take turns
 /// in the store), never the other template's code.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -232,5 +233,5 @@ mod tests {
     /// The first 16 hex digits of the key of an empty template in an empty
     /// context, for this entry format version; a change means every stored
     /// key changes (and [`FORMAT_VERSION`] should too).
-    const PINNED_EMPTY_KEY_PREFIX: &str = "24fe2ebd3e53b205";
+    const PINNED_EMPTY_KEY_PREFIX: &str = "91fc76ca3c8d7b77";
 }

@@ -194,7 +194,10 @@ fn real_code_round_trips_and_serves_every_function_with_its_template() {
         assert_eq!(decoded, s.entry);
         assert_eq!(decoded.code(&s.f.names).as_ref(), Some(&s.f.code));
         assert_eq!(decoded.compile_time(), Duration::from_micros(1234));
-        assert_eq!(decoded.template_key(), s.f.template.key());
+        assert_eq!(
+            decoded.template_digest(),
+            &jitfold::store::entry::template_digest(s.f.template.key())
+        );
     }
     // A MAC'd entry is usable without the secret (which cannot check it).
     assert_eq!(
@@ -703,7 +706,8 @@ fn a_link_out_of_the_store_is_not_followed() {
 
 /// `get_many` reads at most `GET_MANY_BYTES` in all: planted entries
 /// (sparse files, each no longer than an entry may be) adding up to more
-/// make it fail before reading any, while each is still read on its own.
+/// make it fail before it reads the one that would pass the bound, while
+/// each is still read on its own.
 #[test]
 fn get_many_holds_a_bounded_number_of_bytes() {
     use jitfold::store::directory::{GET_MANY_BYTES, MAX_ENTRY_BYTES};
@@ -899,19 +903,33 @@ fn a_killed_writer_leaves_no_torn_entry() {
 }
 
 /// Over its limit, the store deletes the least recently used entries (a
-/// `get` counts as a use) until it is at most the low-water mark.
+/// `get` counts as a use, to within `TOUCH_AFTER`) until it is at most the
+/// low-water mark.
 #[test]
 fn eviction_keeps_the_bound_in_lru_order() {
+    use jitfold::store::directory::TOUCH_AFTER;
     let dir = TempDir::new("evict");
     let store = DirectoryStore::new(dir.path()).unwrap().with_limit(10_000);
     assert_eq!(store.low_water_bytes(), 8_000);
+    // Stored an hour ago, a second apart, in this order.
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
     for id in 0..10 {
         store.put(&key(id), &[id as u8; 1000]).unwrap();
+        set_time(
+            &store.path_of(&key(id)),
+            hour_ago + Duration::from_secs(id.into()),
+        );
     }
     assert_eq!(store.usage().unwrap().bytes, 10_000);
     // Used again: 0 and 2 are now the most recent.
     store.get(&key(0)).unwrap().unwrap();
     store.get(&key(2)).unwrap().unwrap();
+    // Used within `TOUCH_AFTER` of being stored: its time stays.
+    let recent = SystemTime::now() - TOUCH_AFTER / 2;
+    set_time(&store.path_of(&key(9)), recent);
+    store.get(&key(9)).unwrap().unwrap();
+    assert_eq!(modified(&store.path_of(&key(9))), recent);
+    assert!(modified(&store.path_of(&key(0))) > recent);
     store.put(&key(10), &[10; 1000]).unwrap();
     // 11 000 > 10 000: down to 8 000, the oldest first (1, 3, 4).
     let usage = store.usage().unwrap();
@@ -924,6 +942,21 @@ fn eviction_keeps_the_bound_in_lru_order() {
     std::fs::write(dir.path().join("README"), [0; 5000]).unwrap();
     assert_eq!(store.trim().unwrap().bytes, 8_000);
     assert!(dir.path().join("README").exists());
+}
+
+/// Sets the modification time of the file at `path`.
+fn set_time(path: &Path, time: SystemTime) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(time)
+        .unwrap();
+}
+
+/// The modification time of the file at `path`.
+fn modified(path: &Path) -> SystemTime {
+    std::fs::metadata(path).unwrap().modified().unwrap()
 }
 
 /// Many writers of many keys: the directory stays within its bound (up to
