@@ -158,6 +158,8 @@ impl<M: Module> DedupModule<M> {
                 self.check_flushed(&flush, &failures, &before);
             }
         }
+        // Every entry is written when a flush ends.
+        self.wait_for_writes();
         self.report_failures(failures)
     }
 

@@ -73,13 +73,22 @@
 //!    first compile would have returned) is the error of the next flush,
 //!    listed by [`DedupModule::failed_definitions`]; nothing can call it
 //!    before, since nothing is finalized before that flush.
-//! 9. A batch flush writes what it compiles [`WRITE_BATCH`] entries (or
-//!    [`WRITE_BATCH_BYTES`]) at a time, with one [`CodeStore::put_many`]
-//!    (one round trip to Redis instead of one per entry), and what is
-//!    left before it waits for another module (7) and when it ends; the
-//!    reservations of the entries end with their write. Eager mode writes
-//!    each entry at once. A write that fails is counted in `store_errors`
-//!    and loses only those entries (their keys are released).
+//! 9. Entries are written off the compiling thread, by the module's
+//!    [`Writer`] (a thread of its own, a bounded queue): a cold start
+//!    compiles on while the store creates files or answers. A batch flush
+//!    sends what it compiles [`WRITE_BATCH`] entries (or
+//!    [`WRITE_BATCH_BYTES`]) at a time, and what is left before it waits
+//!    for another module (7); eager mode sends each entry at once; the
+//!    writer joins what waits into one [`CodeStore::put_many`] (one round
+//!    trip to Redis instead of one per entry). Every entry is written when
+//!    a flush ends (`finalize_definitions`, [`DedupModule::flush`]),
+//!    which waits for the writer, and when the module is dropped;
+//!    `store_writes` and `store_errors` count the writes as of the last
+//!    flush's end. The reservations of the entries end with their write,
+//!    so a module waiting for one gets it once it is written, and never
+//!    waits on a module that waits for it: the writer depends on no
+//!    module. A write that fails is counted in `store_errors` and loses
+//!    only those entries (their keys are released).
 
 use super::flush::Record;
 use super::ids::State;
@@ -91,8 +100,9 @@ use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
 use crate::store::load::{
     Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, Unwritten, claim, claim_many,
-    load, write,
+    load,
 };
+use crate::store::writer::Writer;
 use crate::store::{CodeContext, CodeStore, Entry, GET_MANY_CHUNK, Secret, StoreKey};
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
@@ -139,6 +149,8 @@ pub(super) struct Stored {
     /// The keys the current batch flush found another module compiling
     /// when it claimed them ahead (see 7 above).
     busy: HashSet<StoreKey>,
+    /// Writes entries on a thread of its own (see 9 above).
+    writer: Writer,
 }
 
 /// How many functions ahead of its turn a flush claims templates, in one
@@ -165,6 +177,7 @@ impl<M: Module> DedupModule<M> {
     /// [`DedupModule::wrap`] is assumed to write them.
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
+            writer: Writer::new(store.clone()),
             store,
             context: CodeContext::of(self.inner.isa()),
             secret,
@@ -335,7 +348,7 @@ impl<M: Module> DedupModule<M> {
     /// otherwise since), so nobody is to wait for them (see 7 above).
     pub(super) fn release_claims(&mut self) {
         // What others may wait for is written first.
-        self.write_stored();
+        self.wait_for_writes();
         if let Some(stored) = &mut self.stored {
             stored.claimed = HashMap::new();
         }
@@ -442,13 +455,13 @@ impl<M: Module> DedupModule<M> {
         // A module holding no claims may wait for another below (in a
         // store that reserves keys): what it compiled and has not written,
         // which the other may be waiting for, is written first (see 7 and
-        // 9 above).
+        // 9 above; at once where nothing is being written).
         if self
             .stored
             .as_ref()
-            .is_some_and(|s| !s.unwritten.is_empty() && s.claimed.is_empty() && s.store.reserves())
+            .is_some_and(|s| s.claimed.is_empty() && s.store.reserves())
         {
-            self.write_stored();
+            self.wait_for_writes();
         }
         let Some(stored) = &mut self.stored else {
             return Ok(None);
@@ -665,8 +678,8 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Writes the entries waiting to be written, with one
-    /// [`CodeStore::put_many`] (see 9 above).
+    /// Sends the entries waiting to be written to the writer thread (see
+    /// 9 above).
     pub(super) fn write_stored(&mut self) {
         let Some(stored) = &mut self.stored else {
             return;
@@ -674,15 +687,18 @@ impl<M: Module> DedupModule<M> {
         if stored.unwritten.is_empty() {
             return;
         }
-        let entries = std::mem::take(&mut stored.unwritten);
         stored.unwritten_bytes = 0;
-        let count = entries.len();
-        match write(&stored.store, entries) {
-            Ok(written) => self.stats.store_writes += written as u64,
-            Err(e) => {
-                log::warn!("code store: {e}; {count} entries not all stored");
-                self.stats.store_errors += 1;
-            }
+        stored.writer.send(std::mem::take(&mut stored.unwritten));
+    }
+
+    /// Waits until every entry sent to the writer is written, and counts
+    /// the writes (see 9 above): at the end of every flush.
+    pub(super) fn wait_for_writes(&mut self) {
+        self.write_stored();
+        if let Some(stored) = &mut self.stored {
+            let written = stored.writer.wait();
+            self.stats.store_writes += written.entries;
+            self.stats.store_errors += written.errors;
         }
     }
 

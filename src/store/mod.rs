@@ -82,6 +82,7 @@ pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod shared;
+pub mod writer;
 
 pub use directory::DirectoryStore;
 pub use entry::{Entry, EntryRejected, EntryReloc, EntryTarget, EntryUnwind, Secret};

@@ -327,17 +327,27 @@ fn a_store_that_fails_is_a_miss_not_an_error() {
     let (stats, out) = run(Arc::new(Down), None, DedupOptions::default(), false);
     assert_eq!(out, expected);
     assert_eq!(stats.compiled, LEAVES as u64 + 1);
-    // Each compiled function: a failed lookup and a failed write.
-    assert_eq!(stats.store_errors, 2 * stats.compiled, "{stats}");
+    // Each compiled function: a failed lookup, and its entry a failed
+    // write (the writer thread joins the entries waiting together into
+    // one write, which fails once).
+    let write_errors = |stats: &jitfold::Stats, lookups: u64| stats.store_errors - lookups;
+    assert!(
+        (1..=stats.compiled).contains(&write_errors(&stats, stats.compiled)),
+        "{stats}"
+    );
     assert_eq!(stats.loaded + stats.store_writes, 0);
     // In batch mode, the flush's batched lookup fails first; each function
-    // then asks on its own; the entries are written 32 at a time (9 in
+    // then asks on its own; the entries are sent 32 at a time (9 in
     // `src/module/stored.rs`), each write failing once.
     let (stats, out) = run(Arc::new(Down), None, DedupOptions::batch(), false);
     assert_eq!(out, expected);
     assert_eq!(stats.compiled, LEAVES as u64 + 1);
     let writes = stats.compiled.div_ceil(32);
-    assert_eq!(stats.store_errors, 1 + stats.compiled + writes, "{stats}");
+    assert!(
+        (1..=writes).contains(&write_errors(&stats, 1 + stats.compiled)),
+        "{stats}"
+    );
+    assert_eq!(stats.loaded + stats.store_writes, 0);
 }
 
 #[test]

@@ -1300,7 +1300,8 @@ impl jitfold::store::CodeStore for ReservingStore {
 /// Eager mode with a code store that reserves what it misses (as a store
 /// shared by threads does): a member defined as a thunk gives up the
 /// reservation of its own template, also when its thunk is a duplicate of
-/// an earlier one, so that no other thread waits for it.
+/// an earlier one, so that no other thread waits for it (what is compiled
+/// ends its reservation with its write, by the end of a flush).
 #[test]
 fn eager_thunks_leave_no_reservation_open() {
     let store = std::sync::Arc::new(ReservingStore::default());
@@ -1317,6 +1318,9 @@ fn eager_thunks_leave_no_reservation_open() {
         ctx.func = func;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
         m.define_function(id, &mut ctx).unwrap();
+        // Compiled entries are written (ending their reservations) on the
+        // store's writer thread by the end of a flush.
+        m.flush().unwrap();
         assert!(
             store.open.lock().unwrap().is_empty(),
             "f{i} left a reservation open: {}",
