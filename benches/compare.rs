@@ -228,6 +228,10 @@ fn print_machine(config: &Config) {
         .unwrap_or_else(|| "unknown".into());
     let command = if config.full {
         "JITFOLD_COMPARE=full cargo bench --features tools,redis --bench compare"
+    } else if config.warm_only {
+        "JITFOLD_COMPARE=warm cargo bench --features tools,redis --bench compare"
+    } else if config.runtimes_only {
+        "JITFOLD_COMPARE=runtimes cargo bench --features tools,redis --bench compare"
     } else {
         "cargo bench --features tools,redis --bench compare"
     };

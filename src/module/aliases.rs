@@ -29,11 +29,13 @@
 //! pass, with Cranelift's own panic, and never otherwise. It works in two
 //! steps:
 //!
-//! 1. A filter that makes the pass's table lookups on the function as it
-//!    is, through Cranelift's own functions (reachability by Cranelift's
-//!    dominator tree), in time linear in the size of the function (each
-//!    alias chain is followed once, where Cranelift's `resolve_aliases`
-//!    follows it again from each of its aliases). The passes before
+//! 1. A filter that makes every table lookup the pass makes, and more
+//!    (every entry of every jump table and exception table, where the
+//!    pass looks only at those a reachable block ends with), on the
+//!    function as it is, through Cranelift's own functions, in time linear
+//!    in the size of the function (each alias chain is followed once,
+//!    where Cranelift's `resolve_aliases` follows it again from each of
+//!    its aliases). The passes before
 //!    (`remove_constant_phis` turns block parameters into aliases, whose
 //!    labels the pass then drops) only take lookups away, so a function
 //!    the filter passes compiles through the pass.
@@ -42,10 +44,8 @@
 //!    their outcome is the check's.
 
 use super::define::panic_as_error;
-use cranelift_codegen::dominator_tree::DominatorTree;
-use cranelift_codegen::entity::{EntityRef, EntitySet};
-use cranelift_codegen::flowgraph::ControlFlowGraph;
-use cranelift_codegen::ir::{self, BlockCall, Function, InstructionData};
+use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{CodegenResult, Context};
 use cranelift_module::{ModuleError, ModuleResult};
@@ -123,84 +123,25 @@ fn chains_end(dfg: &ir::DataFlowGraph) {
     }
 }
 
-/// Panics if an instruction names a value that is not in the table, as
-/// the pass sees the instructions: after the tables no reachable block
-/// ends with are cleared.
+/// Panics if an instruction names a value that is not in the table:
+/// through its arguments, every entry of its jump table or exception
+/// table and the exception table's contexts. That is every lookup the pass
+/// makes and more (it looks only at the default entry of a jump table no
+/// reachable block ends with, and at no entry or context of such an
+/// exception table), so the filter needs no control-flow graph; a function
+/// it fails for a value the pass would not look up is decided by the
+/// passes themselves (step 2 of the module docs).
 fn named_values_exist(func: &Function) {
     let dfg = &func.dfg;
-    let exists = |value: ir::Value| {
-        // A value out of the table: indexed as the pass does, which panics.
-        if !dfg.value_is_valid(value) {
-            dfg.value_is_alias(value);
-        }
-    };
-    let block_call_values = |call: &BlockCall| {
-        for arg in call.args(&dfg.value_lists) {
-            if let Some(value) = arg.as_value() {
-                exists(value);
-            }
-        }
-    };
-    let (used_jump_tables, used_exception_tables) = used_tables(func);
     for inst in (0..dfg.num_insts()).map(ir::Inst::new) {
-        match dfg.insts[inst] {
-            InstructionData::BranchTable { table, .. } if !used_jump_tables.contains(table) => {
-                dfg.inst_args(inst).iter().copied().for_each(exists);
-                let table = dfg.jump_tables.get(table).unwrap();
-                // Cleared to its default entry.
-                table.all_branches()[..1].iter().for_each(block_call_values);
-            }
-            InstructionData::TryCall { exception, .. }
-            | InstructionData::TryCallIndirect { exception, .. }
-                if !used_exception_tables.contains(exception) =>
-            {
-                dfg.inst_args(inst).iter().copied().for_each(exists);
-                // Cleared: no entries, no contexts.
-                dfg.exception_tables.get(exception).unwrap();
-            }
-            ref data if data.exception_table().is_some() => {
-                dfg.inst_values(inst).for_each(exists);
-            }
-            // `DataFlowGraph::inst_values` without exception contexts,
-            // unrolled: arguments, then branch arguments.
-            ref data => {
-                dfg.inst_args(inst).iter().copied().for_each(exists);
-                data.branch_destination(&dfg.jump_tables, &dfg.exception_tables)
-                    .iter()
-                    .for_each(block_call_values);
+        for value in dfg.inst_values(inst) {
+            // A value out of the table: indexed as the pass does, which
+            // panics.
+            if !dfg.value_is_valid(value) {
+                dfg.value_is_alias(value);
             }
         }
     }
-}
-
-/// The jump tables and exception tables a reachable block ends with, as
-/// `eliminate_unreachable_code` finds them (nothing to find without
-/// tables, so no control-flow graph is built then).
-fn used_tables(func: &Function) -> (EntitySet<ir::JumpTable>, EntitySet<ir::ExceptionTable>) {
-    let dfg = &func.dfg;
-    let mut jump_tables = EntitySet::new();
-    let mut exception_tables = EntitySet::new();
-    if dfg.jump_tables.is_empty() && dfg.exception_tables.is_empty() {
-        return (jump_tables, exception_tables);
-    }
-    let cfg = ControlFlowGraph::with_function(func);
-    let domtree = DominatorTree::with_function(func, &cfg);
-    for block in func.layout.blocks() {
-        if !domtree.is_reachable(block) {
-            continue;
-        }
-        match dfg.insts[func.layout.last_inst(block).unwrap()] {
-            InstructionData::BranchTable { table, .. } => {
-                jump_tables.insert(table);
-            }
-            InstructionData::TryCall { exception, .. }
-            | InstructionData::TryCallIndirect { exception, .. } => {
-                exception_tables.insert(exception);
-            }
-            _ => {}
-        }
-    }
-    (jump_tables, exception_tables)
 }
 
 /// Panics if a value-label key is not in the table, or the alias target of
