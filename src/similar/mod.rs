@@ -23,7 +23,11 @@
 //!    positions, of the same opcodes and types, with the same uses, and
 //!    but for the names in those slots, which every member uses in the
 //!    same one of the ways listed below (the template, which the shape
-//!    keeps, says how each slot is used). The exact key and the
+//!    keeps, says how each slot is used). A constant no instruction of
+//!    the layout uses (directly or through an alias), which Cranelift
+//!    emits no code for, has its immediate masked too, without being a
+//!    site: members may differ in it, and the merged body keeps the first
+//!    member's value, which nothing reads. The exact key and the
 //!    template key are not changed (nor
 //!    [`KEY_FORMAT_VERSION`](crate::fingerprint::KEY_FORMAT_VERSION)):
 //!    the walk only records where each constant's immediate is
@@ -187,11 +191,9 @@
 //!
 //! - 10 (sqlite) are exact duplicates, which exact merging shares already;
 //! - 3 (sqlite) differ in constants that have no use in wasmtime's CLIF
-//!   (the mid-end rematerialized them): a constant without a use is not a
-//!   parameter site (above), so it stays in the shape. Masking such
-//!   constants without making them parameters would be sound (nothing
-//!   reads them) and would merge these 3 (checked by deleting them: one
-//!   group, 2 parameters, 86 bytes saved); not done yet;
+//!   (the mid-end rematerialized them): such constants are now masked
+//!   without being parameters (1 above), which merges these 3 (one group,
+//!   2 parameters);
 //! - 6 (sqlite 2, resvg 4) differ in a constant that Cranelift's GVN
 //!   shares with an equal constant elsewhere in one member only, so the
 //!   members' shapes differ in their uses. Giving each use of a constant a
@@ -289,6 +291,48 @@ mod tests {
         assert_eq!(a.values[0].value, SiteValue::Bits(7));
         assert_eq!(b.values[0].value, SiteValue::Bits(-3));
         assert_eq!(a.values[0].ty, ir::types::I64);
+    }
+
+    /// A constant without a use is masked but is no site: functions that
+    /// differ in it (and in a parameterizable constant) share a shape,
+    /// with one parameter.
+    #[test]
+    fn constants_without_a_use_are_masked_and_not_listed() {
+        let text = |dead: i64, c: i64| {
+            format!(
+                "function %f(i64) -> i64 system_v {{
+                 block0(v0: i64):
+                     v9 = iconst.i64 {dead}
+                     v1 = iconst.i64 {c}
+                     v2 = iadd v0, v1
+                     return v2
+                 }}"
+            )
+        };
+        let (_, a, fa) = shape(&text(5, 7));
+        let (_, b, fb) = shape(&text(3, -3));
+        assert_ne!(fa, fb);
+        assert_eq!(a.shape, b.shape);
+        assert_eq!(a.values.len(), 1);
+        assert_eq!(a.values[0].value, SiteValue::Bits(7));
+        // Used once, it is a site again, and a shift amount keeps it.
+        let used = |dead: i64, op: &str| {
+            format!(
+                "function %f(i64) -> i64 system_v {{
+                 block0(v0: i64):
+                     v9 = iconst.i64 {dead}
+                     v1 = iconst.i64 7
+                     v2 = iadd v0, v1
+                     v3 = {op} v2, v9
+                     return v3
+                 }}"
+            )
+        };
+        let (_, c, _) = shape(&used(5, "iadd"));
+        assert_eq!(c.values.len(), 2);
+        let (_, d, _) = shape(&used(5, "ishl"));
+        let (_, e, _) = shape(&used(3, "ishl"));
+        assert_ne!(d.shape, e.shape);
     }
 
     #[test]

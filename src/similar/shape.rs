@@ -201,7 +201,18 @@ impl Shaper {
             let Some((kind, width)) = constant_kind(dfg.insts[site.inst].opcode()) else {
                 continue;
             };
-            if used != SiteUse::Ordinary || w + width > template_len {
+            if w + width > template_len {
+                continue;
+            }
+            if used == SiteUse::Unused {
+                // No instruction uses it: its value decides nothing
+                // Cranelift emits (see 1 in the module docs). Masked, and
+                // no parameter; a body keeps its first member's value.
+                self.words[w..w + width].fill(0);
+                masked.push(site.word);
+                continue;
+            }
+            if used != SiteUse::Ordinary {
                 continue;
             }
             let Some(&result) = dfg.inst_results(site.inst).first() else {

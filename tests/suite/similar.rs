@@ -861,6 +861,37 @@ fn dead_code_does_not_make_a_group_look_worth_merging() {
     }
 }
 
+/// Members that also differ in a constant nothing uses (as wasmtime's
+/// CLIF has, where the mid-end rematerialized one) merge, in batch and
+/// eager mode, with the results of plain Cranelift; that constant is no
+/// parameter.
+#[test]
+fn a_constant_nothing_uses_does_not_keep_members_apart() {
+    let text = |dead: i64, c: i64| {
+        let text = padded(&tiny(c), 24);
+        let at = text.find("    v2 = iconst").expect("the constant");
+        format!(
+            "{}    v900 = iconst.i64 {dead}\n{}",
+            &text[..at],
+            &text[at..]
+        )
+    };
+    let texts: Vec<String> = [(11, 1), (-4, 2), (1 << 40, 3)]
+        .into_iter()
+        .map(|(dead, c)| text(dead, c))
+        .collect();
+    assert!(texts[0].contains("v900 = iconst.i64 11"), "{}", texts[0]);
+    // Eager mode has compiled the first member by the time the second
+    // makes a group: the later ones become thunks.
+    for (options, merged) in [(similar_batch(), 3), (similar_eager(), 2)] {
+        let s = merged_module_agrees(&texts, &all(3), options);
+        assert_eq!(s.similar_merged, merged, "{options}: {s:?}");
+    }
+    let (a, b) = (shape_of(&parse(&texts[0])), shape_of(&parse(&texts[1])));
+    assert_eq!(a.shape, b.shape);
+    assert_eq!(a.values.len(), 1, "only the used constant is a parameter");
+}
+
 #[test]
 fn batch_mode_does_not_merge_functions_differing_in_a_shift_or_an_offset() {
     // `c` is a parameter site; the shift amount and the offset are not.
