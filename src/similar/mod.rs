@@ -186,8 +186,9 @@
 //! corpora by function index (wasmtime's `wasm[0]::function[N]` is the
 //! absolute index; Binaryen's `$K` is `N` less the imports). Binaryen
 //! turns 30, 188 and 16 functions of sqlite, resvg and harfbuzz into
-//! thunks, this 39, 211 and 90; 9, 170 and 16 of them are the same
-//! functions. Of the 39 Binaryen merges that this does not:
+//! thunks, this 39, 211 and 90 (42 on sqlite once constants without a
+//! use were masked); 9, 170 and 16 of them were the same functions. Of
+//! the 39 Binaryen merges that this did not:
 //!
 //! - 10 (sqlite) are exact duplicates, which exact merging shares already;
 //! - 3 (sqlite) differ in constants that have no use in wasmtime's CLIF
