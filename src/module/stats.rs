@@ -42,9 +42,12 @@ pub struct Stats {
     /// own); the function was compiled and its entry written again.
     pub store_rejected: u64,
     /// Lookups and writes the code store failed (down, slow, full): each
-    /// was a miss or a write skipped, never an error.
+    /// was a miss or a write skipped, never an error. Writes are counted
+    /// when a flush ends (they are made on the store's writer thread).
     pub store_errors: u64,
-    /// Entries written to the code store.
+    /// Entries written to the code store, counted when a flush ends
+    /// (`finalize_definitions`, `flush`): entries are written on a thread
+    /// of their own, and every one is written by then.
     pub store_writes: u64,
     /// Eager definitions left to the next flush, since another module
     /// sharing the store was compiling their template (see

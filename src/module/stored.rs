@@ -172,9 +172,13 @@ impl<M: Module> DedupModule<M> {
     ///
     /// Entries made without unwind information (the `store-unwind` feature
     /// off) are used only in modules that write no frame descriptions for
-    /// code defined from bytes: `DedupModule::<JITModule>::new` and
-    /// `with_options` make such modules; a module made with
-    /// [`DedupModule::wrap`] is assumed to write them.
+    /// code defined from bytes: a wrapped `JITModule`, however it was
+    /// made. An `ObjectModule` writes them, and a module jitfold does not
+    /// know is assumed to (see [`DedupModule::wrap`]).
+    ///
+    /// Entries are written on a thread this call starts (see 9 in the
+    /// module docs): each flush waits until every entry is written, and so
+    /// does dropping the module.
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),
