@@ -154,11 +154,13 @@ impl<M: Module> DedupModule<M> {
                 .filter(|r| self.ids.state(r.id) == State::Undefined)
                 .count();
             self.stats.defined -= undefined as u64;
+            // Every entry is written when a flush ends.
+            self.wait_for_writes();
             if cfg!(debug_assertions) {
                 self.check_flushed(&flush, &failures, &before);
             }
         }
-        // Every entry is written when a flush ends.
+        // (Eager mode's entries too.)
         self.wait_for_writes();
         self.report_failures(failures)
     }

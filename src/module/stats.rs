@@ -43,11 +43,13 @@ pub struct Stats {
     pub store_rejected: u64,
     /// Lookups and writes the code store failed (down, slow, full): each
     /// was a miss or a write skipped, never an error. Writes are counted
-    /// when a flush ends (they are made on the store's writer thread).
+    /// when the module waits for them (made on the store's writer thread):
+    /// by the end of every flush.
     pub store_errors: u64,
-    /// Entries written to the code store, counted when a flush ends
-    /// (`finalize_definitions`, `flush`): entries are written on a thread
-    /// of their own, and every one is written by then.
+    /// Entries written to the code store, counted when the module waits
+    /// for them: entries are written on a thread of their own, and every
+    /// one is written and counted by the end of each flush
+    /// (`finalize_definitions`, `flush`).
     pub store_writes: u64,
     /// Eager definitions left to the next flush, since another module
     /// sharing the store was compiling their template (see

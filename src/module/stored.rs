@@ -82,9 +82,11 @@
 //!    writer joins what waits into one [`CodeStore::put_many`] (one round
 //!    trip to Redis instead of one per entry). Every entry is written when
 //!    a flush ends (`finalize_definitions`, [`DedupModule::flush`]),
-//!    which waits for the writer, and when the module is dropped;
-//!    `store_writes` and `store_errors` count the writes as of the last
-//!    flush's end. The reservations of the entries end with their write,
+//!    which waits for the writer, and when the module is dropped; in a
+//!    store that reserves keys, also before the module gives up its
+//!    claims or may wait for another module (others may be waiting for
+//!    those entries). `store_writes` and `store_errors` count the writes
+//!    the module has waited for. The reservations of the entries end with their write,
 //!    so a module waiting for one gets it once it is written, and never
 //!    waits on a module that waits for it: the writer depends on no
 //!    module. A write that fails is counted in `store_errors` and loses
@@ -351,8 +353,14 @@ impl<M: Module> DedupModule<M> {
     /// functions they were claimed for are defined (or were planned
     /// otherwise since), so nobody is to wait for them (see 7 above).
     pub(super) fn release_claims(&mut self) {
-        // What others may wait for is written first.
-        self.wait_for_writes();
+        // What others may wait for is written first: in a store that
+        // reserves keys, before the claims are given up (elsewhere nobody
+        // waits, and the writer goes on while this module compiles).
+        if self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+            self.wait_for_writes();
+        } else {
+            self.write_stored();
+        }
         if let Some(stored) = &mut self.stored {
             stored.claimed = HashMap::new();
         }

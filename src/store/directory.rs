@@ -414,7 +414,7 @@ impl DirectoryStore {
         if opened.len() > budget {
             return Err(StoreError::TooLarge {
                 len: opened.len(),
-                limit: GET_MANY_BYTES,
+                limit: budget,
             });
         }
         // Its length, read in one call (a file grown since is read no

@@ -6,11 +6,14 @@
 //! # What this module guarantees
 //!
 //! 1. **Nothing sent is lost unwritten.** Every batch sent is written, in
-//!    the order sent (batches waiting together are joined into one
-//!    [`CodeStore::put_many`] of at most [`JOIN_ENTRIES`] entries), before
-//!    [`Writer::wait`] returns and before dropping the writer returns. A
-//!    write that fails or panics loses only its own entries, whose
-//!    reservations are then released (see [`write()`]).
+//!    the order sent (batches waiting together are joined, whole, into
+//!    one [`CodeStore::put_many`], until it holds [`JOIN_ENTRIES`] entries
+//!    or more), before [`Writer::wait`] returns and before dropping the
+//!    writer returns. A write that fails or panics loses the entries of
+//!    that write (every batch joined into it), whose reservations are then
+//!    released (see [`write()`]). Should the thread end all the same, a
+//!    wait returns, counting what it did not write as failed writes, and
+//!    later batches are written on the sender's thread.
 //! 2. **Bounded.** At most [`QUEUE_BATCHES`] batches wait to be written;
 //!    a sender finding the queue full waits for room, so a store slower
 //!    than the compiler slows the compiler down rather than filling memory.
@@ -29,8 +32,8 @@ use std::thread::JoinHandle;
 /// The most batches waiting to be written (see 2 above).
 pub const QUEUE_BATCHES: usize = 64;
 
-/// Batches waiting together are written as one of at most this many
-/// entries (see 1 above).
+/// Batches waiting together are joined into one write until it holds this
+/// many entries or more (see 1 above).
 pub const JOIN_ENTRIES: usize = 256;
 
 /// What was written since the last [`Writer::wait`].
@@ -47,6 +50,8 @@ pub struct Written {
 struct Progress {
     finished: u64,
     written: Written,
+    /// The thread has ended.
+    ended: bool,
 }
 
 /// What the writer thread and its owner share.
@@ -97,14 +102,21 @@ impl Writer {
         if entries.is_empty() {
             return;
         }
+        if self.queue.is_some() && self.lock().ended {
+            // Nothing would take it (see 1 above).
+            self.queue = None;
+        }
         let entries = match &self.queue {
             Some(queue) => match queue.send(entries) {
                 Ok(()) => {
                     self.sent += 1;
                     return;
                 }
-                // The thread is gone (it never panics: see `run`).
-                Err(unsent) => unsent.0,
+                // The thread has ended (see 1 above).
+                Err(unsent) => {
+                    self.queue = None;
+                    unsent.0
+                }
             },
             None => entries,
         };
@@ -119,16 +131,31 @@ impl Writer {
             .progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        while progress.finished < self.sent {
+        while progress.finished < self.sent && !progress.ended {
             progress = self
                 .shared
                 .changed
                 .wait(progress)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+        if progress.finished < self.sent {
+            // The thread ended with batches unwritten (see 1 above).
+            progress.written.errors += self.sent - progress.finished;
+            progress.finished = self.sent;
+        }
         let mut written = std::mem::take(&mut progress.written);
         add(&mut written, std::mem::take(&mut self.inline));
         written
+    }
+}
+
+impl Writer {
+    /// The thread's progress, locked.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.shared
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -145,6 +172,21 @@ impl Drop for Writer {
 /// The writer thread: writes each batch received, joined with those
 /// waiting behind it, until the owner hangs up.
 fn run(store: &Arc<dyn CodeStore>, batches: &Receiver<Vec<Unwritten>>, shared: &Shared) {
+    // However the thread ends, a wait for it does not last for ever.
+    struct Ended<'a>(&'a Shared);
+    impl Drop for Ended<'_> {
+        fn drop(&mut self) {
+            let mut progress = self
+                .0
+                .progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            progress.ended = true;
+            drop(progress);
+            self.0.changed.notify_all();
+        }
+    }
+    let _ended = Ended(shared);
     while let Ok(mut entries) = batches.recv() {
         let mut received = 1;
         while entries.len() < JOIN_ENTRIES {
@@ -220,6 +262,9 @@ mod tests {
         opened: Condvar,
         fail: AtomicBool,
         panic: AtomicBool,
+        /// Panics with a payload whose drop panics too, which ends the
+        /// writer thread.
+        bomb: AtomicBool,
         writes: AtomicUsize,
         releases: AtomicUsize,
     }
@@ -249,6 +294,9 @@ mod tests {
             }
             self.writes.fetch_add(1, Ordering::SeqCst);
             assert!(!self.panic.load(Ordering::SeqCst), "a store panics");
+            if self.bomb.load(Ordering::SeqCst) {
+                std::panic::panic_any(Bomb);
+            }
             if self.fail.load(Ordering::SeqCst) {
                 return Err(StoreError::TooLarge { len: 1, limit: 0 });
             }
@@ -261,6 +309,15 @@ mod tests {
 
         fn release(&self, _: &StoreKey) {
             self.releases.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A panic payload whose drop panics.
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("the payload's drop panics");
         }
     }
 
@@ -354,6 +411,36 @@ mod tests {
         );
         assert_eq!(store.get(&key(4)).unwrap(), Some(vec![4; 8]));
         assert_eq!(store.get(&key(1)).unwrap(), None);
+    }
+
+    /// Should the thread end (here: a panic while dropping a store's panic
+    /// payload), a wait still returns, counting the batch it lost, and
+    /// later batches are written on the sender's thread.
+    #[test]
+    fn a_wait_returns_after_the_thread_ended() {
+        let (gated, store) = gated();
+        gated.open();
+        gated.bomb.store(true, Ordering::SeqCst);
+        let mut writer = Writer::new(store.clone());
+        writer.send(vec![entry(&store, 1)]);
+        assert_eq!(
+            writer.wait(),
+            Written {
+                entries: 0,
+                errors: 1
+            }
+        );
+        assert_eq!(gated.releases.load(Ordering::SeqCst), 1);
+        gated.bomb.store(false, Ordering::SeqCst);
+        writer.send(vec![entry(&store, 2)]);
+        assert_eq!(
+            writer.wait(),
+            Written {
+                entries: 1,
+                errors: 0
+            }
+        );
+        assert_eq!(store.get(&key(2)).unwrap(), Some(vec![2; 8]));
     }
 
     #[test]
