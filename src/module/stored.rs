@@ -86,11 +86,11 @@
 //!    store that reserves keys, also before the module gives up its
 //!    claims or may wait for another module (others may be waiting for
 //!    those entries). `store_writes` and `store_errors` count the writes
-//!    the module has waited for. The reservations of the entries end with their write,
-//!    so a module waiting for one gets it once it is written, and never
-//!    waits on a module that waits for it: the writer depends on no
-//!    module. A write that fails is counted in `store_errors` and loses
-//!    only those entries (their keys are released).
+//!    the module has waited for. The reservations of the entries end with
+//!    their write, so a module waiting for one gets it once it is written,
+//!    and never waits on a module that waits for it: the writer depends on
+//!    no module. A write that fails is counted in `store_errors` and loses
+//!    the entries of that write (their keys are released).
 
 use super::flush::Record;
 use super::ids::State;

@@ -34,9 +34,11 @@
 //!    fresh temporary files exceed the limit, deletes entries in order of
 //!    modification time (least recently used first; ties by name) until
 //!    they are at most the low-water mark, [`LOW_WATER_PERCENT`] of the
-//!    limit. So the directory exceeds its limit by at most what the
-//!    processes writing it write between two scans of theirs (a tenth of
-//!    the limit each). Sizes are file lengths, not disk blocks; files that
+//!    limit; a scan after which what other threads of the store wrote
+//!    meanwhile still passes the limit is made again (up to 8 times). So
+//!    the directory exceeds its limit by at most what the processes
+//!    writing it write between two scans of theirs (a tenth of the limit
+//!    each). Sizes are file lengths, not disk blocks; files that
 //!    are neither entries nor temporary files are left alone and not
 //!    counted.
 //! 4. File system errors (a directory removed, a full disk, no
@@ -313,18 +315,32 @@ impl DirectoryStore {
         if estimated <= self.max_bytes && since <= self.max_bytes / 10 {
             return;
         }
-        // Another thread of this store is scanning: it will see this file.
+        // Another thread of this store is scanning: it will count this
+        // file, and scan again if it passes the limit.
         let Ok(_scanning) = self.scanning.try_lock() else {
             return;
         };
-        if let Err(e) = self.scan_and_evict() {
-            log::debug!(
-                "code store: eviction in `{}` failed: {e}",
-                self.dir.display()
-            );
+        // What other threads wrote while it scanned may pass the limit
+        // again (a slow file system lets them write many files meanwhile):
+        // scanned again, a few times at most.
+        for _ in 0..RESCANS {
+            if let Err(e) = self.scan_and_evict() {
+                log::debug!(
+                    "code store: eviction in `{}` failed: {e}",
+                    self.dir.display()
+                );
+                return;
+            }
+            if self.estimated.load(Ordering::Relaxed) <= self.max_bytes {
+                return;
+            }
         }
     }
 }
+
+/// How many times a write that scans the directory scans it again while
+/// other threads' writes during a scan keep it over its limit.
+const RESCANS: usize = 8;
 
 /// A file that counts towards a directory's size.
 struct Counted {
