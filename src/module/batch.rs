@@ -145,8 +145,8 @@ impl<M: Module> DedupModule<M> {
         // Eager definitions deferred so far are defined now.
         self.forget_deferred();
         let mut failures = Failures::new();
-        if !flush.is_empty() {
-            let before = self.stats.clone();
+        let before = (!flush.is_empty()).then(|| self.stats.clone());
+        if before.is_some() {
             self.define_pending(&mut flush, &mut failures);
             // What failed is undefined again.
             let undefined = flush
@@ -154,14 +154,12 @@ impl<M: Module> DedupModule<M> {
                 .filter(|r| self.ids.state(r.id) == State::Undefined)
                 .count();
             self.stats.defined -= undefined as u64;
-            // Every entry is written when a flush ends.
-            self.wait_for_writes();
-            if cfg!(debug_assertions) {
-                self.check_flushed(&flush, &failures, &before);
-            }
         }
-        // (Eager mode's entries too.)
+        // Every entry is written when a flush ends (eager mode's too).
         self.wait_for_writes();
+        if let Some(before) = before.filter(|_| cfg!(debug_assertions)) {
+            self.check_flushed(&flush, &failures, &before);
+        }
         self.report_failures(failures)
     }
 

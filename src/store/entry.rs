@@ -623,14 +623,9 @@ fn put_len(out: &mut Vec<u8>, len: usize) {
 pub fn template_digest(words: &[u32]) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new_derive_key("jitfold template digest");
     hasher.update(&(words.len() as u64).to_le_bytes());
-    // In pieces, each word little-endian, without copying the whole key.
-    let mut piece = [0u8; 1024];
-    for words in words.chunks(piece.len() / 4) {
-        for (bytes, word) in piece.chunks_exact_mut(4).zip(words) {
-            bytes.copy_from_slice(&word.to_le_bytes());
-        }
-        hasher.update(&piece[..words.len() * 4]);
-    }
+    super::key::words_le(words, |piece| {
+        hasher.update(piece);
+    });
     *hasher.finalize().as_bytes()
 }
 

@@ -119,16 +119,7 @@ impl StoreKey {
         hasher.update(&FORMAT_VERSION.to_le_bytes());
         hasher.update(context.digest());
         hasher.update(&(words.len() as u64).to_le_bytes());
-        // Hashed in pieces, each word little-endian, without copying the
-        // whole key (small pieces: most keys are a few hundred bytes, and
-        // the buffer is cleared on every call).
-        let mut piece = [0u8; 256];
-        for words in words.chunks(piece.len() / 4) {
-            for (bytes, word) in piece.chunks_exact_mut(4).zip(words) {
-                bytes.copy_from_slice(&word.to_le_bytes());
-            }
-            hasher.update(&piece[..words.len() * 4]);
-        }
+        words_le(words, |piece| hasher.update(piece));
         Self(hasher.digest128().to_le_bytes())
     }
 
@@ -188,6 +179,21 @@ fn hex(bytes: &[u8]) -> String {
         text.push(DIGITS[usize::from(byte & 15)] as char);
     }
     text
+}
+
+/// Hands `words` to `update` as little-endian bytes, a piece at a time,
+/// without copying the whole slice: how both a [`StoreKey`] and an
+/// entry's [template digest](super::entry::template_digest) hash a
+/// template's key words.
+pub(super) fn words_le(words: &[u32], mut update: impl FnMut(&[u8])) {
+    // Small pieces: most keys are a few hundred bytes.
+    let mut piece = [0u8; 256];
+    for words in words.chunks(piece.len() / 4) {
+        for (bytes, word) in piece.chunks_exact_mut(4).zip(words) {
+            bytes.copy_from_slice(&word.to_le_bytes());
+        }
+        update(&piece[..words.len() * 4]);
+    }
 }
 
 #[cfg(test)]

@@ -337,6 +337,16 @@ mod tests {
         }
     }
 
+    fn written(entries: u64, errors: u64) -> Written {
+        Written { entries, errors }
+    }
+
+    /// Sends one batch and waits for it.
+    fn write(writer: &mut Writer, batch: Vec<Unwritten>) -> Written {
+        writer.send(batch);
+        writer.wait()
+    }
+
     fn gated() -> (Arc<Gated>, Arc<dyn CodeStore>) {
         let gated = Arc::new(Gated::default());
         let store: Arc<dyn CodeStore> = gated.clone();
@@ -353,14 +363,7 @@ mod tests {
         // The sender did not wait for the store.
         assert_eq!(gated.writes.load(Ordering::SeqCst), 0);
         gated.open();
-        let written = writer.wait();
-        assert_eq!(
-            written,
-            Written {
-                entries: 10,
-                errors: 0
-            }
-        );
+        assert_eq!(writer.wait(), written(10, 0));
         for n in 0..10 {
             assert_eq!(store.get(&key(n)).unwrap(), Some(vec![n; 8]));
         }
@@ -379,36 +382,18 @@ mod tests {
         gated.open();
         let mut writer = Writer::new(store.clone());
         gated.fail.store(true, Ordering::SeqCst);
-        writer.send(vec![entry(&store, 1), entry(&store, 2)]);
         assert_eq!(
-            writer.wait(),
-            Written {
-                entries: 0,
-                errors: 1
-            }
+            write(&mut writer, vec![entry(&store, 1), entry(&store, 2)]),
+            written(0, 1)
         );
         assert_eq!(gated.releases.load(Ordering::SeqCst), 2);
         gated.fail.store(false, Ordering::SeqCst);
         gated.panic.store(true, Ordering::SeqCst);
-        writer.send(vec![entry(&store, 3)]);
-        assert_eq!(
-            writer.wait(),
-            Written {
-                entries: 0,
-                errors: 1
-            }
-        );
+        assert_eq!(write(&mut writer, vec![entry(&store, 3)]), written(0, 1));
         assert_eq!(gated.releases.load(Ordering::SeqCst), 3);
         // The thread goes on.
         gated.panic.store(false, Ordering::SeqCst);
-        writer.send(vec![entry(&store, 4)]);
-        assert_eq!(
-            writer.wait(),
-            Written {
-                entries: 1,
-                errors: 0
-            }
-        );
+        assert_eq!(write(&mut writer, vec![entry(&store, 4)]), written(1, 0));
         assert_eq!(store.get(&key(4)).unwrap(), Some(vec![4; 8]));
         assert_eq!(store.get(&key(1)).unwrap(), None);
     }
@@ -422,24 +407,10 @@ mod tests {
         gated.open();
         gated.bomb.store(true, Ordering::SeqCst);
         let mut writer = Writer::new(store.clone());
-        writer.send(vec![entry(&store, 1)]);
-        assert_eq!(
-            writer.wait(),
-            Written {
-                entries: 0,
-                errors: 1
-            }
-        );
+        assert_eq!(write(&mut writer, vec![entry(&store, 1)]), written(0, 1));
         assert_eq!(gated.releases.load(Ordering::SeqCst), 1);
         gated.bomb.store(false, Ordering::SeqCst);
-        writer.send(vec![entry(&store, 2)]);
-        assert_eq!(
-            writer.wait(),
-            Written {
-                entries: 1,
-                errors: 0
-            }
-        );
+        assert_eq!(write(&mut writer, vec![entry(&store, 2)]), written(1, 0));
         assert_eq!(store.get(&key(2)).unwrap(), Some(vec![2; 8]));
     }
 
