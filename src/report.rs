@@ -596,6 +596,9 @@ struct Grouping {
     members: SecondaryMap<ClassId, Vec<FunctionName>>,
     policy: Policy,
     graph: Option<CallGraph>,
+    /// A function of each node of `graph` that calls two names or more
+    /// (refinement walks it again with callees of one class as one).
+    graph_functions: Vec<Option<Function>>,
     graph_time: Duration,
     reused: usize,
     /// Time of the planning that reuse needs.
@@ -621,6 +624,7 @@ impl Grouping {
                 compile_catching: crate::module::jit_records_exception_tables(),
             },
             graph: options.merge_calls.then(|| CallGraph::with_capacity(files)),
+            graph_functions: Vec::new(),
             graph_time: Duration::ZERO,
             reused: 0,
             reuse_time: Duration::ZERO,
@@ -707,6 +711,8 @@ impl Grouping {
                 if !matches!(step, Step::Duplicate(_)) {
                     let added = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
                     debug_assert_eq!(added, node, "a node per exact class");
+                    let calls = walk.address_taken.iter().filter(|&&taken| !taken).count();
+                    self.graph_functions.push((calls > 1).then(|| func.clone()));
                 }
                 graph.add_function_with_func_name(&func.name, node);
             }
@@ -748,7 +754,8 @@ impl Grouping {
         }
         if let (Some(graph), Some(summary)) = (&self.graph, &mut report.refine) {
             let start = Instant::now();
-            let refinement = graph.refine();
+            let functions = &self.graph_functions;
+            let refinement = graph.refine_with(|node| functions[node.as_u32() as usize].as_ref());
             summary.refined_merged += classes - refinement.classes;
             summary.rounds = summary.rounds.max(refinement.rounds);
             summary.time += self.graph_time + start.elapsed();

@@ -5,9 +5,11 @@
 //! # What this module guarantees
 //!
 //! 1. Before anything is compiled, functions equal over the call graph
-//!    ([`crate::refine`]) are planned as duplicates of their class's first
-//!    member, and references to planned duplicates are rewritten, round
-//!    after round, until no new duplicate appears.
+//!    ([`crate::refine`], with callees of one class counted as one, see
+//!    [`CallGraph::refine_with`](crate::refine::CallGraph::refine_with))
+//!    are planned as duplicates of their class's first member, and
+//!    references to planned duplicates are rewritten, round after round,
+//!    until no new duplicate appears.
 //! 2. Duplicate links may chain; each duplicate is defined as a trampoline
 //!    (or alias) to the root of its chain, which is a compiled function.
 //! 3. Every function defined without being compiled (a planned duplicate)
@@ -508,6 +510,8 @@ impl<M: Module> DedupModule<M> {
         let mut exact = DedupCache::new();
         let mut graph = CallGraph::with_capacity(flush.len());
         let mut node_of = Vec::with_capacity(flush.len());
+        // The record of each node's first function.
+        let mut first_of_node = Vec::with_capacity(flush.len());
         for record in flush.iter_mut() {
             let id = record.id;
             if self.ids.state(id) != State::Pending || record.role() == Role::Alone {
@@ -529,6 +533,7 @@ impl<M: Module> DedupModule<M> {
                     let node = graph.add_node(&walk.fingerprint, &walk.names, &walk.address_taken);
                     let class = exact.insert(walk.fingerprint.clone()).class();
                     debug_assert_eq!(node.as_u32(), class.as_u32(), "a node per exact class");
+                    first_of_node.push(node_of.len());
                     node
                 }
             };
@@ -536,7 +541,12 @@ impl<M: Module> DedupModule<M> {
             graph.add_function(&own, node);
             node_of.push(Some(node));
         }
-        let refinement = graph.refine();
+        // Callees of one class count as one (each node's function walked
+        // again with them renamed, where it has two).
+        let refinement = {
+            let flush = &*flush;
+            graph.refine_with(|node| Some(&flush[first_of_node[node.as_u32() as usize]].func))
+        };
         log::trace!(
             "batch flush: {} functions refined in {} rounds",
             flush.len(),

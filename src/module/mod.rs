@@ -29,7 +29,10 @@
 //!    call graph ([`crate::refine`]): callees are compared by class, so
 //!    self-recursive and mutually recursive twins (any cycle length) become
 //!    duplicates of one another, and functions that differ anywhere in a
-//!    cycle do not.
+//!    cycle do not. Callees of one class count as one callee: a function
+//!    that calls `g0` and then its twin `g1` is a duplicate of one that
+//!    calls `g0` twice, and so is one that calls itself and a twin of
+//!    itself.
 //! 6. One address per function id, whichever way it is obtained:
 //!    `get_finalized_function`, `get_address`, `func_addr` and
 //!    `symbol_value` in code, function relocations in data objects (and in

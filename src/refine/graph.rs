@@ -11,12 +11,16 @@
 //! - Names are compared by value, in full (never by hash alone); they are
 //!   stored once each, in one buffer.
 
-use super::{Node, NodeId, OutsideId, Refinement, Target, TemplateId, refine};
-use crate::fingerprint::{Fingerprint, SymbolName, Template};
+use super::{
+    Node, NodeId, OutsideId, Quotient, Refinement, Target, TemplateId, refine_identifying,
+};
+use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName, Template};
 use core::hash::BuildHasher;
 use cranelift_codegen::entity::{EntityRef, PrimaryMap};
 use cranelift_codegen::ir::UserFuncName;
+use cranelift_codegen::ir::{ExternalName, Function, UserExternalName};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// A set of functions to refine, built from what the
 /// [`Fingerprinter`](crate::Fingerprinter) found. Nodes are classes of
@@ -59,6 +63,8 @@ struct NodeEntry {
     template: u32,
     start: u32,
     end: u32,
+    /// The number of instructions its walk encoded.
+    instructions: u32,
 }
 
 const NO_TEMPLATE: u32 = u32::MAX;
@@ -183,6 +189,7 @@ impl CallGraph {
             template,
             start,
             end: self.slots.len() as u32,
+            instructions: fingerprint.instructions(),
         })
     }
 
@@ -242,15 +249,34 @@ impl CallGraph {
     }
 
     /// Resolves the names and refines the nodes; classes are numbered as in
-    /// [`refine`], nodes as returned by [`CallGraph::add_node`].
+    /// [`refine`](super::refine), nodes as returned by [`CallGraph::add_node`]. Each node
+    /// is compared as it is: one that calls two nodes found equal is not
+    /// compared with one that calls either twice (see
+    /// [`CallGraph::refine_with`]).
     pub fn refine(&self) -> Refinement {
+        self.refine_with(|_| None)
+    }
+
+    /// [`CallGraph::refine`], with callees of one class counted as one
+    /// callee ([`refine_identifying`]): `function(node)` is a function of
+    /// `node`, one whose walk gave [`CallGraph::add_node`] its fingerprint
+    /// and names (or `None`, which compares the node as it is). Where a
+    /// node calls two functions of one class, its function is walked again
+    /// with the second's name renamed to the first's, and compared as
+    /// that: a function that calls `g0` and then its twin `g1` merges with
+    /// one that calls `g0` twice, and mutually recursive functions that
+    /// call both twins of a cycle merge with those that call one.
+    pub fn refine_with<'f>(
+        &self,
+        mut function: impl FnMut(NodeId) -> Option<&'f Function>,
+    ) -> Refinement {
         let owners = self.owners();
         let mut targets = Vec::with_capacity(self.slots.len());
         let mut ranges = Vec::with_capacity(self.nodes.len());
         // Only a node with a slot that refers to a node can merge beyond
         // exact duplicates (its other slots are names, which the exact key
-        // has already), and only with nodes that have one in the same slot:
-        // templates are compared among those nodes alone.
+        // has already), and only with nodes that have one: templates are
+        // compared among those nodes alone.
         let mut templates: HashMap<&Template, TemplateId> = HashMap::new();
         let mut template_of = Vec::with_capacity(self.nodes.len());
         for n in self.nodes.values() {
@@ -284,9 +310,101 @@ impl CallGraph {
                 slots: &targets[range],
             })
             .collect();
-        refine(&nodes)
+        // Nodes that call nodes start by their number of instructions,
+        // which renaming callees does not change; the others alone.
+        let start: Vec<u32> = nodes
+            .iter()
+            .zip(self.nodes.values())
+            .map(|(node, entry)| {
+                if node.template.index() < templates.len() {
+                    entry.instructions
+                } else {
+                    ALONE | node.template.as_u32()
+                }
+            })
+            .collect();
+        // Templates of functions walked again, numbered after the others.
+        let mut walked: HashMap<Template, TemplateId> = HashMap::new();
+        let mut walker: Option<Fingerprinter> = None;
+        refine_identifying(&nodes, start.into_iter(), |node, same| {
+            let entry = self.nodes[node];
+            let slots = &self.slots[entry.start as usize..entry.end as usize];
+            let func = self.renamed(function(node)?, slots, same)?;
+            let walker = walker.get_or_insert_with(Fingerprinter::new);
+            // (A walk that panics compares the node as it is.)
+            let (template, names) = catch_unwind(AssertUnwindSafe(|| {
+                let walk = walker.walk(&func);
+                let names: Vec<(SymbolName, bool)> = walk
+                    .names()
+                    .iter()
+                    .cloned()
+                    .zip(walk.address_taken().iter().copied())
+                    .collect();
+                (walk.template(), names)
+            }))
+            .ok()?;
+            // Its names are the slots that were not renamed, as used before.
+            let mut quotient_slots = Vec::with_capacity(names.len());
+            for (name, taken) in &names {
+                let number = self.names.find(name.into())?;
+                let s = slots.iter().position(|&(n, _)| n == number)?;
+                if same[s] as usize != s || slots[s].1 != *taken {
+                    return None;
+                }
+                quotient_slots.push(nodes[node.index()].slots[s]);
+            }
+            let id = match templates.get(&template) {
+                Some(&id) => id,
+                None => {
+                    let next = TemplateId::new(unique + walked.len());
+                    *walked.entry(template).or_insert(next)
+                }
+            };
+            Some(Quotient {
+                template: id,
+                slots: quotient_slots,
+            })
+        })
+    }
+
+    /// A copy of `func` (a function of a node whose slots are `slots`) with
+    /// the callee of each slot `s` renamed to that of slot `same[s]`, or
+    /// `None` if one of its calls names something no slot has.
+    fn renamed(
+        &self,
+        func: &Function,
+        slots: &[(OutsideId, bool)],
+        same: &[u32],
+    ) -> Option<Function> {
+        let mut renames = Vec::new();
+        for (callee, data) in func.dfg.ext_funcs.iter() {
+            let Some(name) = SymbolName::of(func, &data.name) else {
+                continue;
+            };
+            let number = self.names.find((&name).into())?;
+            let s = slots.iter().position(|&(n, _)| n == number)?;
+            let first = same[s] as usize;
+            if first != s {
+                renames.push((callee, self.names.get(slots[first].0)));
+            }
+        }
+        let mut func = func.clone();
+        for (callee, name) in renames {
+            let name = match name {
+                NameRef::User(namespace, index) => ExternalName::User(
+                    func.declare_imported_user_function(UserExternalName::new(namespace, index)),
+                ),
+                NameRef::TestCase(bytes) => ExternalName::testcase(bytes),
+            };
+            func.dfg.ext_funcs[callee].name = name;
+        }
+        Some(func)
     }
 }
+
+/// The start classes of nodes that are alone are numbered apart from
+/// numbers of instructions.
+const ALONE: u32 = 1 << 31;
 
 // The tests read CLIF with the corpus reader.
 #[cfg(all(test, feature = "tools"))]
@@ -340,23 +458,110 @@ mod tests {
     }
 
     /// Classes of the functions of `text`, one node per function (or as
-    /// `nodes` says: function `i` goes into node `nodes[i]`).
+    /// `nodes` says: function `i` goes into node `nodes[i]`), each compared
+    /// as it is ([`CallGraph::refine`]).
     fn classes(text: &str, nodes: &[u32]) -> Vec<RefinedClass> {
+        classes_of(text, nodes, false)
+    }
+
+    /// As [`classes`]; with `as_one`, callees of one class count as one
+    /// ([`CallGraph::refine_with`], given each node's first function).
+    fn classes_of(text: &str, nodes: &[u32], as_one: bool) -> Vec<RefinedClass> {
+        let FileOutcome::Parsed { functions, .. } = parse_text(text, None) else {
+            panic!("test CLIF parses");
+        };
         let mut graph = CallGraph::new();
         let mut added = 0;
+        let mut first = Vec::new();
         for (i, (fingerprint, names, taken, own)) in parts(text).into_iter().enumerate() {
             if nodes[i] == added {
                 let node = graph.add_node(&fingerprint, &names, &taken);
                 assert_eq!(node.as_u32(), added, "nodes are numbered in order added");
                 added += 1;
+                first.push(&functions[i].func);
             }
             graph.add_function_with_func_name(&own, NodeId::from_u32(nodes[i]));
         }
-        let r = graph.refine();
+        let r = if as_one {
+            graph.refine_with(|node| Some(first[node.as_u32() as usize]))
+        } else {
+            graph.refine()
+        };
         nodes
             .iter()
             .map(|&n| r.class_of[NodeId::from_u32(n)])
             .collect()
+    }
+
+    /// `%name` calls itself, then multiplies by `k`.
+    fn recursive(name: &str, k: i64) -> String {
+        format!(
+            "function %{name}(i64) -> i64 {{\n    sig0 = (i64) -> i64\n    fn0 = colocated %{name} sig0\n\
+             block0(v0: i64):\n    v1 = call fn0(v0)\n    v2 = iconst.i64 {k}\n    \
+             v3 = imul v1, v2\n    return v3\n}}\n"
+        )
+    }
+
+    /// `%name` calls `%first`, then `%second` with the result (one
+    /// declaration if they are one name).
+    fn calls_two(name: &str, first: &str, second: &str) -> String {
+        format!(
+            "function %{name}(i64) -> i64 {{\n    sig0 = (i64) -> i64\n    fn0 = colocated %{first} sig0\n    \
+             fn1 = colocated %{second} sig0\n\
+             block0(v0: i64):\n    v1 = call fn0(v0)\n    v2 = call fn1(v1)\n    return v2\n}}\n"
+        )
+    }
+
+    #[test]
+    fn callees_of_one_class_count_as_one_callee() {
+        // f and g are recursive twins (two nodes, one class); h is not.
+        let text = [
+            recursive("f", 7),
+            recursive("g", 7),
+            recursive("h", 8),
+            calls_two("a", "f", "f"),
+            calls_two("b", "f", "g"),
+            calls_two("c", "g", "f"),
+            calls_two("d", "f", "h"),
+            calls_two("e", "h", "f"),
+        ]
+        .concat();
+        let nodes = [0, 1, 2, 3, 4, 5, 6, 7];
+        let c = classes_of(&text, &nodes, true);
+        assert_eq!(c[0], c[1]);
+        assert_ne!(c[0], c[2]);
+        assert_eq!(c[3], c[4], "f twice, and f then its twin g");
+        assert_eq!(c[3], c[5]);
+        assert_ne!(c[3], c[6], "f then h, which differs");
+        assert_ne!(c[6], c[7], "the order of different callees matters");
+        // Compared as they are, b and c stay apart from a (one slot
+        // against two), though not from each other.
+        let c = classes_of(&text, &nodes, false);
+        assert_ne!(c[3], c[4]);
+        assert_eq!(c[4], c[5]);
+    }
+
+    #[test]
+    fn a_cycle_through_both_twins_merges_with_one_through_one() {
+        // p0 calls itself twice; p1 calls p0, then itself: if p1 is p0,
+        // it calls p0 twice. q calls itself, then f (another function).
+        let text = [
+            recursive("f", 7),
+            calls_two("p0", "p0", "p0"),
+            calls_two("p1", "p0", "p1"),
+            calls_two("q", "q", "f"),
+            calls_two("r", "p1", "p0"),
+        ]
+        .concat();
+        let nodes = [0, 1, 2, 3, 4];
+        let c = classes_of(&text, &nodes, true);
+        assert_eq!(c[1], c[2]);
+        assert_eq!(c[1], c[4], "r calls p1 and p0, one class");
+        assert_ne!(c[1], c[3]);
+        // Compared as they are, none merge.
+        let c = classes_of(&text, &nodes, false);
+        assert_ne!(c[1], c[2]);
+        assert_ne!(c[1], c[4]);
     }
 
     #[test]

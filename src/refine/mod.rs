@@ -53,6 +53,17 @@
 //!    on hashing.
 //! 4. Rounds: each round splits at least one class or ends the loop, so
 //!    there are at most as many rounds as functions, plus one.
+//!
+//! [`refine_identifying`] also counts a function's callees of one class as
+//! one callee (a function that calls `g0` and then its twin `g1` is the
+//! function that calls `g0` twice): in each round a function with two
+//! slots of one class is compared as its function with those callees
+//! renamed to one, walked again by the caller
+//! ([`CallGraph::refine_with`] does it). 1, 3 and 4 hold as stated, with
+//! "equal templates" read of the renamed functions; 2 holds as long as
+//! every function can be walked again and the start classes are coarser
+//! than any stable partition ([`CallGraph`] starts from the number of
+//! instructions, which renaming callees does not change).
 
 mod graph;
 
@@ -123,16 +134,64 @@ impl Refinement {
 }
 
 /// The coarsest stable partition of `nodes` (see the module docs); node
-/// `i` of `nodes` is `NodeId::new(i)`.
+/// `i` of `nodes` is `NodeId::new(i)`. Each function is compared as it
+/// is: one that calls two functions of one class is not compared with one
+/// that calls either of them twice (see [`refine_identifying`]).
 pub fn refine(nodes: &[Node<'_>]) -> Refinement {
-    // Classes are plain numbers while rounds run: the template classes
-    // first, then each round's from `templates` up.
-    let (mut class_of, templates) = renumber(nodes.iter().map(|n| n.template.as_u32()));
-    // A function alone with its template is alone in every partition, so
-    // only the others are refined. Their classes are numbered from
-    // `templates` up in each round (signatures only hold the classes of
-    // the previous round, so each round may reuse that range).
-    let mut members = vec![0u32; templates];
+    let start = nodes.iter().map(|n| n.template.as_u32());
+    refine_identifying(nodes, start, |_, _| None)
+}
+
+/// A node with some of its slots taken as one (see [`refine_identifying`]):
+/// the template and slots of the function its slots' names were made
+/// equal in, walked again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quotient {
+    /// The template of the function with the names made equal; comparable
+    /// with every node's [`Node::template`].
+    pub template: TemplateId,
+    /// What each of its slots refers to, in its slot order.
+    pub slots: Vec<Target>,
+}
+
+/// The coarsest stable partition of `nodes` when a function's callees of
+/// one class count as one callee: a function that calls `g0` and then its
+/// twin `g1` is the function that calls `g0` twice.
+///
+/// In each round, the slots of a node that refer to functions of one class
+/// are taken as one: `quotient(node, same)` is asked for the node with
+/// slot `s` renamed to slot `same[s]` (the first of its slots in the class
+/// of slot `s`'s target; `same[s] == s` for every other slot), and the
+/// node is compared by what it returns; `None` compares the node as it is
+/// (which only keeps it apart from more functions). Where no slots are
+/// taken as one, the node is compared as it is.
+///
+/// `start` is a number per node that two functions of one class of the
+/// result must share (the template's when nothing is taken as one; when
+/// slots may be, something renaming callees does not change, such as the
+/// number of instructions): the rounds only split classes, starting from
+/// the classes of `start`, so a node alone with its number is alone in the
+/// result, and there are at most as many rounds as nodes, plus one.
+///
+/// Soundness holds whatever `quotient` returns, as long as each
+/// [`Quotient`] is what its node's function is with the names renamed:
+/// two nodes share a class only if, with each callee renamed to the first
+/// of its class among the function's callees, both are the same function
+/// calling functions of the same classes (or the same outside names).
+pub fn refine_identifying(
+    nodes: &[Node<'_>],
+    start: impl ExactSizeIterator<Item = u32> + Clone,
+    mut quotient: impl FnMut(NodeId, &[u32]) -> Option<Quotient>,
+) -> Refinement {
+    // Classes are plain numbers while rounds run: the start classes
+    // first, then each round's from `starts` up.
+    let (mut class_of, starts) = renumber(start);
+    debug_assert_eq!(class_of.len(), nodes.len());
+    // A function alone with its start class is alone in every partition,
+    // so only the others are refined. Their classes are numbered from
+    // `starts` up in each round (signatures only hold the classes of the
+    // previous round, so each round may reuse that range).
+    let mut members = vec![0u32; starts];
     for &c in &class_of {
         members[c as usize] += 1;
     }
@@ -144,19 +203,38 @@ pub fn refine(nodes: &[Node<'_>]) -> Refinement {
     let mut signature = Vec::new();
     let mut signatures = SignatureTable::default();
     let mut next = vec![0u32; active.len()];
+    let mut same = Vec::new();
+    // The last quotient asked for each active node, by its `same`.
+    let mut asked: Vec<Option<(Vec<u32>, Option<Quotient>)>> = vec![None; active.len()];
     loop {
         rounds += 1;
         signatures.clear();
-        for (slot, &i) in next.iter_mut().zip(&active) {
-            // The function's class, then each slot's target: a class
-            // (even words) or an outside name (odd words).
+        for (k, &i) in active.iter().enumerate() {
+            let node = &nodes[i];
+            let taken_as_one = same_slots(node.slots, &class_of, &mut same);
+            let (template, slots) = if taken_as_one {
+                let memo = &mut asked[k];
+                if memo.as_ref().is_none_or(|(asked, _)| *asked != same) {
+                    let q = quotient(NodeId::new(i), &same);
+                    *memo = Some((same.clone(), q));
+                }
+                match memo {
+                    Some((_, Some(q))) => (q.template, &q.slots[..]),
+                    _ => (node.template, node.slots),
+                }
+            } else {
+                (node.template, node.slots)
+            };
+            // The function's class and template, then each slot's target:
+            // a class (even words) or an outside name (odd words).
             signature.clear();
             signature.push(class_of[i]);
-            signature.extend(nodes[i].slots.iter().map(|t| match *t {
+            signature.push(template.as_u32());
+            signature.extend(slots.iter().map(|t| match *t {
                 Target::Function(f) => class_of[f.index()] << 1,
                 Target::Outside(name) => name.as_u32() << 1 | 1,
             }));
-            *slot = templates as u32 + signatures.number(&signature);
+            next[k] = starts as u32 + signatures.number(&signature);
         }
         for (&id, &i) in next.iter().zip(&active) {
             class_of[i] = id;
@@ -175,6 +253,25 @@ pub fn refine(nodes: &[Node<'_>]) -> Refinement {
         classes,
         rounds,
     }
+}
+
+/// Fills `same` with, for each slot, the first slot referring to a function
+/// of the same class under `class_of` (itself for outside names and first
+/// slots); returns whether any slot is not its own.
+fn same_slots(slots: &[Target], class_of: &[u32], same: &mut Vec<u32>) -> bool {
+    same.clear();
+    let mut any = false;
+    for (s, target) in slots.iter().enumerate() {
+        let first = match *target {
+            Target::Function(f) => slots[..s].iter().position(
+                |t| matches!(*t, Target::Function(g) if class_of[g.index()] == class_of[f.index()]),
+            ),
+            Target::Outside(_) => None,
+        };
+        any |= first.is_some();
+        same.push(first.unwrap_or(s) as u32);
+    }
+    any
 }
 
 /// Distinct signatures numbered in order of first appearance, stored one
@@ -333,6 +430,55 @@ mod tests {
         assert_ne!(c[14], c[15]);
         assert!(r.rounds >= 3, "{}", r.rounds);
         assert_eq!(r.classes, *c.iter().max().unwrap() as usize + 1);
+    }
+
+    /// Nodes 0 and 1 are self-recursive twins; node 2 calls 0 once,
+    /// node 3 calls 0 and then 1, which taken as one is node 2's function
+    /// (as `quotient` says), and node 4 calls 0 and an outside name.
+    fn identified(quotient_known: bool) -> Vec<u32> {
+        let t = |n| Target::Function(NodeId::from_u32(n));
+        let slots = [
+            vec![t(0)],
+            vec![t(1)],
+            vec![t(0)],
+            vec![t(0), t(1)],
+            vec![t(0), Target::Outside(OutsideId::from_u32(0))],
+        ];
+        let templates = [0, 0, 1, 2, 3];
+        let nodes: Vec<Node<'_>> = slots
+            .iter()
+            .zip(templates)
+            .map(|(slots, template)| Node {
+                template: TemplateId::from_u32(template),
+                slots,
+            })
+            .collect();
+        // Every node but the twins has 3 instructions, say.
+        let start = [5, 5, 3, 3, 3].into_iter();
+        let mut asked = Vec::new();
+        let r = refine_identifying(&nodes, start, |node, same| {
+            asked.push((node.as_u32(), same.to_vec()));
+            (quotient_known && node.as_u32() == 3).then(|| Quotient {
+                template: TemplateId::from_u32(1),
+                slots: vec![t(0)],
+            })
+        });
+        // Only node 3 has two slots of one class, asked once: the memo
+        // answers later rounds.
+        assert_eq!(asked, [(3, vec![0, 0])]);
+        classes(&r)
+    }
+
+    #[test]
+    fn slots_of_one_class_are_taken_as_one_where_the_quotient_says() {
+        let c = identified(true);
+        assert_eq!(c[0], c[1]);
+        assert_eq!(c[2], c[3]);
+        assert_ne!(c[2], c[4]);
+        // Without a quotient, node 3 is compared as it is.
+        let c = identified(false);
+        assert_ne!(c[2], c[3]);
+        assert_eq!(c[0], c[1]);
     }
 
     #[test]

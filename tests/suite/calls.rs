@@ -74,16 +74,22 @@ struct Program {
     whoami: [FuncId; 2],
 }
 
-fn build<M: Module>(m: &mut M) -> Program {
+/// Declares local functions of signature `(i64) -> i64`, named `prefix`
+/// and a number, one per call.
+fn declarer<M: Module>(m: &M, prefix: &'static str) -> impl FnMut(&mut M) -> FuncId + use<M> {
     let mut sig = m.make_signature();
     sig.params.push(AbiParam::new(I64));
     sig.returns.push(AbiParam::new(I64));
     let mut next = 0;
-    let mut declare = |m: &mut M| {
+    move |m: &mut M| {
         next += 1;
-        m.declare_function(&format!("f{next}"), Linkage::Local, &sig)
+        m.declare_function(&format!("{prefix}{next}"), Linkage::Local, &sig)
             .unwrap()
-    };
+    }
+}
+
+fn build<M: Module>(m: &mut M) -> Program {
+    let mut declare = declarer(m, "f");
     let fact = [declare(m), declare(m)];
     let ping = [declare(m), declare(m), declare(m)];
     let pong = [declare(m), declare(m), declare(m)];
@@ -351,6 +357,132 @@ fn eager_mode_joins_classes_when_a_callee_turns_out_to_be_a_duplicate() {
                 // a's class learned the key "calls f", so b hits it.
                 assert_eq!(canonical(q.b), q.a, "{options:?}");
                 assert_eq!(canonical(q.d), q.c, "{options:?}");
+            }
+        }
+    }
+}
+
+/// `f(n) = n <= 0 ? 1 : first(n - 1) + 3 * second(n - 2)`.
+fn calls_two<M: Module>(m: &mut M, id: FuncId, first: FuncId, second: FuncId) {
+    define(m, id, |b, m, p| {
+        let n = p[0];
+        let recurse = b.create_block();
+        let done = b.create_block();
+        b.append_block_param(done, I64);
+        let one = b.ins().iconst(I64, 1);
+        let stop = b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, n, 0);
+        b.ins().brif(stop, done, &[one.into()], recurse, &[]);
+        b.switch_to_block(recurse);
+        let n1 = b.ins().iadd_imm_s(n, -1);
+        let r1 = emit_call(b, m, first, n1);
+        let n2 = b.ins().iadd_imm_s(n, -2);
+        let r2 = emit_call(b, m, second, n2);
+        let r2 = b.ins().imul_imm_s(r2, 3);
+        let r = b.ins().iadd(r1, r2);
+        b.ins().jump(done, &[r.into()]);
+        b.switch_to_block(done);
+        let out = b.block_params(done)[0];
+        b.ins().return_(&[out]);
+    })
+    .unwrap();
+}
+
+/// Functions that call two callees of one class, by role.
+struct TwoCallees {
+    /// Self-recursive twins, and a function like them with another
+    /// constant.
+    twins: [FuncId; 2],
+    other: FuncId,
+    /// Call `twins[0]` twice; `twins[0]` then `twins[1]`; `twins[1]` then
+    /// `twins[0]`; `twins[0]` then `other`.
+    same: [FuncId; 3],
+    differs: FuncId,
+    /// `fib[0]` calls itself twice, `fib[1]` calls `fib[0]` then itself,
+    /// `fib[2]` calls `fib[1]` then `fib[0]`: one function three times.
+    fib: [FuncId; 3],
+}
+
+impl TwoCallees {
+    fn all(&self) -> Vec<FuncId> {
+        let mut ids = self.twins.to_vec();
+        ids.push(self.other);
+        ids.extend(self.same);
+        ids.push(self.differs);
+        ids.extend(self.fib);
+        ids
+    }
+}
+
+fn build_two_callees<M: Module>(m: &mut M) -> TwoCallees {
+    let mut declare = declarer(m, "t");
+    let twins = [declare(m), declare(m)];
+    let other = declare(m);
+    let same = [declare(m), declare(m), declare(m)];
+    let differs = declare(m);
+    let fib = [declare(m), declare(m), declare(m)];
+    for (f, k) in [(twins[0], 2), (twins[1], 2), (other, 5)] {
+        let s = Step {
+            callee: f,
+            base: 1,
+            k,
+            multiply: true,
+            renumbered: false,
+        };
+        define(m, f, |b, m, p| step(b, m, p[0], s)).unwrap();
+    }
+    let [t0, t1] = twins;
+    for (id, (first, second)) in same.into_iter().zip([(t0, t0), (t0, t1), (t1, t0)]) {
+        calls_two(m, id, first, second);
+    }
+    calls_two(m, differs, t0, other);
+    calls_two(m, fib[0], fib[0], fib[0]);
+    calls_two(m, fib[1], fib[0], fib[1]);
+    calls_two(m, fib[2], fib[1], fib[0]);
+    TwoCallees {
+        twins,
+        other,
+        same,
+        differs,
+        fib,
+    }
+}
+
+/// A function that calls `g0` and then its twin `g1` is the function that
+/// calls `g0` twice (refinement counts callees of one class as one), and
+/// so is one that calls itself and then a twin of itself; merged, every
+/// function computes what plain Cranelift's does.
+#[test]
+fn callers_of_two_twins_merge_with_callers_of_one() {
+    let mut plain = jit();
+    let p = build_two_callees(&mut plain);
+    plain.finalize_definitions().unwrap();
+    let run = |ids: &[FuncId], get: &dyn Fn(FuncId) -> *const u8| -> Vec<i64> {
+        ids.iter()
+            .flat_map(|&id| [0, 1, 2, 5, 9].map(|n| call1(get(id), n)))
+            .collect()
+    };
+    let expected = run(&p.all(), &|id| plain.get_finalized_function(id));
+    // `differs` really computes something else.
+    assert_ne!(
+        call1(plain.get_finalized_function(p.same[0]), 6),
+        call1(plain.get_finalized_function(p.differs), 6)
+    );
+    for options in DedupOptions::ALL {
+        let mut d = DedupModule::wrap(jit(), options);
+        let q = build_two_callees(&mut d);
+        d.finalize_definitions().unwrap();
+        let got = run(&q.all(), &|id| d.get_finalized_function(id));
+        assert_eq!(got, expected, "{options:?}");
+        let canonical = |id| d.canonical(id).unwrap();
+        assert_ne!(canonical(q.differs), canonical(q.same[0]), "{options:?}");
+        assert_ne!(canonical(q.other), canonical(q.twins[0]), "{options:?}");
+        if options.mode == Mode::Batch {
+            assert_eq!(canonical(q.twins[1]), q.twins[0], "{options:?}");
+            for &s in &q.same[1..] {
+                assert_eq!(canonical(s), q.same[0], "{options:?}");
+            }
+            for &f in &q.fib[1..] {
+                assert_eq!(canonical(f), q.fib[0], "{options:?}");
             }
         }
     }
