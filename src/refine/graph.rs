@@ -329,7 +329,13 @@ impl CallGraph {
         refine_identifying(&nodes, start.into_iter(), |node, same| {
             let entry = self.nodes[node];
             let slots = &self.slots[entry.start as usize..entry.end as usize];
-            let func = self.renamed(function(node)?, slots, same)?;
+            // Each slot by its name's number.
+            let slot_of: HashMap<OutsideId, usize> = slots
+                .iter()
+                .enumerate()
+                .map(|(s, &(n, _))| (n, s))
+                .collect();
+            let func = self.renamed(function(node)?, slots, &slot_of, same)?;
             let walker = walker.get_or_insert_with(Fingerprinter::new);
             // (A walk that panics compares the node as it is.)
             let (template, names) = catch_unwind(AssertUnwindSafe(|| {
@@ -347,7 +353,7 @@ impl CallGraph {
             let mut quotient_slots = Vec::with_capacity(names.len());
             for (name, taken) in &names {
                 let number = self.names.find(name.into())?;
-                let s = slots.iter().position(|&(n, _)| n == number)?;
+                let s = *slot_of.get(&number)?;
                 if same[s] as usize != s || slots[s].1 != *taken {
                     return None;
                 }
@@ -367,13 +373,15 @@ impl CallGraph {
         })
     }
 
-    /// A copy of `func` (a function of a node whose slots are `slots`) with
-    /// the callee of each slot `s` renamed to that of slot `same[s]`, or
-    /// `None` if one of its calls names something no slot has.
+    /// A copy of `func` (a function of a node whose slots are `slots`,
+    /// each slot by its name's number in `slot_of`) with the callee of
+    /// each slot `s` renamed to that of slot `same[s]`, or `None` if one of
+    /// its calls names something no slot has.
     fn renamed(
         &self,
         func: &Function,
         slots: &[(OutsideId, bool)],
+        slot_of: &HashMap<OutsideId, usize>,
         same: &[u32],
     ) -> Option<Function> {
         let mut renames = Vec::new();
@@ -382,7 +390,7 @@ impl CallGraph {
                 continue;
             };
             let number = self.names.find((&name).into())?;
-            let s = slots.iter().position(|&(n, _)| n == number)?;
+            let s = *slot_of.get(&number)?;
             let first = same[s] as usize;
             if first != s {
                 renames.push((callee, self.names.get(slots[first].0)));

@@ -204,6 +204,7 @@ pub fn refine_identifying(
     let mut signatures = SignatureTable::default();
     let mut next = vec![0u32; active.len()];
     let mut same = Vec::new();
+    let mut first = HashMap::new();
     // The last quotient asked for each active node, by its `same`.
     let mut asked: Vec<Option<(Vec<u32>, Option<Quotient>)>> = vec![None; active.len()];
     loop {
@@ -211,7 +212,7 @@ pub fn refine_identifying(
         signatures.clear();
         for (k, &i) in active.iter().enumerate() {
             let node = &nodes[i];
-            let taken_as_one = same_slots(node.slots, &class_of, &mut same);
+            let taken_as_one = same_slots(node.slots, &class_of, &mut first, &mut same);
             let (template, slots) = if taken_as_one {
                 let memo = &mut asked[k];
                 if memo.as_ref().is_none_or(|(asked, _)| *asked != same) {
@@ -257,19 +258,25 @@ pub fn refine_identifying(
 
 /// Fills `same` with, for each slot, the first slot referring to a function
 /// of the same class under `class_of` (itself for outside names and first
-/// slots); returns whether any slot is not its own.
-fn same_slots(slots: &[Target], class_of: &[u32], same: &mut Vec<u32>) -> bool {
+/// slots); returns whether any slot is not its own. `first` is scratch:
+/// the first slot of each class seen (linear in the slots).
+fn same_slots(
+    slots: &[Target],
+    class_of: &[u32],
+    first: &mut HashMap<u32, u32>,
+    same: &mut Vec<u32>,
+) -> bool {
     same.clear();
+    first.clear();
     let mut any = false;
     for (s, target) in slots.iter().enumerate() {
+        let own = s as u32;
         let first = match *target {
-            Target::Function(f) => slots[..s].iter().position(
-                |t| matches!(*t, Target::Function(g) if class_of[g.index()] == class_of[f.index()]),
-            ),
-            Target::Outside(_) => None,
+            Target::Function(f) => *first.entry(class_of[f.index()]).or_insert(own),
+            Target::Outside(_) => own,
         };
-        any |= first.is_some();
-        same.push(first.unwrap_or(s) as u32);
+        any |= first != own;
+        same.push(first);
     }
     any
 }
