@@ -64,13 +64,18 @@ impl Corpus {
     pub fn load_all(isa: &dyn TargetIsa, _config: &Config) -> Vec<Corpus> {
         crate::common::corpus_dirs()
             .into_iter()
-            .map(|dir| Corpus {
-                name: dir.file_name().unwrap().to_string_lossy().into_owned(),
-                all: jitfold::corpus::valid_functions(std::slice::from_ref(&dir), Some(isa))
-                    .expect("corpus loads"),
-                wasm: !dir.to_string_lossy().contains("filetests"),
-            })
+            .map(|dir| Corpus::load(&dir, isa))
             .collect()
+    }
+
+    /// The corpus in `dir`.
+    pub fn load(dir: &std::path::Path, isa: &dyn TargetIsa) -> Corpus {
+        Corpus {
+            name: dir.file_name().unwrap().to_string_lossy().into_owned(),
+            all: jitfold::corpus::valid_functions(&[dir.to_path_buf()], Some(isa))
+                .expect("corpus loads"),
+            wasm: !dir.to_string_lossy().contains("filetests"),
+        }
     }
 }
 
@@ -757,13 +762,24 @@ pub mod fleet {
         /// A fresh store on this server, its keys apart from other
         /// workloads'.
         pub fn store(&self, workload: &str) -> Arc<dyn CodeStore> {
-            Arc::new(
-                RedisStore::new(&self.url)
-                    .expect("a loopback URL")
-                    .with_prefix(format!("compare:{workload}:"))
-                    .with_timeouts(Duration::from_secs(1), Duration::from_secs(5)),
-            )
+            store_at(&self.url, workload)
         }
+
+        /// The server's URL (for another process's [`store_at`]).
+        pub fn url(&self) -> &str {
+            &self.url
+        }
+    }
+
+    /// A store on the server at `url`, its keys apart from other
+    /// workloads'.
+    pub fn store_at(url: &str, workload: &str) -> Arc<dyn CodeStore> {
+        Arc::new(
+            RedisStore::new(url)
+                .expect("a loopback URL")
+                .with_prefix(format!("compare:{workload}:"))
+                .with_timeouts(Duration::from_secs(1), Duration::from_secs(5)),
+        )
     }
 
     impl Drop for Server {
@@ -794,5 +810,14 @@ pub mod fleet {
         pub fn store(&self, _: &str) -> Arc<dyn CodeStore> {
             match *self {}
         }
+
+        pub fn url(&self) -> &str {
+            match *self {}
+        }
+    }
+
+    /// Never called: no server is started.
+    pub fn store_at(_: &str, _: &str) -> Arc<dyn CodeStore> {
+        unreachable!("no Redis side without the `redis` feature")
     }
 }

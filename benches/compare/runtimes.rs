@@ -4,8 +4,9 @@
 //! `DedupModule<JITModule>`s sharing one `SharedStore` (which divide the
 //! compiles, see 7 and 8 in `src/module/stored.rs`), in eager and batch
 //! mode, and N modules each with a `RedisStore` of its own on one
-//! `redis-server` (as N processes are: leases divide the compiles), for N = 2 and the machine's core count, with Cranelift's
-//! verifier on and off. Each cell is the best wall time over the rounds
+//! `redis-server` (as N processes are: leases divide the compiles), and N
+//! processes on that server against N plain processes, for N = 2 and the
+//! machine's core count, with Cranelift's verifier on and off. Each cell is the best wall time over the rounds
 //! (plain and shared alternate within a round); the compiles are summed
 //! over the N runtimes.
 //!
@@ -17,8 +18,124 @@ use crate::{Config, ms, table};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::DedupOptions;
 use jitfold::store::{CodeStore, SharedStore};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Set in a process this bench starts as one runtime of the `processes`
+/// rows: the corpus's folder name. The others: `JITFOLD_RUNTIME_VERIFIER`
+/// (`on` or `off`), `JITFOLD_RUNTIME_REDIS` (the server's URL; unset: a
+/// plain runtime) and `JITFOLD_RUNTIME_KEYS` (the keys' prefix).
+const CHILD_CORPUS: &str = "JITFOLD_RUNTIME_CORPUS";
+
+/// One runtime in a process of its own (see [`CHILD_CORPUS`]), if this
+/// process is one: it loads its corpus, says `ready`, waits for a line on
+/// its standard input, defines the whole program (plain, or in batch mode
+/// on the Redis server) and says `done` and its compiles. Returns whether
+/// it was.
+pub fn run_as_child(config: &Config) -> bool {
+    let Some(corpus) = std::env::var_os(CHILD_CORPUS) else {
+        return false;
+    };
+    let verifier = std::env::var("JITFOLD_RUNTIME_VERIFIER").is_ok_and(|v| v == "on");
+    let redis = std::env::var("JITFOLD_RUNTIME_REDIS").ok();
+    let keys = std::env::var("JITFOLD_RUNTIME_KEYS").unwrap_or_default();
+    let dir = crate::common::corpus_dirs()
+        .into_iter()
+        .find(|d| d.file_name() == Some(&corpus))
+        .expect("the corpus the parent named");
+    let isa = crate::isa_with_verifier(verifier);
+    let corpus = Corpus::load(&dir, &*isa);
+    let w = Workload::of_corpus(&corpus, &*isa, config.corpus_limit);
+    let mut out = std::io::stdout();
+    writeln!(out, "ready")
+        .and_then(|()| out.flush())
+        .expect("parent reads");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).expect("parent writes");
+    let compiles = match redis {
+        Some(url) => {
+            let store = fleet::store_at(&url, &keys);
+            let r = run(
+                Way::Jitfold(DedupOptions::batch(), ""),
+                &w,
+                &isa,
+                Persistent::Jitfold(store),
+            );
+            r.stats.map_or(0, |s| s.compiled)
+        }
+        None => {
+            run(Way::Plain, &w, &isa, Persistent::None);
+            w.funcs.len() as u64
+        }
+    };
+    writeln!(out, "done {compiles}")
+        .and_then(|()| out.flush())
+        .expect("parent reads");
+    true
+}
+
+/// `n` runtimes defining `corpus` at once, each a process of its own (this
+/// bench again, see [`run_as_child`]), started together once every one
+/// has loaded the corpus: in batch mode on the Redis server at `redis`
+/// (URL, keys' prefix), or plain where `None`. The wall time from the
+/// start to the last `done`, and the compiles summed.
+fn processes(
+    n: usize,
+    corpus: &str,
+    verifier: bool,
+    redis: Option<(&str, &str)>,
+) -> (Duration, u64) {
+    let exe = std::env::current_exe().expect("this bench's path");
+    let mut children: Vec<_> = (0..n)
+        .map(|_| {
+            let mut command = Command::new(&exe);
+            command
+                .env(CHILD_CORPUS, corpus)
+                .env(
+                    "JITFOLD_RUNTIME_VERIFIER",
+                    if verifier { "on" } else { "off" },
+                )
+                .env_remove("JITFOLD_RUNTIME_REDIS")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped());
+            if let Some((url, keys)) = redis {
+                command
+                    .env("JITFOLD_RUNTIME_REDIS", url)
+                    .env("JITFOLD_RUNTIME_KEYS", keys);
+            }
+            let mut child = command.spawn().expect("the bench starts itself");
+            let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+            (child, lines)
+        })
+        .collect();
+    let next_line = |lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>| {
+        lines
+            .next()
+            .expect("a runtime process ended early")
+            .expect("its output reads")
+    };
+    for (_, lines) in &mut children {
+        assert_eq!(next_line(lines), "ready");
+    }
+    let start = Instant::now();
+    for (child, _) in &mut children {
+        let stdin = child.stdin.as_mut().expect("piped");
+        writeln!(stdin, "go").expect("the runtime reads");
+    }
+    let mut compiles = 0;
+    for (_, lines) in &mut children {
+        let done = next_line(lines);
+        let count = done.strip_prefix("done ").expect("`done` and its compiles");
+        compiles += count.parse::<u64>().expect("a count");
+    }
+    let time = start.elapsed();
+    for (mut child, _) in children {
+        assert!(child.wait().expect("the runtime ends").success());
+    }
+    (time, compiles)
+}
 
 /// Rounds of each comparison (`JITFOLD_RUNTIMES_ROUNDS`, 3 unless set).
 fn rounds() -> usize {
@@ -124,6 +241,23 @@ pub fn print(corpora: &[Corpus], config: &Config) {
                         compiles[i] = c;
                     }
                 }
+                // As processes, through Redis: N plain processes against
+                // N processes in batch mode on the server.
+                let mut in_processes = None;
+                if let Some(server) = &server {
+                    let mut plain = (Duration::MAX, 0);
+                    let mut on_redis = (Duration::MAX, 0);
+                    for _ in 0..rounds {
+                        let (time, c) = processes(n, &corpus.name, verifier, None);
+                        plain = (plain.0.min(time), c);
+                        round += 1;
+                        let keys = format!("runtimes:{round}:");
+                        let (time, c) =
+                            processes(n, &corpus.name, verifier, Some((server.url(), &keys)));
+                        on_redis = (on_redis.0.min(time), c);
+                    }
+                    in_processes = Some((plain, on_redis));
+                }
                 for (i, (label, _, redis)) in modes.iter().enumerate() {
                     let measured = !*redis || server.is_some();
                     rows.push(vec![
@@ -145,6 +279,18 @@ pub fn print(corpora: &[Corpus], config: &Config) {
                         },
                     ]);
                 }
+                if let Some(((plain, plain_compiles), (best, compiles))) = in_processes {
+                    rows.push(vec![
+                        w.name.clone(),
+                        if verifier { "on" } else { "off" }.into(),
+                        n.to_string(),
+                        "batch, Redis, processes".into(),
+                        format!("{plain_compiles} → {compiles}"),
+                        ms(plain),
+                        ms(best),
+                        format!("{:.2}x", plain.as_secs_f64() / best.as_secs_f64()),
+                    ]);
+                }
             }
         }
     }
@@ -153,7 +299,9 @@ pub fn print(corpora: &[Corpus], config: &Config) {
          N threads each define a whole corpus ({}) in a runtime of their own and finalize it: \
          N plain `JITModule`s against N `DedupModule<JITModule>`s on one `SharedStore`, or, \
          `batch, Redis`, each with a `RedisStore` of its own on one `redis-server` on loopback \
-         (as N processes would be: leases divide the compiles). \
+         (as N processes would be: leases divide the compiles); `batch, Redis, processes`: \
+         N processes each a runtime (this bench started again; each loads the corpus, then all \
+         start at once) against N plain processes. \
          Wall time, best of {rounds} rounds; compiles summed over the N runtimes; speedup = \
          plain / shared.\n",
         config

@@ -441,6 +441,7 @@ fn check_mode_uses_an_entry_only_if_it_is_the_functions_own_code() {
 /// `fingerprint::an_irregular_constant_pool_merges_with_nothing`): the
 /// store is never asked for it, in either mode, while a function with a
 /// regular pool is.
+#[cfg(feature = "fuzzing")]
 #[test]
 fn the_store_is_never_asked_for_a_function_with_a_stale_constant_pool() {
     use cranelift_codegen::ir::{ConstantData, UserFuncName};
