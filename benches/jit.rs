@@ -13,7 +13,8 @@
 //! times per workload: the best time of each is compared, and so is each
 //! adjacent pair (the median of the pairs' ratios, which a machine that
 //! slows down for a while between pairs does not move).
-//! `cargo bench --bench jit -- none` prints only those.
+//! `cargo bench --bench jit -- none` prints only those, with Cranelift's
+//! verifier on (its default) and off (as wasmtime ships).
 //!
 //! Batch mode on one and on two threads
 //! ([`DedupOptions::threads`](jitfold::DedupOptions)) is measured the same
@@ -36,6 +37,7 @@ use common::{Spread, load_average, mean_ns};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use jitfold::{DedupModule, DedupOptions};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const FUNCTIONS: usize = 300;
@@ -77,8 +79,21 @@ fn jit_all<M: Module>(m: &mut M, inputs: Inputs) -> Vec<cranelift_module::FuncId
     ids
 }
 
+/// Whether Cranelift's verifier runs (its default, on; wasmtime ships with
+/// it off): the alternating comparisons run in both settings.
+static VERIFIER: AtomicBool = AtomicBool::new(true);
+
 fn builder() -> JITBuilder {
-    JITBuilder::with_flags(&[("opt_level", "speed")], default_libcall_names()).unwrap()
+    let verifier = if VERIFIER.load(Ordering::Relaxed) {
+        "true"
+    } else {
+        "false"
+    };
+    JITBuilder::with_flags(
+        &[("opt_level", "speed"), ("enable_verifier", verifier)],
+        default_libcall_names(),
+    )
+    .unwrap()
 }
 
 /// One run of plain `JITModule`: declare, define, finalize and get every
@@ -250,10 +265,18 @@ fn main() {
         return;
     }
 
-    for percent in [0usize, 50, 90] {
-        let pairs = alternating(&workload(percent, call_conv), ROUNDS, time_jitfold);
-        print_alternating(&format!("{percent:>2}% duplicates"), pairs);
+    for verifier in [true, false] {
+        VERIFIER.store(verifier, Ordering::Relaxed);
+        let setting = if verifier { "on" } else { "off" };
+        for percent in [0usize, 50, 90] {
+            let pairs = alternating(&workload(percent, call_conv), ROUNDS, time_jitfold);
+            print_alternating(
+                &format!("{percent:>2}% duplicates, verifier {setting}"),
+                pairs,
+            );
+        }
     }
+    VERIFIER.store(true, Ordering::Relaxed);
 
     for percent in [0usize, 50, 90] {
         if let (Some(plain), Some(dedup)) = (
