@@ -44,7 +44,9 @@
 //!   building the graph and refining is measured separately from
 //!   fingerprinting.
 //! - With `--merge similar` (or `--similar`), the first function of each
-//!   exact class is shaped ([`crate::similar`]) from the walk just taken
+//!   exact class (with `--merge calls`, of each refined class: the others
+//!   are duplicates in a batch flush, never merged with similar functions)
+//!   is shaped ([`crate::similar`]) from the walk just taken
 //!   (the shape time is kept apart from `fingerprint_time`), functions of one shape are grouped
 //!   (within one partition), split to fit the parameter limit, and planned
 //!   by [`similar::plan_group`] with each member's size estimated from the
@@ -69,7 +71,7 @@ use crate::store::{CodeContext, CodeStore, Entry, StoreKey};
 use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -536,11 +538,11 @@ fn build_inner(
         report.similar = Some(SimilarSummary::default());
     }
     for mut partition in partitions {
-        partition.grouping.finish(&mut report);
+        let refined_away = partition.grouping.finish(&mut report);
         if let (Some(collector), Some(summary)) =
             (&mut partition.grouping.similar, &mut report.similar)
         {
-            collector.finish(summary, options.compile_isa);
+            collector.finish(summary, options.compile_isa, &refined_away);
         }
         reuse_time += partition.grouping.reuse_time;
     }
@@ -733,11 +735,16 @@ impl Grouping {
                 };
                 c.compile(code, &func, &name, planned);
             }
+            // A candidate as a batch flush of every function takes one:
+            // the first of its exact class (nothing was compiled before
+            // the flush, so nothing is reused; see 1 in
+            // `module/similar.rs`), and of its refined class (see
+            // `finish`).
             let shape = shapes.next().flatten();
             if let (Some(collector), Some(shape), false) =
                 (&mut self.similar, shape, matches!(step, Step::Duplicate(_)))
             {
-                collector.add(func, name.clone(), shape);
+                collector.add(func, name.clone(), shape, class);
             }
             self.members[class].push(name);
         }
@@ -746,8 +753,12 @@ impl Grouping {
     /// Adds this partition's classes, reuse, refinement and groups to
     /// `report` (whose `reused` is `Some` with `--reuse` and `refine` with
     /// `--merge calls`).
-    fn finish(&mut self, report: &mut Report) {
+    /// Returns the exact classes refinement merged into an earlier one
+    /// (which batch mode defines as duplicates, never merging them with
+    /// similar functions).
+    fn finish(&mut self, report: &mut Report) -> HashSet<ClassId> {
         let classes = self.compiled.exact().classes();
+        let mut refined_away = HashSet::new();
         report.classes += classes;
         if let Some(reused) = &mut report.reused {
             *reused += self.reused;
@@ -759,11 +770,20 @@ impl Grouping {
             summary.refined_merged += classes - refinement.classes;
             summary.rounds = summary.rounds.max(refinement.rounds);
             summary.time += self.graph_time + start.elapsed();
+            // Nodes are exact classes, in order: all but the first of each
+            // refined class are duplicates.
+            let mut seen = HashSet::new();
+            for (node, class) in refinement.class_of.iter() {
+                if !seen.insert(*class) {
+                    refined_away.insert(ClassId::from_u32(node.as_u32()));
+                }
+            }
         }
         let members = core::mem::take(&mut self.members);
         report
             .groups
             .extend(group_list(self.compiled.exact(), members));
+        refined_away
     }
 }
 
@@ -773,25 +793,33 @@ struct SimilarCollector {
     shaper: Shaper,
     /// Each shape's index in `groups`.
     by_shape: HashMap<crate::fingerprint::Shape, usize>,
-    /// The first function of each exact class that has a parameter site,
-    /// by shape, in order of first sight.
-    groups: Vec<Vec<(Function, FunctionName, ShapeOf)>>,
+    /// The first function of each exact class that has a parameter site
+    /// and is to be compiled, by shape, in order of first sight, with its
+    /// exact class.
+    groups: Vec<Vec<(Member, ClassId)>>,
     shape_time: Duration,
 }
 
 impl SimilarCollector {
-    fn add(&mut self, func: Function, name: FunctionName, shape: ShapeOf) {
+    fn add(&mut self, func: Function, name: FunctionName, shape: ShapeOf, class: ClassId) {
         let next = self.groups.len();
         let g = *self.by_shape.entry(shape.shape.clone()).or_insert(next);
         if g == next {
             self.groups.push(Vec::new());
         }
-        self.groups[g].push((func, name, shape));
+        self.groups[g].push(((func, name, shape), class));
     }
 
-    /// Plans every group into `summary`; with `isa`, merges and compiles
-    /// every group within the parameter limit to measure it.
-    fn finish(&mut self, summary: &mut SimilarSummary, isa: Option<&dyn TargetIsa>) {
+    /// Plans every group into `summary`, without the functions of the
+    /// classes in `refined_away` (duplicates in batch mode); with `isa`,
+    /// merges and compiles every group within the parameter limit to
+    /// measure it.
+    fn finish(
+        &mut self,
+        summary: &mut SimilarSummary,
+        isa: Option<&dyn TargetIsa>,
+        refined_away: &HashSet<ClassId>,
+    ) {
         let options = SimilarOptions::default();
         let start = Instant::now();
         // With an ISA the groups are measured, even when there are none.
@@ -800,8 +828,13 @@ impl SimilarCollector {
                 .measured
                 .get_or_insert_with(SimilarMeasured::default);
         }
-        summary.functions_with_sites += self.groups.iter().map(Vec::len).sum::<usize>();
         for group in core::mem::take(&mut self.groups) {
+            let group: Vec<Member> = group
+                .into_iter()
+                .filter(|(_, class)| !refined_away.contains(class))
+                .map(|(member, _)| member)
+                .collect();
+            summary.functions_with_sites += group.len();
             if group.len() < 2 {
                 continue;
             }

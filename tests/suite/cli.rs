@@ -633,3 +633,51 @@ fn report_cache_warm_run_loads_what_the_cold_run_stored() {
     assert_eq!(after["cache_loaded"].as_u64().unwrap(), stored - 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `report --merge calls,similar` takes candidates as a batch flush does:
+/// a function refinement merges into an earlier one (here `%f1`, the
+/// self-recursive twin of `%f0`) is a duplicate, not a member of a group
+/// of similar functions; `%f2` (another constant) still is.
+#[test]
+fn similar_leaves_out_what_refinement_merged() {
+    let recursive = |name: &str, k: i64| {
+        format!(
+            "function %{name}(i64) -> i64 {{\n    sig0 = (i64) -> i64\n    fn0 = colocated %{name} sig0\n\
+             block0(v0: i64):\n    v1 = iconst.i64 {k}\n    v2 = iadd v0, v1\n    v3 = call fn0(v2)\n    \
+             return v3\n}}\n"
+        )
+    };
+    let dir = temp_dir("similar-refined");
+    let text = format!(
+        "test compile\nset opt_level=speed\ntarget x86_64\n{}{}{}",
+        recursive("f0", 7),
+        recursive("f1", 7),
+        recursive("f2", 9)
+    );
+    std::fs::write(dir.join("f.clif"), text).unwrap();
+    let report = |merge: &str| {
+        json_of(&jitfold(&[
+            "report",
+            "--json",
+            "--groups",
+            "--merge",
+            merge,
+            dir.to_str().unwrap(),
+        ]))
+    };
+    let members = |out: &Value| -> Vec<String> {
+        out["similar"]["groups"][0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["function"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let alone = report("similar");
+    assert_eq!(alone["similar"]["functions_with_sites"], 3, "{alone}");
+    assert_eq!(members(&alone), ["%f0", "%f1", "%f2"]);
+    let refined = report("calls,similar");
+    assert_eq!(refined["refined_merged"], 1, "{refined}");
+    assert_eq!(refined["similar"]["functions_with_sites"], 2, "{refined}");
+    assert_eq!(members(&refined), ["%f0", "%f2"]);
+}
