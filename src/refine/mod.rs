@@ -139,7 +139,7 @@ impl Refinement {
 /// that calls either of them twice (see [`refine_identifying`]).
 pub fn refine(nodes: &[Node<'_>]) -> Refinement {
     let start = nodes.iter().map(|n| n.template.as_u32());
-    refine_identifying(nodes, start, |_, _| None)
+    refine_rounds(nodes, start, None::<fn(NodeId, &[u32]) -> Option<Quotient>>)
 }
 
 /// A node with some of its slots taken as one (see [`refine_identifying`]):
@@ -181,7 +181,17 @@ pub struct Quotient {
 pub fn refine_identifying(
     nodes: &[Node<'_>],
     start: impl ExactSizeIterator<Item = u32> + Clone,
-    mut quotient: impl FnMut(NodeId, &[u32]) -> Option<Quotient>,
+    quotient: impl FnMut(NodeId, &[u32]) -> Option<Quotient>,
+) -> Refinement {
+    refine_rounds(nodes, start, Some(quotient))
+}
+
+/// The rounds of [`refine`] (no `quotient`: no slots are taken as one) and
+/// [`refine_identifying`].
+fn refine_rounds(
+    nodes: &[Node<'_>],
+    start: impl ExactSizeIterator<Item = u32> + Clone,
+    mut quotient: Option<impl FnMut(NodeId, &[u32]) -> Option<Quotient>>,
 ) -> Refinement {
     // Classes are plain numbers while rounds run: the start classes
     // first, then each round's from `starts` up.
@@ -206,14 +216,17 @@ pub fn refine_identifying(
     let mut same = Vec::new();
     let mut first = HashMap::new();
     // The last quotient asked for each active node, by its `same`.
-    let mut asked: Vec<Option<(Vec<u32>, Option<Quotient>)>> = vec![None; active.len()];
+    let mut asked: Vec<Option<(Vec<u32>, Option<Quotient>)>> =
+        vec![None; if quotient.is_some() { active.len() } else { 0 }];
     loop {
         rounds += 1;
         signatures.clear();
         for (k, &i) in active.iter().enumerate() {
             let node = &nodes[i];
-            let taken_as_one = same_slots(node.slots, &class_of, &mut first, &mut same);
-            let (template, slots) = if taken_as_one {
+            let identifying = quotient.as_mut().filter(|_| {
+                node.slots.len() > 1 && same_slots(node.slots, &class_of, &mut first, &mut same)
+            });
+            let (template, slots) = if let Some(quotient) = identifying {
                 let memo = &mut asked[k];
                 if memo.as_ref().is_none_or(|(asked, _)| *asked != same) {
                     let q = quotient(NodeId::new(i), &same);
