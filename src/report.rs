@@ -245,11 +245,13 @@ pub struct RefineSummary {
 }
 
 /// `--similar`: what similar-function merging ([`crate::similar`]) would
-/// do with one function of each exact class.
+/// do with one function of each exact class (with `--merge calls`, of each
+/// refined class).
 #[derive(Clone, Debug, Default)]
 pub struct SimilarSummary {
-    /// Exact classes whose first function has a parameter site and may
-    /// stand behind a thunk ([`similar::mergeable`]).
+    /// Exact classes (with `--merge calls`, refined classes) whose first
+    /// function has a parameter site and may stand behind a thunk
+    /// ([`similar::mergeable`]).
     pub functions_with_sites: usize,
     /// Shapes with two or more such classes.
     pub candidate_groups: usize,
@@ -735,11 +737,12 @@ impl Grouping {
                 };
                 c.compile(code, &func, &name, planned);
             }
-            // A candidate as a batch flush of every function takes one:
-            // the first of its exact class (nothing was compiled before
-            // the flush, so nothing is reused; see 1 in
-            // `module/similar.rs`), and of its refined class (see
-            // `finish`).
+            // A candidate is the first function of its exact class and
+            // of its refined class (see `finish`), as in a batch flush of
+            // every function (nothing was compiled before the flush, so
+            // nothing is reused; see 1 in `module/similar.rs`), which
+            // also leaves out the functions it rewrote to call a
+            // duplicate's canonical function: those stay in here.
             let shape = shapes.next().flatten();
             if let (Some(collector), Some(shape), false) =
                 (&mut self.similar, shape, matches!(step, Step::Duplicate(_)))
@@ -753,6 +756,7 @@ impl Grouping {
     /// Adds this partition's classes, reuse, refinement and groups to
     /// `report` (whose `reused` is `Some` with `--reuse` and `refine` with
     /// `--merge calls`).
+    ///
     /// Returns the exact classes refinement merged into an earlier one
     /// (which batch mode defines as duplicates, never merging them with
     /// similar functions).

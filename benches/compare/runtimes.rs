@@ -6,20 +6,22 @@
 //! mode, and N modules each with a `RedisStore` of its own on one
 //! `redis-server` (as N processes are: leases divide the compiles), and N
 //! processes on that server against N plain processes, for N = 2 and the
-//! machine's core count, with Cranelift's verifier on and off. Each cell is the best wall time over the rounds
-//! (plain and shared alternate within a round); the compiles are summed
-//! over the N runtimes.
+//! machine's core count, with Cranelift's verifier on and off. Each cell
+//! is the best wall time over the rounds (plain and shared alternate
+//! within a round); the compiles are summed over the N runtimes. A runtime
+//! process that hangs hangs the bench (nothing times it out).
 //!
-//! `JITFOLD_COMPARE=runtimes cargo bench --features tools --bench
-//! compare` prints this table alone, on whole corpora.
+//! `JITFOLD_COMPARE=runtimes cargo bench --features tools,redis --bench
+//! compare` prints this table alone, on whole corpora (without the
+//! `redis` feature, or without `redis-server`, no Redis rows).
 
 use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run};
 use crate::{Config, ms, table};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::DedupOptions;
 use jitfold::store::{CodeStore, SharedStore};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,8 +54,12 @@ pub fn run_as_child(config: &Config) -> bool {
     writeln!(out, "ready")
         .and_then(|()| out.flush())
         .expect("parent reads");
+    // Anything but `go` (the parent ended: its end of the pipe closed)
+    // ends this process without running.
     let mut go = String::new();
-    std::io::stdin().read_line(&mut go).expect("parent writes");
+    if std::io::stdin().read_line(&mut go).is_err() || go.trim() != "go" {
+        std::process::exit(1);
+    }
     let compiles = match redis {
         Some(url) => {
             let store = fleet::store_at(&url, &keys);
@@ -88,53 +94,68 @@ fn processes(
     redis: Option<(&str, &str)>,
 ) -> (Duration, u64) {
     let exe = std::env::current_exe().expect("this bench's path");
-    let mut children: Vec<_> = (0..n)
-        .map(|_| {
-            let mut command = Command::new(&exe);
+    // Killed if this function panics (see `Runtimes`).
+    let mut children = Runtimes(Vec::with_capacity(n));
+    children.0.extend((0..n).map(|_| {
+        let mut command = Command::new(&exe);
+        command
+            .env(CHILD_CORPUS, corpus)
+            .env(
+                "JITFOLD_RUNTIME_VERIFIER",
+                if verifier { "on" } else { "off" },
+            )
+            .env_remove("JITFOLD_RUNTIME_REDIS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        if let Some((url, keys)) = redis {
             command
-                .env(CHILD_CORPUS, corpus)
-                .env(
-                    "JITFOLD_RUNTIME_VERIFIER",
-                    if verifier { "on" } else { "off" },
-                )
-                .env_remove("JITFOLD_RUNTIME_REDIS")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped());
-            if let Some((url, keys)) = redis {
-                command
-                    .env("JITFOLD_RUNTIME_REDIS", url)
-                    .env("JITFOLD_RUNTIME_KEYS", keys);
-            }
-            let mut child = command.spawn().expect("the bench starts itself");
-            let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-            (child, lines)
-        })
-        .collect();
-    let next_line = |lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>| {
+                .env("JITFOLD_RUNTIME_REDIS", url)
+                .env("JITFOLD_RUNTIME_KEYS", keys);
+        }
+        let mut child = command.spawn().expect("the bench starts itself");
+        let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        (child, lines)
+    }));
+    let next_line = |lines: &mut Lines<BufReader<ChildStdout>>| {
         lines
             .next()
             .expect("a runtime process ended early")
             .expect("its output reads")
     };
-    for (_, lines) in &mut children {
+    for (_, lines) in &mut children.0 {
         assert_eq!(next_line(lines), "ready");
     }
     let start = Instant::now();
-    for (child, _) in &mut children {
+    for (child, _) in &mut children.0 {
         let stdin = child.stdin.as_mut().expect("piped");
         writeln!(stdin, "go").expect("the runtime reads");
     }
     let mut compiles = 0;
-    for (_, lines) in &mut children {
+    for (_, lines) in &mut children.0 {
         let done = next_line(lines);
         let count = done.strip_prefix("done ").expect("`done` and its compiles");
         compiles += count.parse::<u64>().expect("a count");
     }
     let time = start.elapsed();
-    for (mut child, _) in children {
+    for (child, _) in &mut children.0 {
         assert!(child.wait().expect("the runtime ends").success());
     }
     (time, compiles)
+}
+
+/// The runtime processes of [`processes`], with what they print; any
+/// still running when this drops (the bench panicked) are killed.
+struct Runtimes(Vec<(Child, Lines<BufReader<ChildStdout>>)>);
+
+impl Drop for Runtimes {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.0 {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
 }
 
 /// Rounds of each comparison (`JITFOLD_RUNTIMES_ROUNDS`, 3 unless set).

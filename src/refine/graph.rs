@@ -12,7 +12,7 @@
 //!   stored once each, in one buffer.
 
 use super::{
-    Node, NodeId, OutsideId, Quotient, Refinement, Target, TemplateId, refine_identifying,
+    Node, NodeId, OutsideId, Quotient, Refinement, Target, TemplateId, refine, refine_identifying,
 };
 use crate::fingerprint::{Fingerprint, Fingerprinter, SymbolName, Template};
 use core::hash::BuildHasher;
@@ -249,12 +249,12 @@ impl CallGraph {
     }
 
     /// Resolves the names and refines the nodes; classes are numbered as in
-    /// [`refine`](super::refine), nodes as returned by [`CallGraph::add_node`]. Each node
+    /// [`refine`], nodes as returned by [`CallGraph::add_node`]. Each node
     /// is compared as it is: one that calls two nodes found equal is not
     /// compared with one that calls either twice (see
     /// [`CallGraph::refine_with`]).
     pub fn refine(&self) -> Refinement {
-        self.refine_with(|_| None)
+        self.refine_nodes(None::<fn(NodeId) -> Option<&'static Function>>)
     }
 
     /// [`CallGraph::refine`], with callees of one class counted as one
@@ -268,7 +268,16 @@ impl CallGraph {
     /// call both twins of a cycle merge with those that call one.
     pub fn refine_with<'f>(
         &self,
-        mut function: impl FnMut(NodeId) -> Option<&'f Function>,
+        function: impl FnMut(NodeId) -> Option<&'f Function>,
+    ) -> Refinement {
+        self.refine_nodes(Some(function))
+    }
+
+    /// [`CallGraph::refine_with`] given `function`, else
+    /// [`CallGraph::refine`].
+    fn refine_nodes<'f>(
+        &self,
+        function: Option<impl FnMut(NodeId) -> Option<&'f Function>>,
     ) -> Refinement {
         let owners = self.owners();
         let mut targets = Vec::with_capacity(self.slots.len());
@@ -310,6 +319,9 @@ impl CallGraph {
                 slots: &targets[range],
             })
             .collect();
+        let Some(mut function) = function else {
+            return refine(&nodes);
+        };
         // Nodes that call nodes start by their number of instructions,
         // which renaming callees does not change; the others alone.
         let start: Vec<u32> = nodes

@@ -84,7 +84,8 @@ struct ReportArgs {
     /// (always; the default); `calls`: also functions that are the same
     /// once callees are compared by class over the call graph (adds
     /// `refined_merged`, `refine_rounds`, `refine_s`); `similar`: also
-    /// group one function of each exact class by shape (the same function
+    /// group one function of each exact class (with `calls`, of each
+    /// refined class) by shape (the same function
     /// up to the values of some integer and float constants), derive the
     /// parameters of a merged body and decide with a cost model in code
     /// bytes which groups pay (adds `similar`: `param_groups`,
