@@ -797,9 +797,8 @@ struct SimilarCollector {
     shaper: Shaper,
     /// Each shape's index in `groups`.
     by_shape: HashMap<crate::fingerprint::Shape, usize>,
-    /// The first function of each exact class that has a parameter site
-    /// and is to be compiled, by shape, in order of first sight, with its
-    /// exact class.
+    /// The first function of each exact class that has a parameter site,
+    /// by shape, in order of first sight, with its exact class.
     groups: Vec<Vec<(Member, ClassId)>>,
     shape_time: Duration,
 }
