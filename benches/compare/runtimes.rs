@@ -13,7 +13,9 @@
 //!
 //! `JITFOLD_COMPARE=runtimes cargo bench --features tools,redis --bench
 //! compare` prints this table alone, on whole corpora (without the
-//! `redis` feature, or without `redis-server`, no Redis rows).
+//! `redis` feature, or without `redis-server`, no Redis rows);
+//! `JITFOLD_RUNTIMES_ROUNDS` sets the rounds and `JITFOLD_RUNTIMES_N` the
+//! numbers of runtimes (a comma list).
 
 use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run};
 use crate::{Config, ms, table};
@@ -166,6 +168,25 @@ fn rounds() -> usize {
         .unwrap_or(3)
 }
 
+/// The numbers of runtimes measured: `JITFOLD_RUNTIMES_N` (a comma list,
+/// such as `16`), else 2 and the machine's core count.
+fn counts() -> Vec<usize> {
+    if let Ok(list) = std::env::var("JITFOLD_RUNTIMES_N") {
+        let counts: Vec<usize> = list
+            .split(',')
+            .map(|n| n.trim().parse().expect("JITFOLD_RUNTIMES_N: numbers"))
+            .collect();
+        assert!(!counts.contains(&0), "JITFOLD_RUNTIMES_N: no runtimes");
+        return counts;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut counts = vec![2];
+    if cores > 2 {
+        counts.push(cores);
+    }
+    counts
+}
+
 /// What gives each runtime its store.
 type StoreOf<'a> = dyn Fn() -> Arc<dyn CodeStore> + Sync + 'a;
 
@@ -210,11 +231,7 @@ fn runtimes(
 
 /// Prints table 6 (see the file's docs).
 pub fn print(corpora: &[Corpus], config: &Config) {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut counts = vec![2];
-    if cores > 2 {
-        counts.push(cores);
-    }
+    let counts = counts();
     let rounds = rounds();
     let server = fleet::Server::start();
     let modes = [
@@ -279,6 +296,7 @@ pub fn print(corpora: &[Corpus], config: &Config) {
                     }
                     in_processes = Some((plain, on_redis));
                 }
+                let first = rows.len();
                 for (i, (label, _, redis)) in modes.iter().enumerate() {
                     let measured = !*redis || server.is_some();
                     rows.push(vec![
@@ -311,6 +329,11 @@ pub fn print(corpora: &[Corpus], config: &Config) {
                         ms(best),
                         format!("{:.2}x", plain.as_secs_f64() / best.as_secs_f64()),
                     ]);
+                }
+                // Each row as soon as it is measured, in case the run is
+                // cut short.
+                for row in &rows[first..] {
+                    eprintln!("runtimes: | {} |", row.join(" | "));
                 }
             }
         }
