@@ -14,8 +14,9 @@
 //! `JITFOLD_COMPARE=runtimes cargo bench --features tools,redis --bench
 //! compare` prints this table alone, on whole corpora (without the
 //! `redis` feature, or without `redis-server`, no Redis rows);
-//! `JITFOLD_RUNTIMES_ROUNDS` sets the rounds and `JITFOLD_RUNTIMES_N` the
-//! numbers of runtimes (a comma list).
+//! `JITFOLD_RUNTIMES_ROUNDS` sets the rounds, `JITFOLD_RUNTIMES_N` the
+//! numbers of runtimes (a comma list) and `JITFOLD_RUNTIMES_VERIFIER`
+//! (`on` or `off`) one verifier setting.
 
 use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run};
 use crate::{Config, ms, table};
@@ -187,6 +188,17 @@ fn counts() -> Vec<usize> {
     counts
 }
 
+/// The verifier settings measured: `JITFOLD_RUNTIMES_VERIFIER` (`on` or
+/// `off`), else both.
+fn verifier_settings() -> Vec<bool> {
+    match std::env::var("JITFOLD_RUNTIMES_VERIFIER").as_deref() {
+        Ok("on") => vec![true],
+        Ok("off") => vec![false],
+        Ok(other) => panic!("JITFOLD_RUNTIMES_VERIFIER: `on` or `off`, not `{other}`"),
+        Err(_) => vec![true, false],
+    }
+}
+
 /// What gives each runtime its store.
 type StoreOf<'a> = dyn Fn() -> Arc<dyn CodeStore> + Sync + 'a;
 
@@ -241,7 +253,7 @@ pub fn print(corpora: &[Corpus], config: &Config) {
     ];
     let mut rows = Vec::new();
     let mut round = 0;
-    for verifier in [true, false] {
+    for verifier in verifier_settings() {
         let isa = crate::isa_with_verifier(verifier);
         for corpus in corpora.iter().filter(|c| c.wasm) {
             let w = Workload::of_corpus(corpus, &*isa, config.corpus_limit);

@@ -213,6 +213,11 @@ impl<M: Module> DedupModule<M> {
         // Compiling rewrites `ctx.func`; the check lays out the original.
         // (Code compiled on another thread was compiled from a copy.)
         let original = self.options.check.then(|| ctx.func.clone());
+        // (Code the plan would not load is not stored either.)
+        let stores = self.stored.is_some() && plan.load;
+        // What the compile checks, for the entry (see 6 in `verify.rs`).
+        let read_digest =
+            (stores && self.checks_uncompiled()).then(|| verify::read_digest(&ctx.func));
         let (time, code_bytes, precompiled) = match precompiled {
             None => {
                 let (time, code_bytes) = self.compile_in_inner(id, ctx, ctrl_plane)?;
@@ -223,14 +228,14 @@ impl<M: Module> DedupModule<M> {
                 (compiled.time, compiled.code_bytes, Some(compiled))
             }
         };
-        // (Code the plan would not load is not stored either.)
-        if self.stored.is_some() && plan.load {
+        if stores {
             self.store_compiled(
                 ctx,
                 precompiled.as_ref(),
                 walk,
                 plan.keep_template.clone(),
                 time,
+                read_digest,
             );
         }
         let mut kept_bytes = None;

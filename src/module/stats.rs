@@ -122,7 +122,9 @@ pub struct Stats {
     /// Functions defined without being compiled that were not run through
     /// the verifier because the verifier had accepted a function it reads
     /// exactly alike (equal stencils, source locations aside), so it would
-    /// accept them too (see `DedupModule`'s module docs on verifying).
+    /// accept them too: one this module verified, or the one whose compile
+    /// made the store entry it was loaded from, by the digest the entry
+    /// holds (see `DedupModule`'s module docs on verifying).
     pub verified_by_equality: u64,
 }
 

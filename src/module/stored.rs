@@ -522,6 +522,7 @@ impl<M: Module> DedupModule<M> {
             code,
             unwind,
             compile_time: saved,
+            verified: read_digest,
         } = match loaded {
             Ok(loaded) => loaded,
             Err(Miss::Absent) => {
@@ -564,6 +565,9 @@ impl<M: Module> DedupModule<M> {
             self.stats.store_rejected += 1;
             return Ok(None);
         };
+        // A function read alike to the one the entry was compiled from
+        // passed the checks in that compile (see 6 in `verify.rs`).
+        self.verified_by_entry(func, read_digest.as_ref(), verified);
         self.verify_once(func, verified)?;
         let own = if self.options.check {
             let own = self.compile_for_check(id, func)?;
@@ -633,7 +637,8 @@ impl<M: Module> DedupModule<M> {
     /// Stores the code just compiled for a function walked as `walk` (with
     /// template `template`, compiled in `time`): in `ctx`, or on another
     /// thread (`precompiled`), if there is a store and the code can be
-    /// retargeted.
+    /// retargeted. `read_digest` is the function's read digest before the
+    /// compile, where the compile checked it (see 6 in `verify.rs`).
     pub(super) fn store_compiled(
         &mut self,
         ctx: &Context,
@@ -641,6 +646,7 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         template: Option<Template>,
         time: Duration,
+        read_digest: Option<[u8; 32]>,
     ) {
         let Some(stored) = &self.stored else {
             return;
@@ -660,9 +666,13 @@ impl<M: Module> DedupModule<M> {
             }
         };
         let template = template.unwrap_or_else(|| walk.fingerprint.to_template());
-        let Some(entry) = Entry::new(&template, walk.names, &code, time, unwind.as_ref()) else {
+        let Some(mut entry) = Entry::new(&template, walk.names, &code, time, unwind.as_ref())
+        else {
             return;
         };
+        if let Some(digest) = read_digest {
+            entry = entry.with_verified(digest);
+        }
         let key = StoreKey::of(&stored.context, &template);
         let value = entry.encode(&stored.context, stored.secret.as_ref());
         let stored = self.stored.as_mut().expect("checked above");

@@ -68,6 +68,26 @@
 //!    ([`DedupError::CraneliftPanic`], with Cranelift's own message); see
 //!    [`aliases`](super::aliases). The equality of 3 skips it too.
 //!
+//! 6. A function defined from a store entry is not run through 1, 4 and
+//!    5 when its [read digest](read_digest) is the one the entry holds
+//!    ([`Entry::verified`](crate::store::Entry::verified)): the digest of
+//!    the function whose compile made the entry, recorded only where that
+//!    compile ran the verifier or NaN canonicalization (the flags say so;
+//!    the entry's context, which [`Entry::decode`](crate::store::Entry::decode)
+//!    checks, holds every flag, so the loading module's flags are the
+//!    same), before the compile rewrote it. That compile ran every check
+//!    of 1, 4 and 5 on a function the verifier reads alike (by 3: the
+//!    digest covers every field [`read_alike`] compares, each as
+//!    Cranelift's own `Hash` writes it, which reads at least what its
+//!    `PartialEq` compares) and got no error, so they would give none now.
+//!    Two functions with one digest but read differently would be a
+//!    BLAKE3 collision. The entry's digest is as trusted as its code (its
+//!    checksum, and its MAC where a secret is set, cover both), so this
+//!    trusts nothing new; Cranelift's own incremental cache returns code
+//!    on the same grounds (`compute_cache_key`, the stencil's `Hash`
+//!    into SHA-256). Such skips count in
+//!    [`Stats::verified_by_equality`](super::Stats) too.
+//!
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
@@ -146,6 +166,50 @@ impl Verified {
     }
 }
 
+/// The digest of `func` as the verifier reads it (see 6 above): BLAKE3
+/// (derived key `"jitfold read digest"`) over every field [`read_alike`]
+/// compares, in that order, each as its `Hash` writes it. Destructured, so
+/// that a new field of `FunctionStencil` is a compile error here too.
+pub(super) fn read_digest(func: &Function) -> [u8; 32] {
+    use std::hash::Hash;
+    /// Collects what `Hash` writes (Cranelift's types hash through the
+    /// generic `Hasher`); BLAKE3 then takes it in one piece.
+    struct Written(Vec<u8>);
+    impl std::hash::Hasher for Written {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+        fn finish(&self) -> u64 {
+            unreachable!("only written to")
+        }
+    }
+    let FunctionStencil {
+        version_marker: _,
+        signature,
+        sized_stack_slots,
+        dynamic_stack_slots,
+        global_values,
+        dfg,
+        layout,
+        srclocs: _,
+        debug_tags,
+        stack_limit,
+    } = &func.stencil;
+    let mut written = Written(Vec::with_capacity(64 * size_of(func)));
+    signature.hash(&mut written);
+    sized_stack_slots.hash(&mut written);
+    dynamic_stack_slots.hash(&mut written);
+    global_values.hash(&mut written);
+    layout.hash(&mut written);
+    debug_tags.hash(&mut written);
+    stack_limit.hash(&mut written);
+    dfg.hash(&mut written);
+    *blake3::Hasher::new_derive_key("jitfold read digest")
+        .update(&written.0)
+        .finalize()
+        .as_bytes()
+}
+
 /// Whether the verifier reads `a` and `b` alike: their stencils are equal
 /// but for source locations (see 3 above; fields the verifier does not
 /// read but `srclocs`, such as `stack_limit`, are compared all the same).
@@ -176,6 +240,34 @@ fn read_alike(a: &Function, b: &Function) -> bool {
 }
 
 impl<M: Module> DedupModule<M> {
+    /// Whether a function defined without being compiled goes through
+    /// Cranelift's verifier or NaN canonicalization (the flags say so):
+    /// then what a compile checked is worth recording (see 6 above).
+    pub(super) fn checks_uncompiled(&self) -> bool {
+        let flags = self.inner.isa().flags();
+        flags.enable_verifier() || flags.enable_nan_canonicalization()
+    }
+
+    /// Marks `func`, about to be defined from a store entry that holds
+    /// `digest`, as verified if its read digest is that one (see 6 above).
+    pub(super) fn verified_by_entry(
+        &mut self,
+        func: &Function,
+        digest: Option<&[u8; 32]>,
+        verified: &mut Unverified,
+    ) {
+        let Some(digest) = digest else {
+            return;
+        };
+        if verified.done || !self.checks_uncompiled() {
+            return;
+        }
+        if read_digest(func) == *digest {
+            verified.done = true;
+            self.stats.verified_by_equality += 1;
+        }
+    }
+
     /// Verifies `func`, which is about to be defined without being
     /// compiled, if the ISA's flags enable the verifier (see 1 above).
     /// `key` is the fast hash of its exact key, if known: then a function
@@ -354,5 +446,50 @@ mod tests {
         assert!(verified.by_key[&1].srclocs.is_empty());
         assert!(verified.holds(1, &of(10, 0)));
         assert!(verified.holds(1, &located));
+    }
+
+    /// The read digest is equal exactly where the functions read alike,
+    /// on these pairs: source locations aside, any change shows.
+    #[test]
+    fn the_read_digest_differs_where_the_verifier_reads_a_difference() {
+        use super::{read_alike, read_digest};
+        use cranelift_codegen::ir::{RelSourceLoc, StackSlotData, StackSlotKind};
+        let base = of(10, 0);
+        let mut located = of(10, 0);
+        let first = located
+            .layout
+            .first_inst(located.layout.entry_block().unwrap());
+        located.srclocs[first.unwrap()] = RelSourceLoc::new(3);
+        let mut unreachable = of(10, 0);
+        let dead = unreachable.dfg.make_block();
+        unreachable.layout.append_block(dead);
+        FuncCursor::new(&mut unreachable)
+            .at_bottom(dead)
+            .ins()
+            .return_(&[]);
+        let mut slot = of(10, 0);
+        slot.sized_stack_slots
+            .push(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 0));
+        let mut limited = of(10, 0);
+        let vmctx = limited
+            .global_values
+            .push(cranelift_codegen::ir::GlobalValueData::VMContext);
+        limited.stack_limit = Some(vmctx);
+        let mut unplaced = of(10, 0);
+        // An instruction made but not placed in the layout.
+        unplaced
+            .dfg
+            .make_inst(cranelift_codegen::ir::InstructionData::UnaryImm {
+                opcode: cranelift_codegen::ir::Opcode::Iconst,
+                imm: 5.into(),
+            });
+        let digest = read_digest(&base);
+        assert_eq!(read_digest(&base.clone()), digest);
+        assert!(read_alike(&base, &located));
+        assert_eq!(read_digest(&located), digest);
+        for other in [of(10, 1), of(11, 0), unreachable, slot, limited, unplaced] {
+            assert!(!read_alike(&base, &other));
+            assert_ne!(read_digest(&other), digest, "{}", other.display());
+        }
     }
 }

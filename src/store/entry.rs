@@ -15,7 +15,7 @@
 //! | --- | --- |
 //! | 8 | magic `JFCODE\r\n` |
 //! | 2 | format version |
-//! | 2 | flags: bit 0 set when a MAC ends the entry; no other bit is used |
+//! | 2 | flags: bit 0 set when a MAC ends the entry, bit 1 when the entry holds a verified function's digest; no other bit is used |
 //! | 32 | [`CodeContext::digest`] |
 //! | 32 | [`template_digest`] of the template key words (BLAKE3, derived key) |
 //! | 4 | number of names (slots) of the function |
@@ -24,6 +24,7 @@
 //! | 4 + n | code length, code bytes |
 //! | 4 + 18·n | number of relocations; each: offset (4), kind (1), target kind (1), addend (8), target (4: slot, own offset, libcall or known symbol number) |
 //! | 1 [+ 4 + n] | unwind information: 0 none, 1 present (length, postcard bytes of Cranelift's `UnwindInfo`), 2 left out |
+//! | 32 | with flag bit 1: the [verified function's digest](Entry::verified) |
 //! | 16 | XXH3-128 of every byte before it |
 //! | 32 | with flag bit 0: keyed BLAKE3 of every byte before it, keyed with the [`Secret`] |
 //!
@@ -87,6 +88,8 @@ pub const FORMAT_VERSION: u16 = 3;
 const MAGIC: &[u8; 8] = b"JFCODE\r\n";
 /// Flag bit: a MAC ends the entry.
 const FLAG_MAC: u16 = 1;
+/// Flag bit: the entry holds a verified function's digest.
+const FLAG_VERIFIED: u16 = 2;
 const CHECKSUM_BYTES: usize = 16;
 const MAC_BYTES: usize = 32;
 /// Bytes of one relocation record.
@@ -184,6 +187,7 @@ pub struct Entry {
     relocs: Vec<EntryReloc>,
     compile_time: Duration,
     unwind: EntryUnwind,
+    verified: Option<[u8; 32]>,
 }
 
 /// Why bytes were not accepted as an entry (see the [module docs](self)).
@@ -320,6 +324,7 @@ impl Entry {
                 #[cfg(not(feature = "store-unwind"))]
                 Some(_) => EntryUnwind::Omitted,
             },
+            verified: None,
         };
         entry.check_code().ok()?;
         Some(entry)
@@ -390,6 +395,26 @@ impl Entry {
         &self.unwind
     }
 
+    /// This entry, holding `digest`: the digest of the function its code
+    /// was compiled from, by a compile that ran Cranelift's checks on it
+    /// (the verifier, as the entry's context's flags say). What the digest
+    /// covers, and so what a reader may skip when a function's digest is
+    /// equal, is the writer's and reader's contract (a `DedupModule`'s:
+    /// see `verify.rs` in `src/module/`); the entry only carries it, under
+    /// its checksum and MAC.
+    pub fn with_verified(self, digest: [u8; 32]) -> Self {
+        Self {
+            verified: Some(digest),
+            ..self
+        }
+    }
+
+    /// The digest of the function the code was compiled from, where the
+    /// writer recorded one ([`Entry::with_verified`]).
+    pub fn verified(&self) -> Option<&[u8; 32]> {
+        self.verified.as_ref()
+    }
+
     /// The entry's bytes in `context`, with a MAC when `secret` is given
     /// (see the format in the [module docs](self)).
     pub fn encode(&self, context: &CodeContext, secret: Option<&Secret>) -> Vec<u8> {
@@ -398,7 +423,10 @@ impl Entry {
         );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        let flags = if secret.is_some() { FLAG_MAC } else { 0 };
+        let mut flags = if secret.is_some() { FLAG_MAC } else { 0 };
+        if self.verified.is_some() {
+            flags |= FLAG_VERIFIED;
+        }
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(context.digest());
         out.extend_from_slice(&self.template);
@@ -435,6 +463,9 @@ impl Entry {
                 None => out.push(UNWIND_OMITTED),
             },
             EntryUnwind::Omitted => out.push(UNWIND_OMITTED),
+        }
+        if let Some(digest) = &self.verified {
+            out.extend_from_slice(digest);
         }
         let checksum = xxhash_rust::xxh3::xxh3_128(&out);
         out.extend_from_slice(&checksum.to_le_bytes());
@@ -484,7 +515,7 @@ impl Entry {
             return Err(EntryRejected::OtherVersion(version));
         }
         let flags = u16::from_le_bytes([bytes[10], bytes[11]]);
-        if flags & !FLAG_MAC != 0 {
+        if flags & !(FLAG_MAC | FLAG_VERIFIED) != 0 {
             return Err(EntryRejected::UnknownFlags(flags));
         }
         let has_mac = flags & FLAG_MAC != 0;
@@ -565,6 +596,11 @@ impl Entry {
             UNWIND_OMITTED => EntryUnwind::Omitted,
             _ => return Err(EntryRejected::BadUnwind),
         };
+        let verified = if flags & FLAG_VERIFIED != 0 {
+            Some(reader.take(32)?.try_into().expect("32 bytes"))
+        } else {
+            None
+        };
         if !reader.bytes.is_empty() {
             return Err(EntryRejected::TrailingBytes);
         }
@@ -576,6 +612,7 @@ impl Entry {
             relocs,
             compile_time,
             unwind,
+            verified,
         };
         entry.check_code()?;
         Ok(entry)
@@ -887,6 +924,7 @@ mod tests {
             ],
             compile_time: Duration::from_nanos(123_456_789),
             unwind: EntryUnwind::Omitted,
+            verified: None,
         }
     }
 
@@ -1044,6 +1082,60 @@ mod tests {
             hasher.update(&w.to_le_bytes());
         }
         assert_eq!(template_digest(&long), *hasher.finalize().as_bytes());
+    }
+
+    /// A verified function's digest is carried under the checksum, after
+    /// the unwind information, and flagged; an entry without one encodes
+    /// as before (the pinned bytes above).
+    #[test]
+    fn a_verified_digest_round_trips_under_the_checksum() {
+        let plain = small().encode(&context(), None);
+        let entry = small().with_verified([7; 32]);
+        assert_eq!(entry.verified(), Some(&[7; 32]));
+        assert_eq!(small().verified(), None);
+        let bytes = entry.encode(&context(), None);
+        assert_eq!(bytes.len(), plain.len() + 32);
+        assert_eq!(bytes[10], FLAG_VERIFIED as u8);
+        assert_eq!(bytes[bytes.len() - CHECKSUM_BYTES - 32..][..32], [7; 32]);
+        assert_eq!(decode(&bytes), Ok(entry.clone()));
+        // Signed: both flags, and the MAC covers the digest.
+        let secret = Secret::new([1; 32]);
+        let signed = entry.encode(&context(), Some(&secret));
+        assert_eq!(signed[10], (FLAG_MAC | FLAG_VERIFIED) as u8);
+        let decoded = Entry::decode_words(&signed, &context(), &[3, 1, 4, 1, 5], Some(&secret));
+        assert_eq!(decoded.as_ref().map(Entry::verified), Ok(Some(&[7; 32])));
+        let mut forged = signed.clone();
+        let at = forged.len() - MAC_BYTES - CHECKSUM_BYTES - 1;
+        forged[at] ^= 1;
+        let forged = {
+            // The checksum made right again; the MAC cannot be.
+            let body = forged.len() - MAC_BYTES - CHECKSUM_BYTES;
+            let sum = xxhash_rust::xxh3::xxh3_128(&forged[..body]);
+            forged[body..body + CHECKSUM_BYTES].copy_from_slice(&sum.to_le_bytes());
+            forged
+        };
+        assert_eq!(
+            Entry::decode_words(&forged, &context(), &[3, 1, 4, 1, 5], Some(&secret)),
+            Err(EntryRejected::MacInvalid)
+        );
+        // The flag without the digest is a truncated entry; the digest
+        // without the flag is bytes left over.
+        let mut flag_only = plain.clone();
+        flag_only[10] |= FLAG_VERIFIED as u8;
+        assert_eq!(decode(&reseal(flag_only)), Err(EntryRejected::Truncated));
+        let mut digest_only = bytes.clone();
+        digest_only[10] &= !(FLAG_VERIFIED as u8);
+        assert_eq!(
+            decode(&reseal(digest_only)),
+            Err(EntryRejected::TrailingBytes)
+        );
+        // Any other flag is still unknown.
+        let mut unknown = plain;
+        unknown[10] |= 4;
+        assert_eq!(
+            decode(&reseal(unknown)),
+            Err(EntryRejected::UnknownFlags(4))
+        );
     }
 
     #[test]

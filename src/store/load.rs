@@ -67,6 +67,9 @@ pub struct Loaded {
     pub unwind: Option<UnwindInfo>,
     /// What compiling it cost when it was compiled: what the hit saves.
     pub compile_time: Duration,
+    /// The digest of the function it was compiled from, where the entry
+    /// holds one ([`Entry::verified`]).
+    pub verified: Option<[u8; 32]>,
 }
 
 /// Why an entry found is not used (see 1 above).
@@ -321,6 +324,7 @@ pub fn check(
         code,
         unwind,
         compile_time: entry.compile_time(),
+        verified: entry.verified().copied(),
     })
 }
 

@@ -13,7 +13,9 @@ use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, ModuleError, default_libcall_names};
+use jitfold::store::{CodeStore, MemoryStore};
 use jitfold::{DedupModule, DedupOptions, Mode};
+use std::sync::Arc;
 
 fn jit() -> JITModule {
     JITModule::new(JITBuilder::with_flags(&[], default_libcall_names()).unwrap())
@@ -231,6 +233,61 @@ fn only_a_function_exactly_like_an_accepted_one_skips_the_verifier() {
                 call1(m.get_finalized_function(compiled), 1)
             );
         }
+    }
+}
+
+/// A function defined from a store entry skips the verifier only when it
+/// reads exactly like the function whose compile made the entry: a twin
+/// with the same template (so the same entry, which passes every check)
+/// but a defect in an unreachable block is still rejected, as plain
+/// Cranelift rejects it, and the function itself is not verified again.
+#[test]
+fn a_store_entry_spares_the_verifier_only_to_the_function_it_was_compiled_from() {
+    for options in DedupOptions::ALL {
+        let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+        let module = || {
+            DedupModule::with_options(JITBuilder::new(default_libcall_names()).unwrap(), options)
+                .with_store(store.clone(), None)
+        };
+        let good = |b: &mut FunctionBuilder, _: &mut DedupModule<JITModule>, p: &[ir::Value]| {
+            let v = chain(b, p[0]);
+            b.ins().return_(&[v]);
+        };
+        let mut cold = module();
+        let conv = cold.isa().default_call_conv();
+        let f = declare(&mut cold, "f", conv);
+        define_flushed(&mut cold, f, good).unwrap();
+        assert_eq!(cold.stats().store_writes, 1, "{options:?}");
+        cold.finalize_definitions().unwrap();
+        let expected = call1(cold.get_finalized_function(f), 3);
+
+        let mut twin = module();
+        let bad = declare(&mut twin, "bad", conv);
+        let result = define_flushed(&mut twin, bad, |b, _, p| {
+            let v = chain(b, p[0]);
+            return_with_dead_defect(b, v);
+        });
+        assert!(is_verifier_error(&result), "{options:?}: {result:?}");
+        let stats = twin.stats();
+        // The entry was found and passed its checks: the verifier decided.
+        assert_eq!(
+            (stats.store_misses, stats.store_rejected, stats.loaded),
+            (0, 0, 0),
+            "{options:?}: {stats}"
+        );
+        assert_eq!(stats.verified_by_equality, 0, "{options:?}: {stats}");
+
+        let mut warm = module();
+        let g = declare(&mut warm, "g", conv);
+        define_flushed(&mut warm, g, good).unwrap();
+        let stats = warm.stats().clone();
+        assert_eq!(
+            (stats.loaded, stats.verified_by_equality),
+            (1, 1),
+            "{options:?}: {stats}"
+        );
+        warm.finalize_definitions().unwrap();
+        assert_eq!(call1(warm.get_finalized_function(g), 3), expected);
     }
 }
 
