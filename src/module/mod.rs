@@ -58,7 +58,8 @@
 //!    fingerprint compiles, and the id may be defined again. A function that
 //!    is defined without being compiled (duplicate, reused code, adapter) is
 //!    verified first when the flags enable the verifier (unless the
-//!    verifier accepted one exactly like it: it reads them alike), and
+//!    verifier accepted one exactly like it: it reads them alike; a
+//!    store entry says so of the function it was compiled from), and
 //!    fingerprinting never panics (see `verify.rs`); in batch mode a
 //!    failure stops nothing
 //!    else and is reported until dealt with (see `batch.rs`).
@@ -229,7 +230,7 @@
 //! | `forward.rs` | the `Module` implementation | |
 //! | `ids.rs` | each id's state, misuse checks, references, finalization | `Ids` |
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
-//! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike) | `Verified` |
+//! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike; not for one read alike to the function a store entry was compiled from) | `Verified`, `read_digest` |
 //! | `flush.rs` | a flush's record of each function: its role, walk, original and code | `Record` |
 //! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
 //! | `roots.rs` | batch mode: what planned duplicates run is defined first; undoing the plan when it fails | |

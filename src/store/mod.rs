@@ -55,7 +55,11 @@
 //!   bytes (the context, the template key, the code, the relocations), and
 //!   an entry without a valid MAC is never used: a writer without the
 //!   secret can delete, corrupt or swap entries (which costs compilations),
-//!   but cannot make a reader run code of its choosing. The secret must be
+//!   but cannot make a reader run code of its choosing. The same holds of
+//!   the digest an entry may hold of the function its compile verified
+//!   ([`Entry::verified`]), which spares a `DedupModule` verifying that
+//!   function again: it is trusted exactly as far as the code beside it.
+//!   The secret must be
 //!   kept like a signing key: anyone who has it can sign code that every
 //!   process with it will run. Give each trust domain its own secret.
 //! - The MAC does not hide the code (entries are not encrypted). It does
