@@ -219,13 +219,9 @@ fn print_machine(config: &Config) {
         })
         .unwrap_or_else(|| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rustc = std::process::Command::new("rustc")
-        .arg("--version")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+    // The compiler that built this bench (`build.rs`): a machine that
+    // runs a carried binary may have none.
+    let rustc = env!("JITFOLD_RUSTC_VERSION");
     let command = if config.full {
         "JITFOLD_COMPARE=full cargo bench --features tools,redis --bench compare"
     } else if config.warm_only {
@@ -241,7 +237,7 @@ fn print_machine(config: &Config) {
         &[
             vec!["CPU".into(), cpu],
             vec!["cores".into(), cores.to_string()],
-            vec!["rustc".into(), rustc],
+            vec!["rustc".into(), rustc.into()],
             vec!["Cranelift".into(), "0.135.8".into()],
             vec!["command".into(), format!("`{command}`")],
             vec![

@@ -37,6 +37,15 @@
 //! 6. The cache holds only what holds in any module: keys, code templates,
 //!    code sizes and compile times (function ids belong to the module).
 //!    Class ids are the exact cache's; every class has its facts.
+//! 7. A flush's [forecast](CompiledCache::forecast) is, for each of its
+//!    functions in definition order, its plan against the cache as it is
+//!    before the flush defines anything, and whether it is the first of
+//!    the flush with its exact key and, where its plan keeps them, its
+//!    template and its body: a later one is served by what the define
+//!    pass keeps of the first (a duplicate, reused code or an adapter).
+//!    It is what every phase of a batch flush asks of "will this function
+//!    need code?" (the store's prefetch, similar merging, the compile
+//!    threads), decided in this one place.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{
@@ -45,7 +54,7 @@ use crate::fingerprint::{
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::CallConv;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use std::time::Duration;
 
 /// What the walk of one function found: everything the planner (and the
@@ -316,6 +325,30 @@ pub struct ClassFacts {
     pub compile_time: Duration,
 }
 
+/// What the define pass of a flush will need for one of its functions,
+/// foreseen before the flush defines anything ([`CompiledCache::forecast`],
+/// 7 in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Foreseen {
+    /// Its plan needs code ([`Plan::needs_code`]): from the store or a
+    /// compile, unless a function before it in the flush provides it.
+    pub needs_code: bool,
+    /// Its plan tries the store before compiling ([`Plan::load`]).
+    pub load: bool,
+    /// No function before it in the flush has its exact key, nor, where its
+    /// plan keeps them, its template or its body.
+    pub first: bool,
+}
+
+impl Foreseen {
+    /// Whether the define pass gets its code from the store or from
+    /// compiling it: it needs code, and no function defined before it in
+    /// the flush stands for it.
+    pub fn gets_own_code(&self) -> bool {
+        self.needs_code && self.first
+    }
+}
+
 /// Compiled results, independent of any module: exact keys with their
 /// classes' facts, templates with their kept code (`T`), and the keys of
 /// adaptable functions with the calling convention erased.
@@ -383,6 +416,38 @@ impl<T> CompiledCache<T> {
             keep_body: body,
             load: policy.store && !f.compiled_only(policy),
         }
+    }
+
+    /// The forecast of a flush (7 in the module docs): for each of its
+    /// functions, in definition order, what the define pass will need
+    /// ([`Foreseen`]); `None` where `flush` gives `None` (a function not
+    /// planned here: defined already, or not walkable). Pure, as
+    /// [`CompiledCache::plan`] is.
+    pub fn forecast<'a>(
+        &self,
+        flush: impl IntoIterator<Item = Option<Planned<'a>>>,
+        policy: Policy,
+    ) -> Vec<Option<Foreseen>> {
+        // What the define pass keeps of the functions before each one.
+        let mut exact = HashSet::new();
+        let mut templates = HashSet::new();
+        let mut bodies = HashSet::new();
+        flush
+            .into_iter()
+            .map(|f| {
+                let f = f?;
+                let plan = self.plan(&f, policy);
+                let (needs_code, load) = (plan.needs_code(), plan.load);
+                let new_key = exact.insert(f.fingerprint.to_fingerprint());
+                let new_template = plan.keep_template.is_none_or(|t| templates.insert(t));
+                let new_body = plan.keep_body.is_none_or(|b| bodies.insert(b));
+                Some(Foreseen {
+                    needs_code,
+                    load,
+                    first: new_key && new_template && new_body,
+                })
+            })
+            .collect()
     }
 
     /// The class of `fp`, if it is a key.
@@ -672,5 +737,76 @@ mod tests {
         let class = cache.add_class(walk(&f).fingerprint, facts).class();
         assert_eq!(cache.facts(class), facts);
         assert_eq!(cache.class_of(&walk(&f).fingerprint), Some(class));
+    }
+
+    /// 7: a forecast is each function's plan against the cache before the
+    /// flush, and a function is first unless one before it has its key,
+    /// or, where its plan keeps them, its template or its body.
+    #[test]
+    fn a_forecast_is_each_plan_and_who_comes_first() {
+        let long = crate::module::adapter::MIN_INSTRUCTIONS as usize;
+        let mut cache = CompiledCache::new();
+        let old = function("system_v", long, 9, None);
+        compiled(&mut cache, &old);
+        let flush = [
+            function("system_v", long, 9, None), // a duplicate of `old`
+            function("system_v", long, 1, Some(1)),
+            function("system_v", long, 1, Some(2)), // the template of the one before
+            function("system_v", long, 1, Some(1)), // its exact key
+            function("system_v", long, 2, None),
+            function("tail", long, 2, None), // its body, another convention
+            function("system_v", long, 3, None),
+        ];
+        let walks: Vec<Walk> = flush.iter().map(walk).collect();
+        let planned = |skip: usize| {
+            walks
+                .iter()
+                .zip(&flush)
+                .enumerate()
+                .map(move |(i, (w, f))| (i != skip).then(|| w.planned(f)))
+        };
+        let seen = |policy: Policy, skip: usize| -> Vec<Option<(bool, bool, bool)>> {
+            cache
+                .forecast(planned(skip), policy)
+                .into_iter()
+                .map(|f| f.map(|f| (f.needs_code, f.load, f.first)))
+                .collect()
+        };
+        // Each needs code as its own plan says.
+        for (i, f) in cache
+            .forecast(planned(usize::MAX), ALL_ON)
+            .iter()
+            .enumerate()
+        {
+            let plan = cache.plan(&walks[i].planned(&flush[i]), ALL_ON);
+            let f = f.expect("planned");
+            assert_eq!(
+                (f.needs_code, f.load),
+                (plan.needs_code(), plan.load),
+                "{i}"
+            );
+            assert_eq!(f.gets_own_code(), f.needs_code && f.first);
+        }
+        let (code, dup) = (Some((true, true, true)), Some((false, false, true)));
+        let later = Some((true, true, false));
+        assert_eq!(
+            seen(ALL_ON, usize::MAX),
+            [dup, code, later, later, code, later, code]
+        );
+        // Without reuse a template stands for nothing: the third is first.
+        let no_reuse = Policy {
+            reuse: false,
+            ..ALL_ON
+        };
+        assert_eq!(
+            seen(no_reuse, usize::MAX),
+            [dup, code, code, later, code, later, code]
+        );
+        // A function not planned here is `None`, and stands for nothing.
+        assert_eq!(seen(ALL_ON, 1), [dup, None, code, later, code, later, code]);
+        assert_eq!(seen(ALL_ON, 4), [dup, code, later, later, None, code, code]);
+        // Pure: the cache was not changed.
+        assert_eq!(seen(ALL_ON, 1), seen(ALL_ON, 1));
+        assert_eq!(cache.exact().classes(), 1);
     }
 }

@@ -61,7 +61,7 @@ use super::parallel::Precompiled;
 use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
-use crate::plan::Walk;
+use crate::plan::{Foreseen, Walk};
 use crate::refine::{CallGraph, NodeId, RefinedClass};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{self, Function};
@@ -658,6 +658,22 @@ impl<M: Module> DedupModule<M> {
             record.walk = Some(walk.to_owned());
         }
         Ok(record.walk.as_ref().expect("walked"))
+    }
+}
+
+impl<M: Module> DedupModule<M> {
+    /// The forecast of `flush` (7 in `plan.rs`): what the define pass will
+    /// need for each of its functions that is pending and walked (`None`
+    /// for the others), as the cache stands before the flush defines them.
+    pub(super) fn forecast(&self, flush: &[Record]) -> Vec<Option<Foreseen>> {
+        let planned = flush.iter().map(|r| {
+            let pending = self.ids.state(r.id) == State::Pending;
+            r.walk
+                .as_ref()
+                .filter(|_| pending)
+                .map(|w| w.planned(&r.func))
+        });
+        self.compiled.forecast(planned, self.policy())
     }
 }
 

@@ -215,9 +215,12 @@ impl<M: Module> DedupModule<M> {
         let original = self.options.check.then(|| ctx.func.clone());
         // (Code the plan would not load is not stored either.)
         let stores = self.stored.is_some() && plan.load;
-        // What the compile checks, for the entry (see 6 in `verify.rs`).
-        let read_digest =
-            (stores && self.checks_uncompiled()).then(|| verify::read_digest(&ctx.func));
+        // What the compile checks, for the entry (see 6 in `verify.rs`):
+        // jitfold's own compile on another thread, or an inner module
+        // known to compile as given.
+        let compile_checks = precompiled.is_some() || self.inner_compile_checks;
+        let read_digest = (stores && compile_checks && self.checks_uncompiled())
+            .then(|| verify::read_digest(&ctx.func));
         let (time, code_bytes, precompiled) = match precompiled {
             None => {
                 let (time, code_bytes) = self.compile_in_inner(id, ctx, ctrl_plane)?;

@@ -350,6 +350,11 @@ pub struct DedupModule<M: Module> {
     /// compiles, which code defined from bytes then lacks
     /// ([`Policy::compile_catching`]): unless it is known not to.
     records_exception_tables: bool,
+    /// Whether the inner module compiles a function exactly as given, with
+    /// `Context::compile` for its own ISA, which runs Cranelift's checks as
+    /// the flags say (so that a store entry may record them, see 6 in
+    /// `verify.rs`): known of `JITModule` and `ObjectModule` only.
+    inner_compile_checks: bool,
     /// Whether an exported function's symbol may be interposed, replaced
     /// by another definition when its object is linked into a shared
     /// library (see 14 in the module docs): unless it is known not to.
@@ -373,7 +378,9 @@ enum InnerKind {
     /// cranelift-object's `ObjectModule`: it writes no exception tables.
     #[cfg_attr(not(feature = "object"), allow(dead_code))]
     Object,
-    /// Any other: assumed to need all of it.
+    /// Any other: assumed to need all of it, and to compile in its own
+    /// way (another function, another ISA, a cache that skips the
+    /// verifier).
     Other,
 }
 
@@ -394,6 +401,14 @@ fn inner_kind<M: Module>() -> InnerKind {
 }
 
 impl InnerKind {
+    /// Whether the module compiles a function as given, with
+    /// `Context::compile` for its own ISA (`define_function_with_control_plane`
+    /// in cranelift-jit and cranelift-object 0.135.8), which verifies it
+    /// and runs the passes `verify.rs` checks as the flags say.
+    fn compile_checks(self) -> bool {
+        self != InnerKind::Other
+    }
+
     /// Whether the module may write frame descriptions of code defined
     /// from bytes, so that store entries without unwind information are
     /// not used.
@@ -485,6 +500,7 @@ impl<M: Module> DedupModule<M> {
             retired: retired::Retired::default(),
             writes_frames: kind.writes_frames(),
             records_exception_tables: kind.records_exception_tables(),
+            inner_compile_checks: kind.compile_checks(),
             exports_interposable: options
                 .interposable_exports
                 .unwrap_or(kind != InnerKind::Jit),

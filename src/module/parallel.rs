@@ -8,13 +8,15 @@
 //! # How
 //!
 //! After planning (see `batch.rs`), the pending functions are walked in
-//! definition order and planned against the cache as it was before the
-//! flush. A function is *selected* when its plan is to compile it and no
-//! earlier function of the flush has its exact key, its template (when it
-//! is to be kept for reuse) or its body with the calling convention erased
-//! (when adaptable): those are the functions a one-thread flush compiles,
-//! since an earlier function with one of these keys would make it a
-//! duplicate, reused code or an adapter. The others are left to the define
+//! definition order and the flush's forecast is made (7 in `plan.rs`:
+//! each planned against the cache as it was before the flush). A
+//! function is *selected* when the forecast says it gets code of its own:
+//! its plan is to compile it and no earlier function of the flush has its
+//! exact key, its template (when it is to be kept for reuse) or its body
+//! with the calling convention erased (when adaptable). Those are the
+//! functions a one-thread flush compiles, since an earlier function with
+//! one of these keys would make it a duplicate, reused code or an
+//! adapter. The others are left to the define
 //! pass, and so are functions whose walk fails, functions with exception
 //! tables where the inner module must compile them (see 5), and, in a
 //! module whose inner module has compiled nothing yet, the first selected
@@ -81,13 +83,13 @@ use super::flush::Record;
 use super::ids::State;
 use super::{DedupError, DedupModule, verify};
 use crate::code::MachineCode;
+use crate::plan::Foreseen;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleReloc};
-use hashbrown::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -222,48 +224,35 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// The indices of the functions of `flush` to compile in parallel, in
-    /// definition order (see the module docs).
+    /// definition order (see the module docs): those the flush's forecast
+    /// says get code of their own (`plan.rs`), but what the inner module
+    /// compiles and what the store serves.
     fn select_for_parallel(&mut self, flush: &mut [Record]) -> Vec<usize> {
         let policy = self.policy();
         let isa = self.inner.isa();
-        // Every key that a function of this flush may add to the cache
-        // before its turn.
-        let mut exact = HashSet::new();
-        let mut templates = HashSet::new();
-        let mut bodies = HashSet::new();
+        for record in flush.iter_mut() {
+            if record.walk.is_none() && self.ids.state(record.id) == State::Pending {
+                record.walk = verify::walk_checked(&mut self.fingerprinter, &record.func, isa)
+                    .ok()
+                    .map(|walk| walk.to_owned());
+            }
+        }
+        let foreseen = self.forecast(flush);
         // The inner module compiles a module's first function (see 5).
         let mut leave_one = !self.frames.inner_compiled();
         let mut selected = Vec::new();
-        for (index, record) in flush.iter_mut().enumerate() {
-            if self.ids.state(record.id) != State::Pending {
+        for (index, (record, foreseen)) in flush.iter().zip(foreseen).enumerate() {
+            let Some(foreseen) = foreseen.filter(Foreseen::gets_own_code) else {
                 continue;
-            }
-            let func = &record.func;
-            let known = &mut record.walk;
-            if known.is_none() {
-                let Ok(walk) = verify::walk_checked(&mut self.fingerprinter, func, isa) else {
-                    continue;
-                };
-                *known = Some(walk.to_owned());
-            }
-            let walk = known.as_ref().expect("walked").as_ref();
-            let planned = walk.planned(func);
-            let plan = self.compiled.plan(&planned, policy);
-            let compiles = plan.needs_code();
-            let loads = plan.load;
-            let new_key = exact.insert(walk.fingerprint.to_fingerprint());
-            let new_template = plan.keep_template.is_none_or(|t| templates.insert(t));
-            let new_body = plan.keep_body.is_none_or(|b| bodies.insert(b));
-            if !(compiles && new_key && new_template && new_body) {
-                continue;
-            }
+            };
+            let walk = record.walk.as_ref().expect("planned").as_ref();
             // Code compiled here is defined from bytes.
-            if planned.compiled_by_inner(policy) {
+            if walk.planned(&record.func).compiled_by_inner(policy) {
                 continue;
             }
             // What the code store holds, or another module compiles, is
             // loaded, not compiled.
-            if Self::store_serves(&mut self.stored, &walk, loads) {
+            if Self::store_serves(&mut self.stored, &walk, foreseen.load) {
                 continue;
             }
             if leave_one {

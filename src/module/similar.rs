@@ -18,8 +18,9 @@
 //! # What this module guarantees
 //!
 //! 1. **Candidates.** Only functions still pending whose plan is to
-//!    compile them (no duplicate, reused code or adapter, and no entry in
-//!    the code store) are merged, only when they are
+//!    compile them (no duplicate, reused code or adapter, as the flush's
+//!    forecast says, 7 in `plan.rs`, and no entry in the code store) are
+//!    merged, only when they are
 //!    [`similar::mergeable`] and have a parameter site, and never in check
 //!    mode (whose comparison with each function's own code would find a
 //!    thunk there). A function whose walk fails is left alone (planning
@@ -224,42 +225,46 @@ impl<M: Module> DedupModule<M> {
     }
 
     /// The candidates for merging among `flush` (see 1 in the module
-    /// docs), in definition order.
+    /// docs), in definition order: the functions the flush's forecast says
+    /// get code of their own (`plan.rs`; every one, not only the first of
+    /// its template or body, which merging may turn into thunks too), as
+    /// the define pass will see them, but what the store holds.
     fn similar_candidates(
         &mut self,
         flush: &mut [Record],
         options: &SimilarOptions,
     ) -> Vec<Candidate> {
-        let policy = self.policy();
+        for record in flush.iter_mut() {
+            // As the define pass will see it; one that cannot be walked
+            // fails in its define.
+            if self.ids.state(record.id) == State::Pending {
+                let _ = self.walk_pending(record);
+            }
+        }
+        let foreseen = self.forecast(flush);
+        let isa = self.inner.isa();
         let mut walker = std::mem::take(&mut self.fingerprinter);
         let mut shaper = Shaper::new();
         let mut candidates = Vec::new();
-        for (index, record) in flush.iter_mut().enumerate() {
-            if self.ids.state(record.id) != State::Pending {
+        for (index, (record, foreseen)) in flush.iter().zip(foreseen).enumerate() {
+            let Some(foreseen) = foreseen.filter(|f| f.needs_code) else {
                 continue;
-            }
-            // As the define pass will see it (its walk is taken out first,
-            // as in `walk_pending`).
-            let kept = record.walk.take();
-            if !self.canonicalize_pending(record) {
-                record.walk = kept;
-            }
+            };
             // Its body or thunk would be defined calling a function not
             // defined yet (see `roots.rs`).
             if record.rewritten_in_flush() {
                 continue;
             }
             let func = &record.func;
-            let isa = self.inner.isa();
-            let Ok(walk) = verify::walk_checked(&mut walker, func, isa) else {
-                continue;
-            };
-            let plan = self.compiled.plan(&walk.planned(func), policy);
-            let compiles = plan.needs_code();
-            if !compiles || self.store_holds(&walk, plan.load) {
+            let walk = record.walk.as_ref().expect("planned").as_ref();
+            if self.store_holds(&walk, foreseen.load) {
                 continue;
             }
             if !similar::mergeable(func, walk.observes_own_frame, options.stack) {
+                continue;
+            }
+            // Walked again, for its shape (which reads the walk's state).
+            if verify::walk_checked(&mut walker, func, isa).is_err() {
                 continue;
             }
             let shape = shaper.shape(&walker.last_walk(), func);

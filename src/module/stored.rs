@@ -211,23 +211,21 @@ impl<M: Module> DedupModule<M> {
         if self.stored.is_none() {
             return;
         }
-        let policy = self.policy();
+        for record in flush.iter_mut() {
+            // A function that cannot be walked fails in its define.
+            if self.ids.state(record.id) == State::Pending {
+                let _ = self.walk_pending(record);
+            }
+        }
+        let foreseen = self.forecast(flush);
+        let stored = self.stored.as_ref().expect("checked above");
         let mut asked = HashSet::new();
         let mut keys = Vec::new();
-        for record in flush.iter_mut() {
-            if self.ids.state(record.id) != State::Pending {
+        for (record, foreseen) in flush.iter().zip(foreseen) {
+            if !foreseen.is_some_and(|f| f.load && f.needs_code) {
                 continue;
             }
-            // A function that cannot be walked fails in its define.
-            if self.walk_pending(record).is_err() {
-                continue;
-            }
-            let walk = record.walk.as_ref().expect("walked").as_ref();
-            let plan = self.compiled.plan(&walk.planned(&record.func), policy);
-            if !(plan.load && plan.needs_code()) {
-                continue;
-            }
-            let stored = self.stored.as_ref().expect("checked above");
+            let walk = record.walk.as_ref().expect("planned").as_ref();
             let key = store_key(&stored.context, &walk);
             if asked.insert(key) {
                 keys.push(key);

@@ -75,13 +75,18 @@
 //!    compile ran the verifier or NaN canonicalization (the flags say so;
 //!    the entry's context, which [`Entry::decode`](crate::store::Entry::decode)
 //!    checks, holds every flag, so the loading module's flags are the
-//!    same), before the compile rewrote it. That compile ran every check
-//!    of 1, 4 and 5 on a function the verifier reads alike (by 3: the
-//!    digest covers every field [`read_alike`] compares, each as
-//!    Cranelift's own `Hash` writes it, which reads at least what its
-//!    `PartialEq` compares) and got no error, so they would give none now.
-//!    Two functions with one digest but read differently would be a
-//!    BLAKE3 collision. The entry's digest is as trusted as its code (its
+//!    same), before the compile rewrote it, by a compile known to run
+//!    those checks on the function as given (jitfold's own on a flush's
+//!    threads, or the inner module's where it is a `JITModule` or an
+//!    `ObjectModule`, whose `define_function` is `Context::compile` for
+//!    their ISA; another inner module may compile something else, or skip
+//!    the verifier, so its entries hold no digest). That compile ran every
+//!    check of 1, 4 and 5 on a function the verifier reads alike (by 3:
+//!    the digest covers every field [`read_alike`] compares, each as
+//!    Cranelift's own `Hash` writes it, see [`read_digest`]) and got no
+//!    error, so they would give none now. Two functions with one digest
+//!    but read differently would be a BLAKE3 collision (the digest's key
+//!    names the compiler, whose `Hash` encoding it relies on). The entry's digest is as trusted as its code (its
 //!    checksum, and its MAC where a secret is set, cover both), so this
 //!    trusts nothing new; Cranelift's own incremental cache returns code
 //!    on the same grounds (`compute_cache_key`, the stencil's `Hash`
@@ -95,8 +100,9 @@ use super::define::panic_as_error;
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::WalkRef;
-use cranelift_codegen::ir::Function;
+use cranelift_codegen::entity::PrimaryMap;
 use cranelift_codegen::ir::function::FunctionStencil;
+use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{Module, ModuleError, ModuleResult};
@@ -166,10 +172,62 @@ impl Verified {
     }
 }
 
+/// What the verifier reads of a function (see 3 above): its stencil but
+/// for source locations (fields it does not read but `srclocs`, such as
+/// `stack_limit`, count all the same), borrowed, the cheaper comparisons
+/// first. [`ReadFields::of`] destructures the stencil, so that a new field
+/// of `FunctionStencil` is a compile error there.
+#[derive(PartialEq, Hash)]
+struct ReadFields<'a> {
+    signature: &'a ir::Signature,
+    sized_stack_slots: &'a ir::StackSlots,
+    dynamic_stack_slots: &'a ir::DynamicStackSlots,
+    global_values: &'a PrimaryMap<ir::GlobalValue, ir::GlobalValueData>,
+    layout: &'a ir::Layout,
+    debug_tags: &'a ir::DebugTags,
+    stack_limit: &'a Option<ir::GlobalValue>,
+    dfg: &'a ir::DataFlowGraph,
+}
+
+impl<'a> ReadFields<'a> {
+    fn of(func: &'a Function) -> Self {
+        let FunctionStencil {
+            version_marker: _,
+            signature,
+            sized_stack_slots,
+            dynamic_stack_slots,
+            global_values,
+            dfg,
+            layout,
+            srclocs: _,
+            debug_tags,
+            stack_limit,
+        } = &func.stencil;
+        Self {
+            signature,
+            sized_stack_slots,
+            dynamic_stack_slots,
+            global_values,
+            layout,
+            debug_tags,
+            stack_limit,
+            dfg,
+        }
+    }
+}
+
+/// The key derivation context of [`read_digest`]: what `Hash` writes is
+/// Rust's to choose, and only one compiler version is sure to write one
+/// stencil alike (`build.rs` records it), so digests of builds by other
+/// compilers never match.
+const READ_DIGEST_CONTEXT: &str = concat!("jitfold read digest, ", env!("JITFOLD_RUSTC_VERSION"));
+
 /// The digest of `func` as the verifier reads it (see 6 above): BLAKE3
-/// (derived key `"jitfold read digest"`) over every field [`read_alike`]
-/// compares, in that order, each as its `Hash` writes it. Destructured, so
-/// that a new field of `FunctionStencil` is a compile error here too.
+/// (derived key [`READ_DIGEST_CONTEXT`]) over its [`ReadFields`], as their
+/// `Hash` writes them: Cranelift's own, derived but for a few types, which
+/// hash what their `PartialEq` compares but for caches derived from it
+/// (`AliasRegionSet`'s map from regions back to their numbers, which no
+/// check reads).
 pub(super) fn read_digest(func: &Function) -> [u8; 32] {
     use std::hash::Hash;
     /// Collects what `Hash` writes (Cranelift's types hash through the
@@ -183,60 +241,18 @@ pub(super) fn read_digest(func: &Function) -> [u8; 32] {
             unreachable!("only written to")
         }
     }
-    let FunctionStencil {
-        version_marker: _,
-        signature,
-        sized_stack_slots,
-        dynamic_stack_slots,
-        global_values,
-        dfg,
-        layout,
-        srclocs: _,
-        debug_tags,
-        stack_limit,
-    } = &func.stencil;
     let mut written = Written(Vec::with_capacity(64 * size_of(func)));
-    signature.hash(&mut written);
-    sized_stack_slots.hash(&mut written);
-    dynamic_stack_slots.hash(&mut written);
-    global_values.hash(&mut written);
-    layout.hash(&mut written);
-    debug_tags.hash(&mut written);
-    stack_limit.hash(&mut written);
-    dfg.hash(&mut written);
-    *blake3::Hasher::new_derive_key("jitfold read digest")
+    ReadFields::of(func).hash(&mut written);
+    *blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT)
         .update(&written.0)
         .finalize()
         .as_bytes()
 }
 
-/// Whether the verifier reads `a` and `b` alike: their stencils are equal
-/// but for source locations (see 3 above; fields the verifier does not
-/// read but `srclocs`, such as `stack_limit`, are compared all the same).
-/// Destructured, so that a new field of `FunctionStencil` is a compile
-/// error here.
+/// Whether the verifier reads `a` and `b` alike: their [`ReadFields`] are
+/// equal (see 3 above).
 fn read_alike(a: &Function, b: &Function) -> bool {
-    let FunctionStencil {
-        version_marker: _,
-        signature,
-        sized_stack_slots,
-        dynamic_stack_slots,
-        global_values,
-        dfg,
-        layout,
-        srclocs: _,
-        debug_tags,
-        stack_limit,
-    } = &a.stencil;
-    let other = &b.stencil;
-    *signature == other.signature
-        && *sized_stack_slots == other.sized_stack_slots
-        && *dynamic_stack_slots == other.dynamic_stack_slots
-        && *global_values == other.global_values
-        && *layout == other.layout
-        && *debug_tags == other.debug_tags
-        && *stack_limit == other.stack_limit
-        && *dfg == other.dfg
+    ReadFields::of(a) == ReadFields::of(b)
 }
 
 impl<M: Module> DedupModule<M> {

@@ -289,6 +289,32 @@ fn a_store_entry_spares_the_verifier_only_to_the_function_it_was_compiled_from()
         warm.finalize_definitions().unwrap();
         assert_eq!(call1(warm.get_finalized_function(g), 3), expected);
     }
+    // An inner module jitfold does not know may compile other than what it
+    // is given (here: another `DedupModule`): its entries hold no digest,
+    // and a function loaded from them is verified.
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    let nested = || {
+        DedupModule::wrap(dedup(DedupOptions::default()), DedupOptions::default())
+            .with_store(store.clone(), None)
+    };
+    let mut loaded = 0;
+    for run in 0..2 {
+        let mut m = nested();
+        let conv = m.isa().default_call_conv();
+        let f = declare(&mut m, "f", conv);
+        define(&mut m, f, |b, _, p| {
+            let v = chain(b, p[0]);
+            b.ins().return_(&[v]);
+        })
+        .unwrap();
+        m.flush().unwrap();
+        let stats = m.stats();
+        assert_eq!(stats.verified_by_equality, 0, "run {run}: {stats}");
+        loaded += stats.loaded;
+    }
+    // (Such a module may write frame descriptions: entries serve it only
+    // with the unwind information the `store-unwind` feature keeps.)
+    assert_eq!(loaded, u64::from(cfg!(feature = "store-unwind")));
 }
 
 fn batch_options() -> impl Iterator<Item = DedupOptions> {
