@@ -1523,8 +1523,8 @@ fn a_member_keeps_its_reservation_while_its_body_is_defined() {
     // reservation given up; then its thunk (key 3) reserved and stored.
     // Entries are put by the writer thread, each after its reservation,
     // in order, but at no fixed point among the defining thread's events.
-    let (puts, reservations): (Vec<(&str, usize)>, Vec<(&str, usize)>) =
-        events.iter().partition(|(op, _)| *op == "put");
+    let (puts, reservations): (Vec<_>, Vec<_>) =
+        events.iter().copied().partition(|(op, _)| *op == "put");
     assert_eq!(
         reservations,
         [
