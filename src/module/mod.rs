@@ -205,10 +205,16 @@
 //! 1. plan: refine over the call graph and plan duplicates, rewriting
 //!    references to them; put the roots back as the user wrote them, and
 //!    plan again while that would change an address (`roots.rs`);
-//! 2. fetch the store's entries for what is to be compiled, in one round
-//!    trip (`stored.rs`);
-//! 3. merge similar functions into bodies and thunks (`similar.rs`);
-//! 4. compile what is to be compiled on the flush's threads (`parallel.rs`);
+//! 2. fetch the store's entries for what needs code, in one round trip
+//!    (`stored.rs`);
+//! 3. merge similar functions among those that need code into bodies and
+//!    thunks (`similar.rs`);
+//! 4. compile what gets code of its own on the flush's threads
+//!    (`parallel.rs`);
+//!
+//!    (what needs code, and what gets code of its own, is the flush's
+//!    forecast, one pure step: 7 in [`crate::plan`], asked again by each
+//!    of these phases of the functions as they then are);
 //! 5. define the roots, then the planned duplicates; a failure of either
 //!    undoes the plan for what is not defined yet and plans again. Each
 //!    failure leaves one more function failed for good in this flush, so
