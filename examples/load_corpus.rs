@@ -16,7 +16,7 @@
 //! `--no-verifier` turns Cranelift's verifier off (as wasmtime ships);
 //! `--store STORE_DIR --repeat N` runs eager and batch mode `N` times each
 //! on a `DirectoryStore` in `STORE_DIR` (the first run fills it): warm
-//! starts through the product.
+//! starts through the product; `--pack` uses a `PackStore` there instead.
 
 use cranelift_codegen::ir::{
     ExternalName, Function, GlobalValueData, UserExternalName, UserFuncName,
@@ -26,7 +26,7 @@ use cranelift_jit::JITBuilder;
 use cranelift_module::{DataId, FuncId, Linkage, Module, ModuleResult, default_libcall_names};
 use cranelift_object::ObjectBuilder;
 use hashbrown::HashMap;
-use jitfold::store::{CodeStore, DirectoryStore};
+use jitfold::store::{CodeStore, DirectoryStore, PackStore};
 use jitfold::{DedupModule, DedupOptions, similar::SimilarOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -126,6 +126,8 @@ struct Args {
     store: Option<PathBuf>,
     /// `--repeat N`: runs of each mode on the store.
     repeat: usize,
+    /// `--pack`: a `PackStore` instead.
+    pack: bool,
     /// `--no-verifier`: Cranelift's verifier off, as wasmtime ships.
     verifier: bool,
 }
@@ -138,6 +140,7 @@ impl Args {
             jit: false,
             store: None,
             repeat: 2,
+            pack: false,
             verifier: true,
         };
         let mut dir = None;
@@ -145,6 +148,7 @@ impl Args {
             match arg.as_str() {
                 "--jit" => parsed.jit = true,
                 "--no-verifier" => parsed.verifier = false,
+                "--pack" => parsed.pack = true,
                 "--store" => parsed.store = Some(args.next()?.into()),
                 "--repeat" => parsed.repeat = args.next()?.parse().ok()?,
                 _ if !arg.starts_with("--") && dir.is_none() => dir = Some(arg.into()),
@@ -248,8 +252,9 @@ fn define_all<M: Module>(
     Ok(m.stats().clone())
 }
 
-/// Each mode `args.repeat` times on a `DirectoryStore` in `store` (one
-/// folder per mode; the first run fills an empty one): one line a run.
+/// Each mode `args.repeat` times on a `DirectoryStore` (or `PackStore`)
+/// in `store` (one folder per mode; the first run fills an empty one): one
+/// line a run.
 fn warm_starts(args: &Args, store: &Path, funcs: &[Function]) -> Result<(), String> {
     for (label, mode) in [
         ("eager", DedupOptions::eager()),
@@ -257,9 +262,13 @@ fn warm_starts(args: &Args, store: &Path, funcs: &[Function]) -> Result<(), Stri
     ] {
         let dir = store.join(label);
         for run in 0..args.repeat {
-            let store = DirectoryStore::new(&dir).map_err(|e| e.to_string())?;
+            let store: Arc<dyn CodeStore> = if args.pack {
+                Arc::new(PackStore::new(&dir).map_err(|e| e.to_string())?)
+            } else {
+                Arc::new(DirectoryStore::new(&dir).map_err(|e| e.to_string())?)
+            };
             let start = Instant::now();
-            let stats = load(args, funcs, mode, Some(Arc::new(store)))?;
+            let stats = load(args, funcs, mode, Some(store))?;
             println!(
                 "{label} run {run}: {:.3} s with printing; {} loaded, {} compiled, {} written",
                 start.elapsed().as_secs_f64(),
@@ -275,7 +284,7 @@ fn warm_starts(args: &Args, store: &Path, funcs: &[Function]) -> Result<(), Stri
 fn main() -> ExitCode {
     let Some(args) = Args::parse() else {
         eprintln!(
-            "usage: load_corpus DIR [--jit] [--no-verifier] [--store STORE_DIR [--repeat N]]"
+            "usage: load_corpus DIR [--jit] [--no-verifier] [--store STORE_DIR [--pack] [--repeat N]]"
         );
         return ExitCode::from(2);
     };

@@ -43,7 +43,7 @@ use cranelift_jit::{ArenaMemoryProvider, JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleReloc, default_libcall_names};
 use jitfold::compile::{compile, with_quiet_panics};
 use jitfold::similar::SimilarOptions;
-use jitfold::store::{CodeStore, DirectoryStore};
+use jitfold::store::{CodeStore, DirectoryStore, PackStore};
 use jitfold::{DedupModule, DedupOptions, Stats};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -577,9 +577,9 @@ fn scratch(name: &str) -> PathBuf {
 /// Warm starts on the corpora, with Cranelift's verifier on and off: each
 /// persistent cache filled by one run, then read by fresh stores in
 /// alternating rounds against plain: Cranelift's cache on a directory,
-/// jitfold eager and batch on a directory, and jitfold batch on a Redis
-/// server on loopback (with the `redis` feature and `redis-server`
-/// installed).
+/// jitfold eager and batch on a `DirectoryStore` and on a `PackStore`, and
+/// jitfold batch on a Redis server on loopback (with the `redis` feature
+/// and `redis-server` installed).
 fn warm(workloads: &[(Workload, usize)], config: &Config) {
     let fleet = fleet::Server::start();
     let mut rows = Vec::new();
@@ -590,40 +590,64 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             .filter(|(w, _)| w.corpus && !w.funcs.is_empty())
         {
             eprintln!("warm: {}, verifier {verifier}", w.name);
-            let (cl_dir, jf_dir) = (scratch("cranelift"), scratch("jitfold"));
-            let jf_store = || -> Arc<dyn CodeStore> {
+            let cl_dir = scratch("cranelift");
+            let (dir_dir, pack_dir) = (scratch("jitfold"), scratch("jitfold-pack"));
+            // A fresh store each run, as a new process of the fleet.
+            let dir_store = || -> Arc<dyn CodeStore> {
                 Arc::new(
-                    DirectoryStore::new(&jf_dir)
+                    DirectoryStore::new(&dir_dir)
                         .unwrap()
                         .with_limit(u64::MAX / 2),
                 )
             };
-            // A fresh store each run, as a new process of the fleet.
+            let pack_store = || -> Arc<dyn CodeStore> {
+                Arc::new(PackStore::new(&pack_dir).unwrap().with_limit(u64::MAX / 2))
+            };
             let fleet_store = || fleet.as_ref().map(|server| server.store(&w.name));
             let eager = Jitfold(DedupOptions::eager(), "");
             let batch = Jitfold(DedupOptions::batch(), "");
-            let cl_cold = run(
+            // Cold: each side filling an empty directory, alternating
+            // with plain round after round.
+            let cold_dir = scratch("cold");
+            let cold = alternate(6, config.corpus_rounds, 0, |side| {
+                let _ = std::fs::remove_dir_all(&cold_dir);
+                std::fs::create_dir_all(&cold_dir).unwrap();
+                let dir =
+                    || -> Arc<dyn CodeStore> { Arc::new(DirectoryStore::new(&cold_dir).unwrap()) };
+                let pack =
+                    || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&cold_dir).unwrap()) };
+                let r = match side {
+                    0 => run(Plain, w, isa, Persistent::None),
+                    1 => run(
+                        CraneliftCache,
+                        w,
+                        isa,
+                        Persistent::Cranelift(&mut crate::common::DirKv(cold_dir.clone())),
+                    ),
+                    2 => run(eager, w, isa, Persistent::Jitfold(dir())),
+                    3 => run(batch, w, isa, Persistent::Jitfold(dir())),
+                    4 => run(eager, w, isa, Persistent::Jitfold(pack())),
+                    _ => run(batch, w, isa, Persistent::Jitfold(pack())),
+                };
+                r.time
+            });
+            let _ = std::fs::remove_dir_all(&cold_dir);
+            // The stores the warm runs read, filled.
+            run(
                 CraneliftCache,
                 w,
                 isa,
                 Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
             );
-            // Cold in batch mode on a store of its own (the table's cold
-            // column), then eager mode fills the store the warm runs read.
-            let batch_dir = scratch("jitfold-batch");
-            let jf_batch_cold = run(
-                batch,
-                w,
-                isa,
-                Persistent::Jitfold(Arc::new(DirectoryStore::new(&batch_dir).unwrap())),
-            );
-            let _ = std::fs::remove_dir_all(&batch_dir);
-            let jf_cold = run(eager, w, isa, Persistent::Jitfold(jf_store()));
+            run(eager, w, isa, Persistent::Jitfold(dir_store()));
+            run(eager, w, isa, Persistent::Jitfold(pack_store()));
             if let Some(store) = fleet_store() {
                 run(batch, w, isa, Persistent::Jitfold(store));
             }
-            let sides = if fleet.is_some() { 5 } else { 4 };
-            let mut hits = [0u64; 5];
+            // Sides: plain, Cranelift, eager and batch on each embedded
+            // store, batch on Redis.
+            let sides = if fleet.is_some() { 7 } else { 6 };
+            let mut hits = [0u64; 7];
             let spread = alternate(sides, config.corpus_rounds, 0, |side| {
                 let r = match side {
                     0 => run(Plain, w, isa, Persistent::None),
@@ -633,8 +657,10 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                         isa,
                         Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
                     ),
-                    2 => run(eager, w, isa, Persistent::Jitfold(jf_store())),
-                    3 => run(batch, w, isa, Persistent::Jitfold(jf_store())),
+                    2 => run(eager, w, isa, Persistent::Jitfold(dir_store())),
+                    3 => run(batch, w, isa, Persistent::Jitfold(dir_store())),
+                    4 => run(eager, w, isa, Persistent::Jitfold(pack_store())),
+                    5 => run(batch, w, isa, Persistent::Jitfold(pack_store())),
                     _ => run(
                         batch,
                         w,
@@ -661,12 +687,10 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                 if verifier { "on" } else { "off" }.into(),
                 w.funcs.len().to_string(),
                 ms(spread.best[0]),
-                format!(
-                    "{}; {}; {}",
-                    ms(cl_cold.time),
-                    ms(jf_cold.time),
-                    ms(jf_batch_cold.time)
-                ),
+                (1..6)
+                    .map(|side| cold.ratio(side))
+                    .collect::<Vec<_>>()
+                    .join("; "),
                 format!(
                     "{}; {}; {} hits; {} B/function",
                     ms(spread.best[1]),
@@ -674,16 +698,20 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                     hits[1],
                     per_fn(&cl_dir)
                 ),
-                format!("{}; {} B/function", jitfold(2), per_fn(&jf_dir)),
+                format!("{}; {} B/function", jitfold(2), per_fn(&dir_dir)),
                 jitfold(3),
+                format!("{}; {} B/function", jitfold(4), per_fn(&pack_dir)),
+                jitfold(5),
                 if fleet.is_some() {
-                    jitfold(4)
+                    jitfold(6)
                 } else {
                     fleet::MISSING.to_string()
                 },
             ]);
-            let _ = std::fs::remove_dir_all(&cl_dir);
-            let _ = std::fs::remove_dir_all(&jf_dir);
+            eprintln!("{}", rows.last().expect("pushed").join(" | "));
+            for dir in [&cl_dir, &dir_dir, &pack_dir] {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
     println!(
@@ -691,11 +719,14 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
          Same timing as table 2. Cold: one run filling an empty store. Warm: a fresh store \
          on the filled one each run, as a new process: Cranelift's `compile_with_cache` on a \
          directory-backed `CacheKvStore` (one file per key); jitfold (`DedupModule::with_store`) \
-         eager and batch with a `DirectoryStore`, and batch with a `RedisStore` on a \
+         eager and batch with a `DirectoryStore` (one file per entry) and with a `PackStore` \
+         (entries appended to pack files), and batch with a `RedisStore` on a \
          `redis-server` on loopback (a batch flush asks for all its entries at once). \
          Cranelift's verifier on and off (wasmtime ships with it off). Cold: Cranelift's \
-         cache, jitfold eager and jitfold batch, each filling an empty directory. Cells: \
-         best ms; time relative to plain, best (median of rounds), {} rounds.\n",
+         cache, then jitfold eager and batch on a directory store, then on a pack store, each \
+         filling an empty directory, as time relative to plain, best (median of rounds), \
+         alternating with plain. Cells: best ms; time relative to plain, best (median of \
+         rounds), {} rounds.\n",
         config.corpus_rounds
     );
     table(
@@ -704,10 +735,12 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             "verifier",
             "functions",
             "plain ms",
-            "cold ms: Cranelift; jitfold eager; jitfold batch",
+            "cold / plain: Cranelift; jitfold eager, batch (directory); eager, batch (pack)",
             "Cranelift warm (directory)",
             "jitfold eager warm (directory)",
             "jitfold batch warm (directory)",
+            "jitfold eager warm (pack)",
+            "jitfold batch warm (pack)",
             "jitfold batch warm (Redis)",
         ],
         &rows,

@@ -84,7 +84,7 @@ pub const LOW_WATER_PERCENT: u64 = 80;
 const DEFAULT_LOW_WATER_BYTES: u64 = low_water(DEFAULT_MAX_BYTES);
 
 /// [`LOW_WATER_PERCENT`] of `max_bytes`, without overflow.
-const fn low_water(max_bytes: u64) -> u64 {
+pub(super) const fn low_water(max_bytes: u64) -> u64 {
     max_bytes / 100 * LOW_WATER_PERCENT + max_bytes % 100 * LOW_WATER_PERCENT / 100
 }
 
@@ -216,11 +216,7 @@ impl DirectoryStore {
         operation: &'static str,
         path: PathBuf,
     ) -> impl FnOnce(std::io::Error) -> StoreError {
-        move |source| StoreError::Io {
-            operation,
-            path,
-            source,
-        }
+        io_error(operation, path)
     }
 
     /// The files that count towards the size, deleting stale temporary
@@ -493,7 +489,7 @@ impl DirectoryStore {
 /// elsewhere, a link or a file that is not regular is refused by looking
 /// first, and a swap in between is not guarded against). `None` if there
 /// is no file.
-fn open_entry(path: &Path) -> std::io::Result<Option<File>> {
+pub(super) fn open_entry(path: &Path) -> std::io::Result<Option<File>> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -515,6 +511,18 @@ fn open_entry(path: &Path) -> std::io::Result<Option<File>> {
         #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(not_an_entry("a link")),
         Err(e) => Err(e),
+    }
+}
+
+/// A [`StoreError::Io`] of `operation` on `path`, from its cause.
+pub(super) fn io_error(
+    operation: &'static str,
+    path: PathBuf,
+) -> impl FnOnce(std::io::Error) -> StoreError {
+    move |source| StoreError::Io {
+        operation,
+        path,
+        source,
     }
 }
 

@@ -5,10 +5,11 @@
 //! The layers, from the bottom:
 //!
 //! - [`CodeStore`]: `get` and `put` of opaque bytes by [`StoreKey`], with
-//!   three implementations: [`DirectoryStore`] (the embedded default: a
-//!   directory of files, bounded in size), [`MemoryStore`] (a map in this
-//!   process), and `RedisStore` (feature `redis`: a Redis server shared by
-//!   a fleet).
+//!   four implementations: [`PackStore`] (embedded, for warm starts: a
+//!   directory of pack files, each holding many entries, bounded in size),
+//!   [`DirectoryStore`] (embedded: a directory of one file per entry,
+//!   bounded in size), [`MemoryStore`] (a map in this process), and
+//!   `RedisStore` (feature `redis`: a Redis server shared by a fleet).
 //! - [`Entry`]: what the bytes are, a compiled template with its
 //!   relocations by name slot, in a versioned binary format with a checksum
 //!   and, with a [`Secret`], a MAC ([`Entry::encode`], [`Entry::decode`]).
@@ -83,6 +84,7 @@ pub mod entry;
 pub mod key;
 pub mod load;
 pub mod memory;
+pub mod pack;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod shared;
@@ -92,6 +94,7 @@ pub use directory::DirectoryStore;
 pub use entry::{Entry, EntryRejected, EntryReloc, EntryTarget, EntryUnwind, Secret};
 pub use key::{CodeContext, StoreKey};
 pub use memory::MemoryStore;
+pub use pack::PackStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 pub use shared::{SharedStats, SharedStore};
@@ -311,5 +314,6 @@ const _: fn() = || {
     object_safe_and_shared::<dyn CodeStore>();
     object_safe_and_shared::<DirectoryStore>();
     object_safe_and_shared::<MemoryStore>();
+    object_safe_and_shared::<PackStore>();
     object_safe_and_shared::<StoreError>();
 };

@@ -30,6 +30,7 @@ mod fuzz_seeds;
 mod jit;
 mod machine_code;
 mod object;
+mod pack;
 mod parallel;
 mod persistent;
 mod reuse;

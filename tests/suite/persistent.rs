@@ -10,7 +10,7 @@ use cranelift_codegen::ir::InstBuilder;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module, default_libcall_names};
 use jitfold::store::{
-    CodeContext, CodeStore, DirectoryStore, Entry, GET_MANY_CHUNK, MemoryStore, Secret,
+    CodeContext, CodeStore, DirectoryStore, Entry, GET_MANY_CHUNK, MemoryStore, PackStore, Secret,
     SharedStore, StoreError, StoreKey,
 };
 use jitfold::{DedupModule, DedupOptions, Fingerprint, Stats};
@@ -123,6 +123,36 @@ fn a_second_run_compiles_nothing_and_returns_the_same_results() {
         // Nothing was compiled on threads only to be dropped.
         assert_eq!(warm.parallel_discarded, 0, "{options}: {warm}");
         assert_eq!(warm.store_rejected, 0, "{options}: {warm}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pack store, opened afresh for each run as a new process would: the
+/// warm runs in every mode compile nothing, load what the cold run wrote
+/// (in one pack) and return what plain `JITModule` returns.
+#[test]
+fn a_pack_store_serves_warm_starts_in_every_mode() {
+    let expected = plain();
+    let dir = scratch("pack");
+    let store = || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&dir).unwrap()) };
+    let (cold, out) = run(store(), None, DedupOptions::default(), false);
+    assert_eq!(out, expected);
+    assert_eq!(cold.store_writes, cold.compiled);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    for options in [
+        DedupOptions::default(),
+        DedupOptions::batch(),
+        DedupOptions::batch().with_threads(2),
+    ] {
+        let (warm, out) = run(store(), None, options, true);
+        assert_eq!(out, expected);
+        assert_eq!(warm.compiled, 0, "{options}: {warm}");
+        assert_eq!(warm.loaded, cold.compiled, "{options}: {warm}");
+        assert_eq!(
+            warm.store_rejected + warm.store_errors,
+            0,
+            "{options}: {warm}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

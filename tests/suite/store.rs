@@ -473,16 +473,16 @@ fn another_version_magic_or_flags_is_rejected() {
 }
 
 /// A scratch directory, removed when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("jitfold-store-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         Self(dir)
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -494,13 +494,13 @@ impl Drop for TempDir {
 }
 
 /// The key numbered `id` in the tests.
-fn key(id: u32) -> StoreKey {
+pub(crate) fn key(id: u32) -> StoreKey {
     StoreKey::of_words(&CodeContext::from_text("tests".into()), &[id])
 }
 
 /// A value that says which key and version it is, and checks itself: key
 /// id, version, length, pseudo-random bytes, and an XXH3 of all of it.
-fn value(id: u32, version: u64, len: usize) -> Vec<u8> {
+pub(crate) fn value(id: u32, version: u64, len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(len + 28);
     v.extend_from_slice(&id.to_le_bytes());
     v.extend_from_slice(&version.to_le_bytes());
@@ -518,7 +518,7 @@ fn value(id: u32, version: u64, len: usize) -> Vec<u8> {
 }
 
 /// Whether `bytes` is a whole value made by [`value`] for key `id`.
-fn check_value(id: u32, bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn check_value(id: u32, bytes: &[u8]) -> Result<(), String> {
     if bytes.len() < 28 {
         return Err(format!("key {id}: {} bytes", bytes.len()));
     }
@@ -946,7 +946,7 @@ fn eviction_keeps_the_bound_in_lru_order() {
 }
 
 /// Sets the modification time of the file at `path`.
-fn set_time(path: &Path, time: SystemTime) {
+pub(crate) fn set_time(path: &Path, time: SystemTime) {
     std::fs::File::options()
         .write(true)
         .open(path)
@@ -956,7 +956,7 @@ fn set_time(path: &Path, time: SystemTime) {
 }
 
 /// The modification time of the file at `path`.
-fn modified(path: &Path) -> SystemTime {
+pub(crate) fn modified(path: &Path) -> SystemTime {
     std::fs::metadata(path).unwrap().modified().unwrap()
 }
 

@@ -1,0 +1,760 @@
+//! The embedded code store for warm starts: entries appended to a few pack
+//! files in a directory, each held open and read at an offset, shared by
+//! every process that opens the same directory, bounded in size.
+//!
+//! [`DirectoryStore`](super::DirectoryStore) pays a file created per entry
+//! written and a file opened per entry read. A `PackStore` appends every
+//! batch it is given ([`CodeStore::put_many`]) to a pack of its own with
+//! one write, and reads an entry with one positioned read of a pack it
+//! holds open, found in an index of every pack in the directory that it
+//! builds by reading the packs once (and then only what they grew by).
+//!
+//! A pack (`pack-…`) starts with [`PACK_MAGIC`]; then records, each the
+//! key (16 bytes), the value's length (4 bytes, little-endian), the XXH3
+//! 64-bit hash of those and the value (8 bytes) and the value. Only the
+//! store that created a pack appends to it (its name holds the process id,
+//! a number random per process and a count; it is created with
+//! `O_EXCL`), so records of two writers never interleave. A store starts
+//! a new pack before its pack would pass [`PACK_BYTES`] or a tenth of its
+//! limit, whichever is less (a record longer than that has a pack of its
+//! own).
+//!
+//! Whoever can write to the directory can choose the code its readers run
+//! unless entries are signed (see the [trust model](super#trust-model)).
+//!
+//! # What this module guarantees
+//!
+//! 1. **No torn entries.** A reader indexes only records that lie wholly
+//!    within the pack's length when it looked, and checks a record's key,
+//!    length and hash when it reads it: a record still being written (or
+//!    cut short by a writer that died, or by a power loss: nothing is
+//!    synced) is not indexed until it is whole, and a changed one is an
+//!    error, never part of a value. A store whose write failed leaves that
+//!    pack (it may end in a partial record) and starts another.
+//! 2. **Races are misses, not errors.** Several threads and processes may
+//!    put, get and evict at once: a key written to several packs is read
+//!    from any of them (each a complete value `put` under it), and an
+//!    entry whose pack another process evicted is a miss once this store
+//!    looks at the directory again (until then it is read from the pack
+//!    this store holds open, which stays readable after it is deleted).
+//! 3. **Bounded.** Each store counts the bytes it writes on top of the size
+//!    it last scanned; when that passes the limit, or after it wrote a
+//!    tenth of the limit since its last scan, or when it starts a pack, it
+//!    scans the directory and, if the packs exceed the limit or number
+//!    more than [`MAX_PACKS`], deletes packs in order of modification time
+//!    (least recently used first; ties by name) until they are at most
+//!    [`LOW_WATER_PERCENT`](super::directory::LOW_WATER_PERCENT) of the limit and [`MAX_PACKS`] in number,
+//!    never its own current pack. A pack's time is set when it is written
+//!    and by the first `get` of a store from it, if it was set more than
+//!    [`TOUCH_AFTER`] ago when the store found it.
+//!    Sizes are file lengths; files not named as packs are left alone.
+//!    The index holds 40 bytes or so per entry, and a store holds at most
+//!    one open file per pack it found.
+//! 4. File system errors are [`StoreError::Io`], never panics; setting a
+//!    pack's time is best effort.
+//! 5. **A file planted under a pack's name costs at most a miss.** A pack
+//!    is opened without following a link and without waiting on a FIFO
+//!    (as [`DirectoryStore`](super::DirectoryStore)'s entries are), and
+//!    read only if it is a regular file no longer than [`MAX_PACK_BYTES`]
+//!    that starts with [`PACK_MAGIC`]; its records are read in pieces of
+//!    at most [`SCAN_BYTES`], and a record longer than
+//!    [`MAX_ENTRY_BYTES`] or than what is left of the pack ends the scan.
+//!    `get_many` reads at most [`GET_MANY_BYTES`] in all, as the
+//!    directory store's does. Nothing outside the directory is read or
+//!    touched.
+//! 6. **Sees its own writes at once, others' soon.** A store indexes what
+//!    it writes as it writes it, and looks at the directory (new packs,
+//!    packs grown, packs gone) at a miss if it never did or last did
+//!    [`REFRESH_AFTER`] ago or more (`get_many`: at its first miss).
+
+use super::directory::{
+    GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, io_error, low_water, open_entry,
+};
+use super::{CodeStore, StoreError, StoreKey};
+use hashbrown::HashMap;
+use std::collections::hash_map::RandomState;
+use std::fs::{self, File, OpenOptions};
+use std::hash::BuildHasher;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The limit of a store made with [`PackStore::new`]: 256 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+
+/// A store starts a new pack before its pack would pass this many bytes
+/// (8 MiB), or a tenth of its limit if that is less.
+pub const PACK_BYTES: u64 = 8 << 20;
+
+/// The longest pack a store reads: one that held just under
+/// [`PACK_BYTES`] when the longest record was appended.
+pub const MAX_PACK_BYTES: u64 = PACK_BYTES + MAX_ENTRY_BYTES + RECORD_HEADER as u64;
+
+/// Eviction deletes the least recently used packs while there are more
+/// than this many (each a file a store holds open).
+pub const MAX_PACKS: usize = 128;
+
+/// The most a scan reads at once: 1 MiB.
+pub const SCAN_BYTES: u64 = 1 << 20;
+
+/// A store looks at the directory again at a miss if it last did this
+/// long ago (see 6 above).
+pub const REFRESH_AFTER: Duration = Duration::from_millis(100);
+
+/// The first bytes of every pack.
+pub const PACK_MAGIC: [u8; 16] = *b"jitfold pack 1\n\0";
+
+/// A record's key, length and hash.
+const RECORD_HEADER: usize = 16 + 4 + 8;
+
+const PACK_PREFIX: &str = "pack-";
+
+/// Numbers the packs this process creates.
+static NEXT_PACK: AtomicU64 = AtomicU64::new(0);
+
+/// A code store of pack files in a directory: see the [module docs](self).
+#[derive(Debug)]
+pub struct PackStore {
+    dir: PathBuf,
+    max_bytes: u64,
+    index: RwLock<Index>,
+    /// The pack this store appends to, once it has written.
+    current: Mutex<Option<Current>>,
+    /// Bytes in the directory when this store last scanned it, plus what
+    /// it wrote since (`u64::MAX` before the first scan).
+    estimated: AtomicU64,
+    /// Bytes written since the last scan.
+    since_scan: AtomicU64,
+    /// Held while scanning for eviction.
+    scanning: Mutex<()>,
+}
+
+/// Where each key's record is, and the packs this store has open.
+#[derive(Debug, Default)]
+struct Index {
+    /// By pack number; `None` once the pack is gone from the directory.
+    packs: Vec<Option<Pack>>,
+    /// Pack numbers by file name (also of files refused as packs, as
+    /// `None`, so that they are not opened again).
+    by_name: HashMap<String, Option<u32>>,
+    entries: HashMap<StoreKey, Location>,
+    /// When the directory was last looked at.
+    refreshed: Option<Instant>,
+}
+
+/// A pack this store reads.
+#[derive(Debug)]
+struct Pack {
+    file: Arc<File>,
+    /// Where the records indexed end.
+    indexed: u64,
+    /// Whether a `get` has set its time, or need not (see 3 above).
+    touched: Arc<AtomicBool>,
+}
+
+/// A record: its pack, where it starts and its value's length.
+#[derive(Clone, Copy, Debug)]
+struct Location {
+    pack: u32,
+    offset: u64,
+    len: u32,
+}
+
+/// The pack a store appends to.
+#[derive(Debug)]
+struct Current {
+    name: String,
+    file: File,
+    pack: u32,
+    len: u64,
+}
+
+impl PackStore {
+    /// The store in `dir`, created if it does not exist, with a limit of
+    /// [`DEFAULT_MAX_BYTES`]. The directory is read at the first `get`.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(io_error("create directory", dir.clone()))?;
+        Ok(Self {
+            dir,
+            max_bytes: DEFAULT_MAX_BYTES,
+            index: RwLock::default(),
+            current: Mutex::default(),
+            estimated: AtomicU64::new(u64::MAX),
+            since_scan: AtomicU64::new(0),
+            scanning: Mutex::default(),
+        })
+    }
+
+    /// This store with a limit of `max_bytes` (at least 1).
+    pub fn with_limit(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes.max(1);
+        self
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The limit, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// The most bytes this store writes to a pack, unless one record is
+    /// longer (see the [module docs](self)).
+    pub fn pack_bytes(&self) -> u64 {
+        PACK_BYTES.min(self.max_bytes / 10)
+    }
+
+    /// How many entries this store's index holds (what it wrote and what
+    /// it found in the directory when it last looked).
+    pub fn indexed(&self) -> usize {
+        self.read_index().entries.len()
+    }
+
+    /// What the directory holds: `entries` counts packs.
+    pub fn usage(&self) -> Result<Usage, StoreError> {
+        let packs = self.list_packs()?;
+        Ok(Usage {
+            entries: packs.len() as u64,
+            bytes: packs.iter().map(|p| p.len).sum(),
+            evicted: 0,
+        })
+    }
+
+    /// Scans the directory and evicts packs down to the low-water mark and
+    /// [`MAX_PACKS`] if it holds more (see 3 in the module docs); `entries`
+    /// counts packs.
+    pub fn trim(&self) -> Result<Usage, StoreError> {
+        let _scanning = self.scanning.lock().unwrap_or_else(PoisonError::into_inner);
+        self.scan_and_evict()
+    }
+
+    fn read_index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The record of `key`, if indexed: its location, the pack's file, and
+    /// whether its time is to be set.
+    fn locate(&self, key: &StoreKey) -> Option<(Location, Arc<File>, Arc<AtomicBool>)> {
+        let index = self.read_index();
+        let at = *index.entries.get(key)?;
+        let pack = index.packs[at.pack as usize].as_ref()?;
+        Some((at, pack.file.clone(), pack.touched.clone()))
+    }
+
+    /// Looks at the directory again, after a miss, if it never did or
+    /// last did [`REFRESH_AFTER`] ago or more (see 6 above); whether it
+    /// did.
+    fn refresh_if_due(&self) -> Result<bool, StoreError> {
+        let due = |index: &Index| {
+            index
+                .refreshed
+                .is_none_or(|at| at.elapsed() >= REFRESH_AFTER)
+        };
+        if !due(&self.read_index()) {
+            return Ok(false);
+        }
+        let mut index = self.write_index();
+        if !due(&index) {
+            return Ok(false);
+        }
+        self.refresh(&mut index)?;
+        Ok(true)
+    }
+
+    /// Indexes new packs and what known packs grew by, and closes packs
+    /// gone from the directory.
+    fn refresh(&self, index: &mut Index) -> Result<(), StoreError> {
+        let listing = fs::read_dir(&self.dir).map_err(io_error("list", self.dir.clone()))?;
+        let mut seen = hashbrown::HashSet::new();
+        for item in listing {
+            let Ok(item) = item else { continue };
+            let Ok(name) = item.file_name().into_string() else {
+                continue;
+            };
+            if !name.starts_with(PACK_PREFIX) {
+                continue;
+            }
+            let number = match index.by_name.get(&name) {
+                Some(number) => *number,
+                None => {
+                    let number = open_pack(&item.path()).map(|file| index.add(file));
+                    index.by_name.insert(name.clone(), number);
+                    number
+                }
+            };
+            seen.insert(name);
+            if let Some(number) = number {
+                index.scan(number);
+            }
+        }
+        let mut gone = Vec::new();
+        index.by_name.retain(|name, number| {
+            let kept = seen.contains(name);
+            if let (false, Some(number)) = (kept, number) {
+                gone.push(*number);
+            }
+            kept
+        });
+        if !gone.is_empty() {
+            for &number in &gone {
+                index.packs[number as usize] = None;
+            }
+            index
+                .entries
+                .retain(|_, at| index.packs[at.pack as usize].is_some());
+        }
+        index.refreshed = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The value of the record at `at`, checked (see 1 above); its pack's
+    /// time set if due.
+    fn read(
+        &self,
+        key: &StoreKey,
+        (at, file, touched): (Location, Arc<File>, Arc<AtomicBool>),
+    ) -> Result<Vec<u8>, StoreError> {
+        let mut record = vec![0; RECORD_HEADER + at.len as usize];
+        read_at(&file, &mut record, at.offset).map_err(io_error("read", self.dir.clone()))?;
+        let (header, value) = record.split_at(RECORD_HEADER);
+        if header != record_header(key, value) {
+            return Err(io_error("read", self.dir.clone())(not_a_record()));
+        }
+        if !touched.swap(true, Ordering::Relaxed) {
+            let _ = file.set_modified(SystemTime::now());
+        }
+        record.drain(..RECORD_HEADER);
+        Ok(record)
+    }
+
+    /// A new pack of this store's, its header written and registered in
+    /// the index.
+    fn create_pack(&self) -> Result<Current, StoreError> {
+        static NONCE: OnceLock<u64> = OnceLock::new();
+        let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+        let mut attempts = 0;
+        let (name, mut file) = loop {
+            let name = format!(
+                "{PACK_PREFIX}{}-{nonce:016x}-{}",
+                std::process::id(),
+                NEXT_PACK.fetch_add(1, Ordering::Relaxed)
+            );
+            let path = self.dir.join(&name);
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => break (name, file),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
+                Err(e) => return Err(io_error("create", path)(e)),
+            }
+        };
+        let path = self.dir.join(&name);
+        if let Err(e) = file.write_all(&PACK_MAGIC) {
+            let _ = fs::remove_file(&path);
+            return Err(io_error("write", path)(e));
+        }
+        let reader = file.try_clone().map_err(io_error("open", path))?;
+        let pack = {
+            let mut index = self.write_index();
+            let number = match index.by_name.get(&name) {
+                Some(Some(number)) => *number,
+                _ => index.add(reader),
+            };
+            index.by_name.insert(name.clone(), Some(number));
+            number
+        };
+        Ok(Current {
+            name,
+            file,
+            pack,
+            len: PACK_MAGIC.len() as u64,
+        })
+    }
+
+    /// Appends `records` to this store's pack with one write, starting a
+    /// pack first if there is none or it would pass
+    /// [`PackStore::pack_bytes`] (unless it holds no record), and indexes
+    /// them. Returns whether it started a pack.
+    fn append(&self, records: &Records) -> Result<bool, StoreError> {
+        let Records {
+            bytes: records,
+            keys,
+        } = records;
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| {
+            c.len > PACK_MAGIC.len() as u64 && c.len + records.len() as u64 > self.pack_bytes()
+        }) {
+            *current = None;
+        }
+        let started = current.is_none();
+        if started {
+            *current = Some(self.create_pack()?);
+        }
+        let pack = current.as_mut().expect("made above");
+        if let Err(e) = pack.file.write_all(records) {
+            let path = self.dir.join(&pack.name);
+            *current = None;
+            return Err(io_error("write", path)(e));
+        }
+        let start = pack.len;
+        pack.len += records.len() as u64;
+        let mut index = self.write_index();
+        if let Some(indexed) = index.packs[pack.pack as usize].as_mut() {
+            indexed.indexed = indexed.indexed.max(pack.len);
+            // Written now: its time is fresh.
+            indexed.touched.store(true, Ordering::Relaxed);
+        }
+        for &(key, offset, len) in keys {
+            let at = Location {
+                pack: pack.pack,
+                offset: start + offset as u64,
+                len,
+            };
+            index.entries.insert(key, at);
+        }
+        Ok(started)
+    }
+
+    /// The packs in the directory: regular files named as packs.
+    fn list_packs(&self) -> Result<Vec<Listed>, StoreError> {
+        let listing = fs::read_dir(&self.dir).map_err(io_error("list", self.dir.clone()))?;
+        let mut packs = Vec::new();
+        for item in listing {
+            let Ok(item) = item else { continue };
+            let Ok(name) = item.file_name().into_string() else {
+                continue;
+            };
+            if !name.starts_with(PACK_PREFIX) {
+                continue;
+            }
+            // Gone since it was listed: another process evicted it.
+            let Ok(meta) = item.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            packs.push(Listed {
+                modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                len: meta.len(),
+                name,
+            });
+        }
+        Ok(packs)
+    }
+
+    fn scan_and_evict(&self) -> Result<Usage, StoreError> {
+        let counted = self.since_scan.load(Ordering::Relaxed);
+        let mut packs = self.list_packs()?;
+        let mut bytes: u64 = packs.iter().map(|p| p.len).sum();
+        let own = self
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|c| c.name.clone());
+        let mut evicted = 0;
+        let mut left = packs.len();
+        if bytes > self.max_bytes || left > MAX_PACKS {
+            let low_water = low_water(self.max_bytes);
+            packs.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
+            for pack in &packs {
+                if bytes <= low_water && left <= MAX_PACKS {
+                    break;
+                }
+                if own.as_deref() == Some(&pack.name) {
+                    continue;
+                }
+                let path = self.dir.join(&pack.name);
+                match fs::remove_file(&path) {
+                    Ok(()) => evicted += 1,
+                    // Gone already: another process evicted it.
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error("evict", path)(e)),
+                }
+                bytes -= pack.len;
+                left -= 1;
+            }
+        }
+        let during = self.since_scan.fetch_sub(counted, Ordering::Relaxed) - counted;
+        self.estimated.store(bytes + during, Ordering::Relaxed);
+        Ok(Usage {
+            entries: left as u64,
+            bytes,
+            evicted,
+        })
+    }
+
+    /// Counts `len` written bytes, and scans if the limit may be passed or
+    /// (`new_pack`) the number of packs grew (see 3 in the module docs).
+    /// Eviction errors are logged, not returned: the value was stored.
+    fn account(&self, len: u64, new_pack: bool) {
+        let estimated = self
+            .estimated
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
+                Some(e.saturating_add(len))
+            })
+            .unwrap_or(u64::MAX)
+            .saturating_add(len);
+        let since = self.since_scan.fetch_add(len, Ordering::Relaxed) + len;
+        if !new_pack && estimated <= self.max_bytes && since <= self.max_bytes / 10 {
+            return;
+        }
+        let Ok(_scanning) = self.scanning.try_lock() else {
+            return;
+        };
+        if let Err(e) = self.scan_and_evict() {
+            log::debug!(
+                "code store: eviction in `{}` failed: {e}",
+                self.dir.display()
+            );
+        }
+    }
+}
+
+/// Whole records to append with one write, and each one's key, offset in
+/// them and value length.
+#[derive(Default)]
+struct Records {
+    bytes: Vec<u8>,
+    keys: Vec<(StoreKey, usize, u32)>,
+}
+
+/// A pack as listed for eviction.
+struct Listed {
+    name: String,
+    len: u64,
+    modified: SystemTime,
+}
+
+impl Index {
+    /// Registers an opened pack; its number.
+    fn add(&mut self, file: File) -> u32 {
+        let touched = file
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|set| SystemTime::now().duration_since(set).ok())
+            .is_none_or(|age| age < TOUCH_AFTER);
+        self.packs.push(Some(Pack {
+            file: Arc::new(file),
+            indexed: 0,
+            touched: Arc::new(AtomicBool::new(touched)),
+        }));
+        (self.packs.len() - 1) as u32
+    }
+
+    /// Indexes the whole records pack `number` grew by since it was last
+    /// scanned (see 1 and 5 above). A pack that cannot be read is left as
+    /// it is.
+    fn scan(&mut self, number: u32) {
+        let Some(pack) = self.packs[number as usize].as_mut() else {
+            return;
+        };
+        let Ok(len) = pack.file.metadata().map(|m| m.len().min(MAX_PACK_BYTES)) else {
+            return;
+        };
+        let mut at = pack.indexed;
+        if at == 0 {
+            let mut magic = [0; PACK_MAGIC.len()];
+            if read_at(&pack.file, &mut magic, 0).is_err() || magic != PACK_MAGIC {
+                return;
+            }
+            at = PACK_MAGIC.len() as u64;
+        }
+        let mut piece = Vec::new();
+        let mut piece_at = at;
+        while at + RECORD_HEADER as u64 <= len {
+            let end = piece_at + piece.len() as u64;
+            if at < piece_at || at + RECORD_HEADER as u64 > end {
+                piece.resize((len - at).min(SCAN_BYTES) as usize, 0);
+                if read_at(&pack.file, &mut piece, at).is_err() {
+                    break;
+                }
+                piece_at = at;
+            }
+            let header = &piece[(at - piece_at) as usize..][..RECORD_HEADER];
+            let key = StoreKey::from_bytes(header[..16].try_into().expect("16 bytes"));
+            let value_len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+            let record_end = at + (RECORD_HEADER as u64) + u64::from(value_len);
+            if u64::from(value_len) > MAX_ENTRY_BYTES || record_end > len {
+                break;
+            }
+            // A record within the piece read is checked now (a longer one
+            // when it is read): one that does not match is not whole yet,
+            // or not a record, and ends the scan.
+            let start = (at - piece_at) as usize;
+            let value =
+                piece.get(start + RECORD_HEADER..start + RECORD_HEADER + value_len as usize);
+            if value.is_some_and(|value| *header != record_header(&key, value)) {
+                break;
+            }
+            let location = Location {
+                pack: number,
+                offset: at,
+                len: value_len,
+            };
+            self.entries.insert(key, location);
+            at = record_end;
+        }
+        if at > pack.indexed {
+            pack.indexed = at;
+        }
+    }
+}
+
+impl CodeStore for PackStore {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let found = match self.locate(key) {
+            Some(found) => Some(found),
+            None if self.refresh_if_due()? => self.locate(key),
+            None => None,
+        };
+        found.map(|found| self.read(key, found)).transpose()
+    }
+
+    /// Reads at most [`GET_MANY_BYTES`] in all (see 5 above).
+    fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let mut refreshed = false;
+        let mut read: u64 = 0;
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut found = self.locate(key);
+            if found.is_none() && !refreshed {
+                refreshed = true;
+                if self.refresh_if_due()? {
+                    found = self.locate(key);
+                }
+            }
+            let Some(found) = found else {
+                values.push(None);
+                continue;
+            };
+            let len = u64::from(found.0.len);
+            if read + len > GET_MANY_BYTES {
+                return Err(StoreError::TooLarge {
+                    len,
+                    limit: GET_MANY_BYTES - read,
+                });
+            }
+            read += len;
+            values.push(Some(self.read(key, found)?));
+        }
+        Ok(values)
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        self.put_many(&[(*key, value.to_vec())])
+    }
+
+    /// One write per pack the entries fill (see the [module docs](self));
+    /// an entry larger than [`MAX_ENTRY_BYTES`] or the low-water mark is
+    /// not stored, and is the error.
+    fn put_many(&self, entries: &[(StoreKey, Vec<u8>)]) -> Result<(), StoreError> {
+        let limit = low_water(self.max_bytes).min(MAX_ENTRY_BYTES);
+        let mut first_error = None;
+        // The writes, each no longer than a pack holds (unless one record
+        // is).
+        let mut writes = vec![Records::default()];
+        for (key, value) in entries {
+            let len = value.len() as u64;
+            if len > limit {
+                first_error.get_or_insert(StoreError::TooLarge { len, limit });
+                continue;
+            }
+            let last = writes.last().expect("one at least");
+            if !last.bytes.is_empty()
+                && (PACK_MAGIC.len() + last.bytes.len() + RECORD_HEADER) as u64 + len
+                    > self.pack_bytes()
+            {
+                writes.push(Records::default());
+            }
+            let last = writes.last_mut().expect("one at least");
+            last.keys.push((*key, last.bytes.len(), len as u32));
+            last.bytes.extend_from_slice(&record_header(key, value));
+            last.bytes.extend_from_slice(value);
+        }
+        let (mut written, mut started) = (0, false);
+        for records in writes.iter().filter(|records| !records.bytes.is_empty()) {
+            match self.append(records) {
+                Ok(new_pack) => started |= new_pack,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            written += records.bytes.len() as u64;
+        }
+        self.account(written, started);
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// A record's header: the key, the value's length and the hash of both
+/// and the value.
+fn record_header(key: &StoreKey, value: &[u8]) -> [u8; RECORD_HEADER] {
+    let mut header = [0; RECORD_HEADER];
+    header[..16].copy_from_slice(key.as_bytes());
+    header[16..20].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(&header[..20]);
+    hasher.update(value);
+    header[20..].copy_from_slice(&hasher.digest().to_le_bytes());
+    header
+}
+
+/// Opens the file at `path` as a pack if it is one this store reads: a
+/// regular file, not a link, no longer than [`MAX_PACK_BYTES`] (see 5
+/// above).
+fn open_pack(path: &Path) -> Option<File> {
+    let file = open_entry(path).ok()??;
+    let meta = file.metadata().ok()?;
+    (meta.is_file() && meta.len() <= MAX_PACK_BYTES).then_some(file)
+}
+
+/// Fills `buf` from `file` at `offset`, without moving the file's
+/// position (which its writer uses).
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let mut done = 0;
+        while done < buf.len() {
+            match std::os::windows::fs::FileExt::seek_read(
+                file,
+                &mut buf[done..],
+                offset + done as u64,
+            )? {
+                0 => return Err(ErrorKind::UnexpectedEof.into()),
+                n => done += n,
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = (file, buf, offset);
+        Err(ErrorKind::Unsupported.into())
+    }
+}
+
+/// The error of a record that is not what its index says.
+fn not_a_record() -> std::io::Error {
+    std::io::Error::new(
+        ErrorKind::InvalidData,
+        "the record changed since it was indexed",
+    )
+}
