@@ -186,8 +186,9 @@ fn hex(bytes: &[u8]) -> String {
 /// entry's [template digest](super::entry::template_digest) hash a
 /// template's key words.
 pub(super) fn words_le(words: &[u32], mut update: impl FnMut(&[u8])) {
-    // Small pieces: most keys are a few hundred bytes.
-    let mut piece = [0u8; 256];
+    // Pieces of eight BLAKE3 chunks, so that a template digest of a long
+    // key hashes several chunks at once.
+    let mut piece = [0u8; 8192];
     for words in words.chunks(piece.len() / 4) {
         for (bytes, word) in piece.chunks_exact_mut(4).zip(words) {
             bytes.copy_from_slice(&word.to_le_bytes());

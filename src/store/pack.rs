@@ -274,16 +274,8 @@ impl PackStore {
     /// Indexes new packs and what known packs grew by, and closes packs
     /// gone from the directory.
     fn refresh(&self, index: &mut Index) -> Result<(), StoreError> {
-        let listing = fs::read_dir(&self.dir).map_err(io_error("list", self.dir.clone()))?;
         let mut seen = hashbrown::HashSet::new();
-        for item in listing {
-            let Ok(item) = item else { continue };
-            let Ok(name) = item.file_name().into_string() else {
-                continue;
-            };
-            if !name.starts_with(PACK_PREFIX) {
-                continue;
-            }
+        for (name, item) in self.named_as_packs()? {
             let number = match index.by_name.get(&name) {
                 Some(number) => *number,
                 None => {
@@ -428,18 +420,22 @@ impl PackStore {
         Ok(started)
     }
 
+    /// What the directory lists under names packs have, with the names.
+    fn named_as_packs(&self) -> Result<Vec<(String, fs::DirEntry)>, StoreError> {
+        let listing = fs::read_dir(&self.dir).map_err(io_error("list", self.dir.clone()))?;
+        Ok(listing
+            .filter_map(|item| {
+                let item = item.ok()?;
+                let name = item.file_name().into_string().ok()?;
+                name.starts_with(PACK_PREFIX).then_some((name, item))
+            })
+            .collect())
+    }
+
     /// The packs in the directory: regular files named as packs.
     fn list_packs(&self) -> Result<Vec<Listed>, StoreError> {
-        let listing = fs::read_dir(&self.dir).map_err(io_error("list", self.dir.clone()))?;
         let mut packs = Vec::new();
-        for item in listing {
-            let Ok(item) = item else { continue };
-            let Ok(name) = item.file_name().into_string() else {
-                continue;
-            };
-            if !name.starts_with(PACK_PREFIX) {
-                continue;
-            }
+        for (name, item) in self.named_as_packs()? {
             // Gone since it was listed: another process evicted it.
             let Ok(meta) = item.metadata() else { continue };
             if !meta.is_file() {

@@ -4,11 +4,13 @@
 //! share it (a writer killed mid-way too); it stays bounded, evicting the
 //! least recently used packs.
 
-use super::store::{TempDir, check_value, key, modified, set_time, value};
+use super::store::{
+    TempDir, check_value, child, key, modified, set_time, share_with_children, value,
+};
 use jitfold::store::pack::{MAX_PACKS, PACK_MAGIC, REFRESH_AFTER};
 use jitfold::store::{CodeStore, PackStore, StoreError};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -253,74 +255,11 @@ fn concurrent_threads_never_see_a_torn_entry() {
     assert_eq!(packs(dir.path()).len(), 4);
 }
 
-/// The child side of the multi-process tests (does nothing unless
-/// `JITFOLD_PACK_CHILD_DIR` is set).
-#[test]
-#[ignore = "run by the multi-process tests as a child process"]
-fn child_writer() {
-    let Ok(dir) = std::env::var("JITFOLD_PACK_CHILD_DIR") else {
-        return;
-    };
-    let seed: u64 = std::env::var("JITFOLD_PACK_CHILD_SEED")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let forever = std::env::var("JITFOLD_PACK_CHILD_FOREVER").is_ok();
-    let store = PackStore::new(dir).unwrap();
-    let mut i = 0u64;
-    while forever || i < 200 {
-        let id = (i % 4) as u32;
-        let len = if forever {
-            1 << 20
-        } else {
-            500 + 311 * seed as usize
-        };
-        store
-            .put(&key(id), &value(id, seed << 32 | i, len))
-            .unwrap();
-        if let Some(bytes) = store.get(&key((id + 1) % 4)).unwrap() {
-            check_value((id + 1) % 4, &bytes).unwrap();
-        }
-        i += 1;
-    }
-}
-
-fn child(dir: &Path, seed: u64, forever: bool) -> std::process::Child {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            "--ignored",
-            "--exact",
-            "pack::child_writer",
-            "--test-threads=1",
-        ])
-        .env("JITFOLD_PACK_CHILD_DIR", dir)
-        .env("JITFOLD_PACK_CHILD_SEED", seed.to_string())
-        .stdout(Stdio::null());
-    if forever {
-        command.env("JITFOLD_PACK_CHILD_FOREVER", "1");
-    }
-    command.spawn().unwrap()
-}
-
 #[test]
 fn several_processes_share_a_directory_without_torn_entries() {
     let dir = TempDir::new("pack-processes");
-    std::fs::create_dir_all(dir.path()).unwrap();
-    let children: Vec<_> = (1..=3).map(|seed| child(dir.path(), seed, false)).collect();
     let store = PackStore::new(dir.path()).unwrap();
-    for i in 0..300u64 {
-        let id = (i % 4) as u32;
-        if let Some(bytes) = store.get(&key(id)).unwrap() {
-            check_value(id, &bytes).unwrap();
-        }
-        if i % 10 == 0 {
-            store.put(&key(id), &value(id, i, 2000)).unwrap();
-        }
-    }
-    for mut c in children {
-        assert!(c.wait().unwrap().success(), "a child failed its checks");
-    }
+    share_with_children(dir.path(), true, &store);
     let after = PackStore::new(dir.path()).unwrap();
     for id in 0..4 {
         check_value(id, &after.get(&key(id)).unwrap().unwrap()).unwrap();
@@ -335,7 +274,7 @@ fn a_killed_writer_leaves_no_torn_entry() {
     let dir = TempDir::new("pack-killed");
     std::fs::create_dir_all(dir.path()).unwrap();
     for round in 0..3 {
-        let mut writer = child(dir.path(), 10 + round, true);
+        let mut writer = child(dir.path(), 10 + round, true, true);
         let mut polls = 0;
         while PackStore::new(dir.path())
             .unwrap()

@@ -781,8 +781,10 @@ fn concurrent_threads_never_see_a_torn_entry() {
 }
 
 /// The child side of the multi-process tests: writes and reads values in
-/// the directory given by `JITFOLD_STORE_CHILD_DIR` (does nothing when it
-/// is not set, so running ignored tests by hand is harmless).
+/// the directory given by `JITFOLD_STORE_CHILD_DIR`, through a
+/// `DirectoryStore`, or a `PackStore` if `JITFOLD_STORE_CHILD_PACK` is set
+/// (does nothing when the directory is not set, so running ignored tests
+/// by hand is harmless).
 #[test]
 #[ignore = "run by the multi-process tests as a child process"]
 fn child_writer() {
@@ -795,7 +797,11 @@ fn child_writer() {
         .unwrap();
     // `forever`: write until killed (the killed-writer test).
     let forever = std::env::var("JITFOLD_STORE_CHILD_FOREVER").is_ok();
-    let store = DirectoryStore::new(dir).unwrap();
+    let store: Box<dyn CodeStore> = if std::env::var("JITFOLD_STORE_CHILD_PACK").is_ok() {
+        Box::new(jitfold::store::PackStore::new(dir).unwrap())
+    } else {
+        Box::new(DirectoryStore::new(dir).unwrap())
+    };
     let mut i = 0u64;
     while forever || i < 200 {
         let id = (i % 4) as u32;
@@ -814,7 +820,9 @@ fn child_writer() {
     }
 }
 
-fn child(dir: &Path, seed: u64, forever: bool) -> std::process::Child {
+/// A child process running [`child_writer`] on `dir` (through a
+/// `PackStore` if `pack`), writing 200 values or (`forever`) until killed.
+pub(crate) fn child(dir: &Path, seed: u64, forever: bool, pack: bool) -> std::process::Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
@@ -829,16 +837,25 @@ fn child(dir: &Path, seed: u64, forever: bool) -> std::process::Child {
     if forever {
         command.env("JITFOLD_STORE_CHILD_FOREVER", "1");
     }
+    if pack {
+        command.env("JITFOLD_STORE_CHILD_PACK", "1");
+    }
     command.spawn().unwrap()
 }
 
 #[test]
 fn several_processes_share_a_directory_without_torn_entries() {
     let dir = TempDir::new("processes");
-    std::fs::create_dir_all(dir.path()).unwrap();
-    let children: Vec<_> = (1..=3).map(|seed| child(dir.path(), seed, false)).collect();
-    // This process reads (and writes) meanwhile.
     let store = DirectoryStore::new(dir.path()).unwrap();
+    share_with_children(dir.path(), false, &store);
+}
+
+/// Three child processes write and read `dir` (through a `PackStore` if
+/// `pack`) while this one reads and writes it through `store`: every value
+/// read is whole, the children's checks pass, and every key is there at
+/// the end.
+pub(crate) fn share_with_children(dir: &Path, pack: bool, store: &dyn CodeStore) {
+    let children: Vec<_> = (1..=3).map(|seed| child(dir, seed, false, pack)).collect();
     for i in 0..300u64 {
         let id = (i % 4) as u32;
         if let Some(bytes) = store.get(&key(id)).unwrap() {
@@ -851,6 +868,9 @@ fn several_processes_share_a_directory_without_torn_entries() {
     for mut c in children {
         assert!(c.wait().unwrap().success(), "a child failed its checks");
     }
+    // (A pack store sees what other processes wrote at a miss once this
+    // long has passed since it last looked.)
+    std::thread::sleep(jitfold::store::pack::REFRESH_AFTER);
     for id in 0..4 {
         check_value(id, &store.get(&key(id)).unwrap().unwrap()).unwrap();
     }
@@ -865,7 +885,7 @@ fn a_killed_writer_leaves_no_torn_entry() {
     std::fs::create_dir_all(dir.path()).unwrap();
     let store = DirectoryStore::new(dir.path()).unwrap();
     for round in 0..3 {
-        let mut writer = child(dir.path(), 10 + round, true);
+        let mut writer = child(dir.path(), 10 + round, true, false);
         // Until it has written every key at least once (bounded: the child
         // writes a value in milliseconds).
         let mut polls = 0;
