@@ -78,9 +78,11 @@
 //!    compiles on while the store creates files or answers. A batch flush
 //!    sends what it compiles [`WRITE_BATCH`] entries (or
 //!    [`WRITE_BATCH_BYTES`]) at a time, and what is left before it waits
-//!    for another module (7); eager mode sends each entry at once; the
-//!    writer joins what waits into one [`CodeStore::put_many`] (one round
-//!    trip to Redis instead of one per entry). Every entry is written when
+//!    for another module (7); so does eager mode, but for a store that
+//!    reserves keys, to which it sends each entry at once (another module
+//!    may be waiting for it); the writer joins what waits into one
+//!    [`CodeStore::put_many`] (one round trip to Redis, one write to a
+//!    pack, instead of one per entry). Every entry is written when
 //!    a flush ends (`finalize_definitions`, [`DedupModule::flush`]),
 //!    which waits for the writer, and when the module is dropped; in a
 //!    store that reserves keys, also before the module gives up its
@@ -144,8 +146,8 @@ pub(super) struct Stored {
     /// Eager mode: the templates of the definitions deferred to the next
     /// flush (see 8 above).
     deferred: HashSet<StoreKey>,
-    /// Entries compiled in a batch flush and not written yet (see 9
-    /// above), with their size in bytes.
+    /// Entries compiled and not sent to the writer yet (see 9 above), with
+    /// their size in bytes.
     unwritten: Vec<Unwritten>,
     unwritten_bytes: usize,
     /// The keys the current batch flush found another module compiling
@@ -155,12 +157,22 @@ pub(super) struct Stored {
     writer: Writer,
 }
 
+impl Drop for Stored {
+    /// Sends what is not sent yet (eager mode, since the last flush), so
+    /// that the writer, dropped next, writes it (see 9 above).
+    fn drop(&mut self) {
+        if !self.unwritten.is_empty() {
+            self.writer.send(std::mem::take(&mut self.unwritten));
+        }
+    }
+}
+
 /// How many functions ahead of its turn a flush claims templates, in one
 /// round trip (see 7 above).
 pub(super) const CLAIM_AHEAD: usize = 16;
 
-/// A batch flush writes its entries once this many are waiting (see 9
-/// above)...
+/// A module sends its entries to the writer once this many are waiting
+/// (see 9 above)...
 const WRITE_BATCH: usize = 32;
 
 /// ... or once they hold this many bytes.
@@ -353,11 +365,10 @@ impl<M: Module> DedupModule<M> {
     pub(super) fn release_claims(&mut self) {
         // What others may wait for is written first: in a store that
         // reserves keys, before the claims are given up (elsewhere nobody
-        // waits, and the writer goes on while this module compiles).
+        // waits: what is not sent goes with the next few dozen entries or
+        // at the end of the flush, see 9 above).
         if self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
             self.wait_for_writes();
-        } else {
-            self.write_stored();
         }
         if let Some(stored) = &mut self.stored {
             stored.claimed = HashMap::new();
@@ -687,9 +698,9 @@ impl<M: Module> DedupModule<M> {
             value,
             reservation,
         });
-        // Eager mode writes at once; a flush a few dozen entries at a time
-        // (see 9 above).
-        let batched = self.options.mode == super::Mode::Batch;
+        // A few dozen entries at a time, but eager mode on a store that
+        // reserves keys writes at once (see 9 above).
+        let batched = self.options.mode == super::Mode::Batch || !stored.store.reserves();
         if !batched
             || stored.unwritten.len() >= WRITE_BATCH
             || stored.unwritten_bytes >= WRITE_BATCH_BYTES

@@ -28,40 +28,49 @@
 //!    within the pack's length when it looked, and checks a record's key,
 //!    length and hash when it reads it: a record still being written (or
 //!    cut short by a writer that died, or by a power loss: nothing is
-//!    synced) is not indexed until it is whole, and a changed one is an
-//!    error, never part of a value. A store whose write failed leaves that
-//!    pack (it may end in a partial record) and starts another.
+//!    synced) is not indexed until it is whole, and one changed since it
+//!    was indexed is dropped from the index (a miss, which the caller's
+//!    `put` mends), never part of a value. A store whose write failed
+//!    leaves that pack (it may end in a partial record) and starts
+//!    another; so does a forked child, and a store whose pack was evicted.
 //! 2. **Races are misses, not errors.** Several threads and processes may
-//!    put, get and evict at once: a key written to several packs is read
-//!    from any of them (each a complete value `put` under it), and an
-//!    entry whose pack another process evicted is a miss once this store
-//!    looks at the directory again (until then it is read from the pack
-//!    this store holds open, which stays readable after it is deleted).
+//!    put, get and evict at once. A key written to several packs is read
+//!    from one of them (each a complete value `put` under it): this
+//!    store's own last write if it wrote it, else the record found last,
+//!    packs being read oldest first. An entry whose pack another process
+//!    evicted is a miss once this store looks at the directory again
+//!    (until then it is read from the pack this store holds open, which
+//!    stays readable after it is deleted).
 //! 3. **Bounded.** Each store counts the bytes it writes on top of the size
 //!    it last scanned; when that passes the limit, or after it wrote a
 //!    tenth of the limit since its last scan, or when it starts a pack, it
-//!    scans the directory and, if the packs exceed the limit or number
-//!    more than [`MAX_PACKS`], deletes packs in order of modification time
-//!    (least recently used first; ties by name) until they are at most
-//!    [`LOW_WATER_PERCENT`](super::directory::LOW_WATER_PERCENT) of the limit and [`MAX_PACKS`] in number,
-//!    never its own current pack. A pack's time is set when it is written
-//!    and by the first `get` of a store from it, if it was set more than
-//!    [`TOUCH_AFTER`] ago when the store found it.
-//!    Sizes are file lengths; files not named as packs are left alone.
-//!    The index holds 40 bytes or so per entry, and a store holds at most
-//!    one open file per pack it found.
+//!    scans the directory (unless another thread of it is scanning) and,
+//!    if the packs exceed the limit or number more than [`MAX_PACKS`],
+//!    deletes packs in order of modification time (least recently used
+//!    first; ties by name), never its own current pack and going past one
+//!    it may not delete, until they are at most
+//!    [`LOW_WATER_PERCENT`](super::directory::LOW_WATER_PERCENT) of the
+//!    limit and [`MAX_PACKS`] in number. A pack's time is set when it is
+//!    written and by the first `get` of a store from it, if it was set
+//!    more than [`TOUCH_AFTER`] ago when the store found it. Sizes are
+//!    file lengths; files not named as packs are left alone. The bound is
+//!    on what the directory lists: a deleted pack's space is freed once no
+//!    store holds it open (a store closes the packs gone from the
+//!    directory when it next looks at it). The index holds 40 bytes or so
+//!    per entry, and a store holds at most [`MAX_OPEN_PACKS`] files open.
 //! 4. File system errors are [`StoreError::Io`], never panics; setting a
 //!    pack's time is best effort.
 //! 5. **A file planted under a pack's name costs at most a miss.** A pack
 //!    is opened without following a link and without waiting on a FIFO
 //!    (as [`DirectoryStore`](super::DirectoryStore)'s entries are), and
-//!    read only if it is a regular file no longer than [`MAX_PACK_BYTES`]
-//!    that starts with [`PACK_MAGIC`]; its records are read in pieces of
-//!    at most [`SCAN_BYTES`], and a record longer than
-//!    [`MAX_ENTRY_BYTES`] or than what is left of the pack ends the scan.
-//!    `get_many` reads at most [`GET_MANY_BYTES`] in all, as the
-//!    directory store's does. Nothing outside the directory is read or
-//!    touched.
+//!    kept open and read only if it is a regular file with no other name
+//!    (on Unix), no longer than [`MAX_PACK_BYTES`], that starts with
+//!    [`PACK_MAGIC`]; its records are read in pieces of at most
+//!    [`SCAN_BYTES`], a record longer than [`MAX_ENTRY_BYTES`] or than
+//!    what is left of the pack ends the scan, and a pack is read again
+//!    only once it has grown. `get_many` reads at most [`GET_MANY_BYTES`]
+//!    in all, as the directory store's does. Nothing outside the
+//!    directory is read or touched.
 //! 6. **Sees its own writes at once, others' soon.** A store indexes what
 //!    it writes as it writes it, and looks at the directory (new packs,
 //!    packs grown, packs gone) at a miss if it never did or last did
@@ -78,7 +87,7 @@ use std::hash::BuildHasher;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, TryLockError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The limit of a store made with [`PackStore::new`]: 256 MiB.
@@ -95,6 +104,9 @@ pub const MAX_PACK_BYTES: u64 = PACK_BYTES + MAX_ENTRY_BYTES + RECORD_HEADER as 
 /// Eviction deletes the least recently used packs while there are more
 /// than this many (each a file a store holds open).
 pub const MAX_PACKS: usize = 128;
+
+/// The most packs a store holds open: what it finds beyond is a miss.
+pub const MAX_OPEN_PACKS: usize = 2 * MAX_PACKS;
 
 /// The most a scan reads at once: 1 MiB.
 pub const SCAN_BYTES: u64 = 1 << 20;
@@ -139,6 +151,8 @@ struct Index {
     /// Pack numbers by file name (also of files refused as packs, as
     /// `None`, so that they are not opened again).
     by_name: HashMap<String, Option<u32>>,
+    /// How many of `packs` are open.
+    open: usize,
     entries: HashMap<StoreKey, Location>,
     /// When the directory was last looked at.
     refreshed: Option<Instant>,
@@ -148,8 +162,14 @@ struct Index {
 #[derive(Debug)]
 struct Pack {
     file: Arc<File>,
+    /// Whether this store created it (its records win over others', see 2
+    /// above).
+    own: bool,
     /// Where the records indexed end.
     indexed: u64,
+    /// The pack's length when it was last scanned: a pack that has not
+    /// grown since is not read again.
+    scanned_len: u64,
     /// Whether a `get` has set its time, or need not (see 3 above).
     touched: Arc<AtomicBool>,
 }
@@ -169,6 +189,8 @@ struct Current {
     file: File,
     pack: u32,
     len: u64,
+    /// The process that created it (a forked child starts its own).
+    pid: u32,
 }
 
 impl PackStore {
@@ -221,7 +243,7 @@ impl PackStore {
         let packs = self.list_packs()?;
         Ok(Usage {
             entries: packs.len() as u64,
-            bytes: packs.iter().map(|p| p.len).sum(),
+            bytes: packs.iter().fold(0u64, |sum, p| sum.saturating_add(p.len)),
             evicted: 0,
         })
     }
@@ -275,14 +297,34 @@ impl PackStore {
     /// gone from the directory.
     fn refresh(&self, index: &mut Index) -> Result<(), StoreError> {
         let mut seen = hashbrown::HashSet::new();
-        for (name, item) in self.named_as_packs()? {
+        // Oldest first, so that a key's newest record is the one indexed
+        // (see 2 above).
+        let mut listed: Vec<_> = self
+            .named_as_packs()?
+            .into_iter()
+            .map(|(name, item)| {
+                let modified = item.metadata().and_then(|m| m.modified()).ok();
+                (modified, name, item)
+            })
+            .collect();
+        listed.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (_, name, item) in listed {
             let number = match index.by_name.get(&name) {
                 Some(number) => *number,
-                None => {
-                    let number = open_pack(&item.path()).map(|file| index.add(file));
-                    index.by_name.insert(name.clone(), number);
-                    number
-                }
+                None if index.open >= MAX_OPEN_PACKS => None,
+                None => match open_pack(&item.path()) {
+                    Opened::Pack(file) => {
+                        let number = index.add(file, false);
+                        index.by_name.insert(name.clone(), Some(number));
+                        Some(number)
+                    }
+                    Opened::Refused => {
+                        index.by_name.insert(name.clone(), None);
+                        None
+                    }
+                    // Asked again at the next look.
+                    Opened::NotYet => None,
+                },
             };
             seen.insert(name);
             if let Some(number) = number {
@@ -300,6 +342,7 @@ impl PackStore {
         if !gone.is_empty() {
             for &number in &gone {
                 index.packs[number as usize] = None;
+                index.open -= 1;
             }
             index
                 .entries
@@ -310,23 +353,39 @@ impl PackStore {
     }
 
     /// The value of the record at `at`, checked (see 1 above); its pack's
-    /// time set if due.
+    /// time set if due. A record that is not what was indexed (changed
+    /// since, or cut short) is dropped from the index: a miss, which a
+    /// `put` of the key mends.
     fn read(
         &self,
         key: &StoreKey,
         (at, file, touched): (Location, Arc<File>, Arc<AtomicBool>),
-    ) -> Result<Vec<u8>, StoreError> {
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         let mut record = vec![0; RECORD_HEADER + at.len as usize];
-        read_at(&file, &mut record, at.offset).map_err(io_error("read", self.dir.clone()))?;
-        let (header, value) = record.split_at(RECORD_HEADER);
-        if header != record_header(key, value) {
-            return Err(io_error("read", self.dir.clone())(not_a_record()));
+        let whole = read_at(&file, &mut record, at.offset).is_ok() && {
+            let (header, value) = record.split_at(RECORD_HEADER);
+            header == record_header(key, value)
+        };
+        if !whole {
+            log::debug!(
+                "code store: a record in `{}` is not what was indexed; dropped",
+                self.dir.display()
+            );
+            let mut index = self.write_index();
+            if index
+                .entries
+                .get(key)
+                .is_some_and(|now| (now.pack, now.offset) == (at.pack, at.offset))
+            {
+                index.entries.remove(key);
+            }
+            return Ok(None);
         }
         if !touched.swap(true, Ordering::Relaxed) {
             let _ = file.set_modified(SystemTime::now());
         }
         record.drain(..RECORD_HEADER);
-        Ok(record)
+        Ok(Some(record))
     }
 
     /// A new pack of this store's, its header written and registered in
@@ -363,7 +422,7 @@ impl PackStore {
             let mut index = self.write_index();
             let number = match index.by_name.get(&name) {
                 Some(Some(number)) => *number,
-                _ => index.add(reader),
+                _ => index.add(reader, true),
             };
             index.by_name.insert(name.clone(), Some(number));
             number
@@ -373,6 +432,7 @@ impl PackStore {
             file,
             pack,
             len: PACK_MAGIC.len() as u64,
+            pid: std::process::id(),
         })
     }
 
@@ -388,6 +448,11 @@ impl PackStore {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| {
             c.len > PACK_MAGIC.len() as u64 && c.len + records.len() as u64 > self.pack_bytes()
+                // Evicted (by another process, say): what it would hold
+                // is a miss once this store looks again.
+                || self.read_index().packs[c.pack as usize].is_none()
+                // A forked child shares the file and its offset.
+                || c.pid != std::process::id()
         }) {
             *current = None;
         }
@@ -453,7 +518,7 @@ impl PackStore {
     fn scan_and_evict(&self) -> Result<Usage, StoreError> {
         let counted = self.since_scan.load(Ordering::Relaxed);
         let mut packs = self.list_packs()?;
-        let mut bytes: u64 = packs.iter().map(|p| p.len).sum();
+        let mut bytes = packs.iter().fold(0u64, |sum, p| sum.saturating_add(p.len));
         let own = self
             .current
             .lock()
@@ -477,14 +542,19 @@ impl PackStore {
                     Ok(()) => evicted += 1,
                     // Gone already: another process evicted it.
                     Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_error("evict", path)(e)),
+                    // Not this store's to delete, say: the next one is.
+                    Err(e) => {
+                        log::debug!("code store: evicting `{}` failed: {e}", path.display());
+                        continue;
+                    }
                 }
-                bytes -= pack.len;
+                bytes = bytes.saturating_sub(pack.len);
                 left -= 1;
             }
         }
         let during = self.since_scan.fetch_sub(counted, Ordering::Relaxed) - counted;
-        self.estimated.store(bytes + during, Ordering::Relaxed);
+        self.estimated
+            .store(bytes.saturating_add(during), Ordering::Relaxed);
         Ok(Usage {
             entries: left as u64,
             bytes,
@@ -507,8 +577,11 @@ impl PackStore {
         if !new_pack && estimated <= self.max_bytes && since <= self.max_bytes / 10 {
             return;
         }
-        let Ok(_scanning) = self.scanning.try_lock() else {
-            return;
+        // Another thread of this store is scanning: it counts this write.
+        let _scanning = match self.scanning.try_lock() {
+            Ok(scanning) => scanning,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
         };
         if let Err(e) = self.scan_and_evict() {
             log::debug!(
@@ -536,16 +609,19 @@ struct Listed {
 
 impl Index {
     /// Registers an opened pack; its number.
-    fn add(&mut self, file: File) -> u32 {
+    fn add(&mut self, file: File, own: bool) -> u32 {
         let touched = file
             .metadata()
             .ok()
             .and_then(|m| m.modified().ok())
             .and_then(|set| SystemTime::now().duration_since(set).ok())
             .is_none_or(|age| age < TOUCH_AFTER);
+        self.open += 1;
         self.packs.push(Some(Pack {
             file: Arc::new(file),
+            own,
             indexed: 0,
+            scanned_len: 0,
             touched: Arc::new(AtomicBool::new(touched)),
         }));
         (self.packs.len() - 1) as u32
@@ -553,7 +629,7 @@ impl Index {
 
     /// Indexes the whole records pack `number` grew by since it was last
     /// scanned (see 1 and 5 above). A pack that cannot be read is left as
-    /// it is.
+    /// it is; one that has not grown since it was last scanned is not read.
     fn scan(&mut self, number: u32) {
         let Some(pack) = self.packs[number as usize].as_mut() else {
             return;
@@ -561,53 +637,82 @@ impl Index {
         let Ok(len) = pack.file.metadata().map(|m| m.len().min(MAX_PACK_BYTES)) else {
             return;
         };
-        let mut at = pack.indexed;
-        if at == 0 {
-            let mut magic = [0; PACK_MAGIC.len()];
-            if read_at(&pack.file, &mut magic, 0).is_err() || magic != PACK_MAGIC {
-                return;
-            }
-            at = PACK_MAGIC.len() as u64;
+        if len == pack.scanned_len {
+            return;
         }
-        let mut piece = Vec::new();
-        let mut piece_at = at;
-        while at + RECORD_HEADER as u64 <= len {
-            let end = piece_at + piece.len() as u64;
-            if at < piece_at || at + RECORD_HEADER as u64 > end {
-                piece.resize((len - at).min(SCAN_BYTES) as usize, 0);
-                if read_at(&pack.file, &mut piece, at).is_err() {
-                    break;
-                }
-                piece_at = at;
-            }
-            let header = &piece[(at - piece_at) as usize..][..RECORD_HEADER];
-            let key = StoreKey::from_bytes(header[..16].try_into().expect("16 bytes"));
-            let value_len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
-            let record_end = at + (RECORD_HEADER as u64) + u64::from(value_len);
-            if u64::from(value_len) > MAX_ENTRY_BYTES || record_end > len {
-                break;
-            }
-            // A record within the piece read is checked now (a longer one
-            // when it is read): one that does not match is not whole yet,
-            // or not a record, and ends the scan.
-            let start = (at - piece_at) as usize;
-            let value =
-                piece.get(start + RECORD_HEADER..start + RECORD_HEADER + value_len as usize);
-            if value.is_some_and(|value| *header != record_header(&key, value)) {
-                break;
-            }
+        pack.scanned_len = len;
+        let (file, own, from) = (pack.file.clone(), pack.own, pack.indexed);
+        let mut found = Vec::new();
+        let end = scan_records(&file, from, len, |key, at, value_len| {
+            found.push((key, at, value_len));
+        });
+        for (key, offset, len) in found {
             let location = Location {
                 pack: number,
-                offset: at,
-                len: value_len,
+                offset,
+                len,
             };
-            self.entries.insert(key, location);
-            at = record_end;
+            // This store's own records win over others' (see 2 above).
+            let theirs_only =
+                |at: &Location| !self.packs[at.pack as usize].as_ref().is_some_and(|p| p.own);
+            if own || self.entries.get(&key).is_none_or(theirs_only) {
+                self.entries.insert(key, location);
+            }
         }
-        if at > pack.indexed {
-            pack.indexed = at;
+        if let Some(pack) = self.packs[number as usize].as_mut() {
+            pack.indexed = pack.indexed.max(end);
         }
     }
+}
+
+/// Calls `found` with the key, offset and value length of each whole
+/// record of `file` from `from` (0: the start, after checking the magic)
+/// to `len`, reading at most [`SCAN_BYTES`] at a time; returns where the
+/// last whole record ends (see 1 and 5 above).
+fn scan_records(
+    file: &File,
+    from: u64,
+    len: u64,
+    mut found: impl FnMut(StoreKey, u64, u32),
+) -> u64 {
+    let mut at = from;
+    if at == 0 {
+        let mut magic = [0; PACK_MAGIC.len()];
+        if read_at(file, &mut magic, 0).is_err() || magic != PACK_MAGIC {
+            return 0;
+        }
+        at = PACK_MAGIC.len() as u64;
+    }
+    let mut piece = Vec::new();
+    let mut piece_at = at;
+    while at + RECORD_HEADER as u64 <= len {
+        let end = piece_at + piece.len() as u64;
+        if at < piece_at || at + RECORD_HEADER as u64 > end {
+            piece.resize((len - at).min(SCAN_BYTES) as usize, 0);
+            if read_at(file, &mut piece, at).is_err() {
+                break;
+            }
+            piece_at = at;
+        }
+        let header = &piece[(at - piece_at) as usize..][..RECORD_HEADER];
+        let key = StoreKey::from_bytes(header[..16].try_into().expect("16 bytes"));
+        let value_len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+        let record_end = at + (RECORD_HEADER as u64) + u64::from(value_len);
+        if u64::from(value_len) > MAX_ENTRY_BYTES || record_end > len {
+            break;
+        }
+        // A record within the piece read is checked now (a longer one
+        // when it is read): one that does not match is not whole yet,
+        // or not a record, and ends the scan.
+        let start = (at - piece_at) as usize;
+        let value = piece.get(start + RECORD_HEADER..start + RECORD_HEADER + value_len as usize);
+        if value.is_some_and(|value| *header != record_header(&key, value)) {
+            break;
+        }
+        found(key, at, value_len);
+        at = record_end;
+    }
+    at
 }
 
 impl CodeStore for PackStore {
@@ -617,7 +722,10 @@ impl CodeStore for PackStore {
             None if self.refresh_if_due()? => self.locate(key),
             None => None,
         };
-        found.map(|found| self.read(key, found)).transpose()
+        match found {
+            Some(found) => self.read(key, found),
+            None => Ok(None),
+        }
     }
 
     /// Reads at most [`GET_MANY_BYTES`] in all (see 5 above).
@@ -645,7 +753,7 @@ impl CodeStore for PackStore {
                 });
             }
             read += len;
-            values.push(Some(self.read(key, found)?));
+            values.push(self.read(key, found)?);
         }
         Ok(values)
     }
@@ -709,13 +817,44 @@ fn record_header(key: &StoreKey, value: &[u8]) -> [u8; RECORD_HEADER] {
     header
 }
 
+/// What [`open_pack`] found.
+enum Opened {
+    /// A pack, open.
+    Pack(File),
+    /// Not a pack this store reads, nor ever will be (see 5 above).
+    Refused,
+    /// Not now: shorter than a pack's magic (its writer has just created
+    /// it), or it could not be opened (no descriptor left, say).
+    NotYet,
+}
+
 /// Opens the file at `path` as a pack if it is one this store reads: a
-/// regular file, not a link, no longer than [`MAX_PACK_BYTES`] (see 5
-/// above).
-fn open_pack(path: &Path) -> Option<File> {
-    let file = open_entry(path).ok()??;
-    let meta = file.metadata().ok()?;
-    (meta.is_file() && meta.len() <= MAX_PACK_BYTES).then_some(file)
+/// regular file, not a link (nor, on Unix, a file with another name
+/// elsewhere), no longer than [`MAX_PACK_BYTES`], that starts with
+/// [`PACK_MAGIC`] (see 5 above).
+fn open_pack(path: &Path) -> Opened {
+    let file = match open_entry(path) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Opened::NotYet,
+        Err(e) if e.kind() == ErrorKind::InvalidData => return Opened::Refused,
+        Err(_) => return Opened::NotYet,
+    };
+    let Ok(meta) = file.metadata() else {
+        return Opened::NotYet;
+    };
+    #[cfg(unix)]
+    let linked = std::os::unix::fs::MetadataExt::nlink(&meta) > 1;
+    #[cfg(not(unix))]
+    let linked = false;
+    if !meta.is_file() || linked || meta.len() > MAX_PACK_BYTES {
+        return Opened::Refused;
+    }
+    let mut magic = [0; PACK_MAGIC.len()];
+    match read_at(&file, &mut magic, 0) {
+        Ok(()) if magic == PACK_MAGIC => Opened::Pack(file),
+        Ok(()) => Opened::Refused,
+        Err(_) => Opened::NotYet,
+    }
 }
 
 /// Fills `buf` from `file` at `offset`, without moving the file's
@@ -745,12 +884,4 @@ fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         let _ = (file, buf, offset);
         Err(ErrorKind::Unsupported.into())
     }
-}
-
-/// The error of a record that is not what its index says.
-fn not_a_record() -> std::io::Error {
-    std::io::Error::new(
-        ErrorKind::InvalidData,
-        "the record changed since it was indexed",
-    )
 }

@@ -127,6 +127,27 @@ fn a_second_run_compiles_nothing_and_returns_the_same_results() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Eager mode sends its entries to a store that reserves nothing a few
+/// dozen at a time: what waits is written by the next flush, or when the
+/// module is dropped without one.
+#[test]
+fn entries_waiting_to_be_sent_are_written_when_the_module_drops() {
+    let expected = plain();
+    let dir = scratch("drop");
+    let store = || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&dir).unwrap()) };
+    {
+        let mut m =
+            DedupModule::with_options(builder(), DedupOptions::eager()).with_store(store(), None);
+        build(&mut m, false);
+        assert!(m.stats().compiled > 0);
+        // Dropped unfinalized.
+    }
+    let (warm, out) = run(store(), None, DedupOptions::eager(), false);
+    assert_eq!(out, expected);
+    assert_eq!(warm.compiled, 0, "{warm}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A pack store, opened afresh for each run as a new process would: the
 /// warm runs in every mode compile nothing, load what the cold run wrote
 /// (in one pack) and return what plain `JITModule` returns.
