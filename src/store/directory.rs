@@ -34,8 +34,9 @@
 //!    fresh temporary files exceed the limit, deletes entries in order of
 //!    modification time (least recently used first; ties by name; going
 //!    past one it may not delete) until they are at most the low-water
-//!    mark, [`LOW_WATER_PERCENT`] of the limit; a scan after which what other threads of the store wrote
-//!    meanwhile still passes the limit is made again (up to 8 times). So
+//!    mark, [`LOW_WATER_PERCENT`] of the limit; a scan after which what
+//!    other threads of the store wrote meanwhile still passes the limit
+//!    is made again (up to 8 times). So
 //!    the directory exceeds its limit by at most what the processes
 //!    writing it write between two scans of theirs (a tenth of the limit
 //!    each). Sizes are file lengths, not disk blocks; files that
