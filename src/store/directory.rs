@@ -112,9 +112,9 @@ pub const STALE_TEMP_AGE: Duration = Duration::from_secs(10 * 60);
 
 const TEMP_PREFIX: &str = ".tmp-";
 
-/// Numbers temporary files within this process (see
-/// `DirectoryStore::create_temp`).
-static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
+/// Numbers the files this process creates in stores (see
+/// [`create_own_file`]).
+static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
 /// A code store in a directory: see the [module docs](self).
 #[derive(Debug)]
@@ -466,28 +466,44 @@ impl DirectoryStore {
     }
 
     /// A temporary file for an entry of `key`, created by this call, and
-    /// its path. Its name holds the process id, a number random per
-    /// process (processes in separate PID namespaces sharing the
-    /// directory may have the same id) and a count, so no other writer
-    /// makes it; should one exist all the same, another name is tried
-    /// (the existing file is someone else's, and is left alone).
+    /// its path (see [`create_own_file`]).
     fn create_temp(&self, key: &StoreKey) -> Result<(PathBuf, File), StoreError> {
-        static NONCE: OnceLock<u64> = OnceLock::new();
-        let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
         let hex = key.hex();
-        let mut attempts = 0;
-        loop {
-            let temp = self.dir.join(format!(
-                "{TEMP_PREFIX}{}-{}-{nonce:016x}-{}",
-                &hex[..16],
-                std::process::id(),
-                NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
-            ));
-            match OpenOptions::new().write(true).create_new(true).open(&temp) {
-                Ok(file) => return Ok((temp, file)),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
-                Err(e) => return Err(self.io_error("create", temp)(e)),
-            }
+        create_own_file(&self.dir, |unique| {
+            format!("{TEMP_PREFIX}{}-{unique}", &hex[..16])
+        })
+    }
+}
+
+/// A file in `dir` created by this call (for reading and writing), named
+/// by `name` from a part no other writer uses, and its path. That part
+/// holds the process id, a number random per process (processes in
+/// separate PID namespaces sharing the directory may have the same id)
+/// and a count; should a file of that name exist all the same, another
+/// name is tried (the existing file is someone else's, and is left alone).
+pub(super) fn create_own_file(
+    dir: &Path,
+    name: impl Fn(&str) -> String,
+) -> Result<(PathBuf, File), StoreError> {
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+    let mut attempts = 0;
+    loop {
+        let unique = format!(
+            "{}-{nonce:016x}-{}",
+            std::process::id(),
+            NEXT_FILE.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = dir.join(name(&unique));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
+            Err(e) => return Err(io_error("create", path)(e)),
         }
     }
 }

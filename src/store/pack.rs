@@ -77,17 +77,16 @@
 //!    [`REFRESH_AFTER`] ago or more (`get_many`: at its first miss).
 
 use super::directory::{
-    GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, io_error, low_water, open_entry,
+    GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, create_own_file, io_error, low_water,
+    open_entry,
 };
 use super::{CodeStore, StoreError, StoreKey};
 use hashbrown::HashMap;
-use std::collections::hash_map::RandomState;
-use std::fs::{self, File, OpenOptions};
-use std::hash::BuildHasher;
+use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, TryLockError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The limit of a store made with [`PackStore::new`]: 256 MiB.
@@ -122,9 +121,6 @@ pub const PACK_MAGIC: [u8; 16] = *b"jitfold pack 1\n\0";
 const RECORD_HEADER: usize = 16 + 4 + 8;
 
 const PACK_PREFIX: &str = "pack-";
-
-/// Numbers the packs this process creates.
-static NEXT_PACK: AtomicU64 = AtomicU64::new(0);
 
 /// A code store of pack files in a directory: see the [module docs](self).
 #[derive(Debug)]
@@ -391,28 +387,13 @@ impl PackStore {
     /// A new pack of this store's, its header written and registered in
     /// the index.
     fn create_pack(&self) -> Result<Current, StoreError> {
-        static NONCE: OnceLock<u64> = OnceLock::new();
-        let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-        let mut attempts = 0;
-        let (name, mut file) = loop {
-            let name = format!(
-                "{PACK_PREFIX}{}-{nonce:016x}-{}",
-                std::process::id(),
-                NEXT_PACK.fetch_add(1, Ordering::Relaxed)
-            );
-            let path = self.dir.join(&name);
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(file) => break (name, file),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
-                Err(e) => return Err(io_error("create", path)(e)),
-            }
-        };
-        let path = self.dir.join(&name);
+        let (path, mut file) =
+            create_own_file(&self.dir, |unique| format!("{PACK_PREFIX}{unique}"))?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("named above")
+            .to_owned();
         if let Err(e) = file.write_all(&PACK_MAGIC) {
             let _ = fs::remove_file(&path);
             return Err(io_error("write", path)(e));
@@ -421,7 +402,13 @@ impl PackStore {
         let pack = {
             let mut index = self.write_index();
             let number = match index.by_name.get(&name) {
-                Some(Some(number)) => *number,
+                // Found by a look at the directory since it was created.
+                Some(&Some(number)) => {
+                    if let Some(pack) = index.packs[number as usize].as_mut() {
+                        pack.own = true;
+                    }
+                    number
+                }
                 _ => index.add(reader, true),
             };
             index.by_name.insert(name.clone(), Some(number));

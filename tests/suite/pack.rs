@@ -5,7 +5,7 @@
 //! least recently used packs.
 
 use super::store::{
-    TempDir, check_value, child, key, modified, set_time, share_with_children, value,
+    TempDir, check_value, child, key, modified, set_time, share_with_children, threads_share, value,
 };
 use jitfold::store::pack::{MAX_PACKS, PACK_MAGIC, REFRESH_AFTER};
 use jitfold::store::{CodeStore, PackStore, StoreError};
@@ -265,37 +265,14 @@ fn get_many_holds_a_bounded_number_of_bytes() {
 fn concurrent_threads_never_see_a_torn_entry() {
     let dir = TempDir::new("pack-threads");
     let shared = Arc::new(PackStore::new(dir.path()).unwrap());
-    let threads: Vec<_> = (0..6u32)
-        .map(|t| {
-            let store = if t % 2 == 0 {
-                shared.clone()
-            } else {
-                Arc::new(PackStore::new(dir.path()).unwrap())
-            };
-            std::thread::spawn(move || {
-                for i in 0..150u64 {
-                    let id = (i % 4) as u32;
-                    let batch = vec![
-                        (key(id), value(id, i, 1000 + 997 * t as usize)),
-                        (key(10 + t), value(10 + t, i, 300)),
-                    ];
-                    store.put_many(&batch).unwrap();
-                    for id in [id, (id + 1) % 4, 10 + t] {
-                        if let Some(bytes) = store.get(&key(id)).unwrap() {
-                            check_value(id, &bytes).unwrap();
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    std::thread::sleep(REFRESH_AFTER);
-    for id in (0..4).chain(10..16) {
-        check_value(id, &shared.get(&key(id)).unwrap().unwrap()).unwrap();
-    }
+    let store_of = |t: u32| -> Arc<dyn CodeStore> {
+        if t.is_multiple_of(2) {
+            shared.clone()
+        } else {
+            Arc::new(PackStore::new(dir.path()).unwrap())
+        }
+    };
+    threads_share(store_of, &*shared);
     // One pack per store.
     assert_eq!(packs(dir.path()).len(), 4);
 }

@@ -745,18 +745,32 @@ fn get_many_holds_a_bounded_number_of_bytes() {
 fn concurrent_threads_never_see_a_torn_entry() {
     let dir = TempDir::new("threads");
     let store = Arc::new(DirectoryStore::new(dir.path()).unwrap());
+    threads_share(|_| store.clone(), &*store);
+    // No temporary file is left behind.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 10, "{names:?}");
+}
+
+/// Six threads, thread `t` on `store_of(t)`, each writing shared keys 0..4
+/// (with lengths that differ by writer: a torn or mixed read would show)
+/// and a key of its own, in one `put_many`, and reading while the others
+/// write: every read is a whole value of its key; at the end (once a pack
+/// store would look again) every key is in `last`.
+pub(crate) fn threads_share(store_of: impl Fn(u32) -> Arc<dyn CodeStore>, last: &dyn CodeStore) {
     let threads: Vec<_> = (0..6u32)
         .map(|t| {
-            let store = store.clone();
+            let store = store_of(t);
             std::thread::spawn(move || {
                 for i in 0..150u64 {
-                    // Shared keys 0..4, with lengths that differ by writer
-                    // (a torn or mixed read would show), and a key of its own.
                     let shared = (i % 4) as u32;
-                    store
-                        .put(&key(shared), &value(shared, i, 1000 + 997 * t as usize))
-                        .unwrap();
-                    store.put(&key(10 + t), &value(10 + t, i, 300)).unwrap();
+                    let batch = [
+                        (key(shared), value(shared, i, 1000 + 997 * t as usize)),
+                        (key(10 + t), value(10 + t, i, 300)),
+                    ];
+                    store.put_many(&batch).unwrap();
                     for id in [shared, (shared + 1) % 4, 10 + t] {
                         if let Some(bytes) = store.get(&key(id)).unwrap() {
                             check_value(id, &bytes).unwrap();
@@ -769,15 +783,10 @@ fn concurrent_threads_never_see_a_torn_entry() {
     for t in threads {
         t.join().unwrap();
     }
+    std::thread::sleep(jitfold::store::pack::REFRESH_AFTER);
     for id in (0..4).chain(10..16) {
-        check_value(id, &store.get(&key(id)).unwrap().unwrap()).unwrap();
+        check_value(id, &last.get(&key(id)).unwrap().unwrap()).unwrap();
     }
-    // No temporary file is left behind.
-    let names: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert_eq!(names.len(), 10, "{names:?}");
 }
 
 /// The child side of the multi-process tests: writes and reads values in
