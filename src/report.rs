@@ -875,14 +875,12 @@ fn plan_subgroup(
     let values: Vec<&[similar::ParamValue]> = group.iter().map(|(_, _, s)| &s.values[..]).collect();
     // Planned as `DedupModule` plans (see `module/similar.rs`): each
     // member's size estimated from the instructions Cranelift lowers.
-    let live: Vec<u32> = group
+    let lowered: Vec<similar::Lowered> =
+        group.iter().map(|(f, _, _)| similar::lowered(f)).collect();
+    let instructions = lowered[0].instructions;
+    let bytes: Vec<u64> = lowered
         .iter()
-        .map(|(f, _, _)| similar::live_instructions(f))
-        .collect();
-    let instructions = live[0];
-    let bytes: Vec<u64> = live
-        .iter()
-        .map(|&n| u64::from(n) * options.model.bytes_per_instruction)
+        .map(|&l| options.model.function_bytes(l))
         .collect();
     // Member sizes (and frames) as compiled, to measure the plan.
     let compiled: Option<Vec<Result<(u64, u32), String>>> = isa.map(|isa| {

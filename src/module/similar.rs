@@ -30,17 +30,18 @@
 //!    subgroup of two or more is merged only if [`similar::plan_group`]
 //!    says so (the cost model predicts that it pays, and a stack limit's
 //!    growth is within [`SimilarOptions::stack`]), with each member's code
-//!    size estimated as the instructions Cranelift lowers
-//!    ([`similar::live_instructions`]: a client's dead code does not
-//!    count) times the model's
-//!    [`bytes_per_instruction`](crate::similar::CostModel::bytes_per_instruction)
+//!    size estimated from the instructions Cranelift lowers
+//!    ([`similar::lowered`]: a client's dead code does not count) by
+//!    [`CostModel::function_bytes`](crate::similar::CostModel::function_bytes)
 //!    (they are not compiled yet). Members are in definition order; the
 //!    first one's code becomes the body.
 //! 3. **Thunks.** A thunk tail-calls the body (`return_call`) when both
 //!    use the `tail` convention and the target compiles tail calls (on
 //!    x86-64, only with `preserve_frame_pointers`); otherwise it calls and
 //!    returns. A thunk of a member with a stack limit checks that limit
-//!    (see [`similar::StackDepth`]).
+//!    (see [`similar::StackDepth`]), unless it tail-calls a body whose
+//!    arguments are all in registers
+//!    ([`similar::thunk_skips_stack_check`]).
 //! 4. **Ids.** The body is declared as an anonymous local function of the
 //!    inner module (an id of the module's own, never one of the user's: in
 //!    an object file, a local symbol) and defined at once as any function
@@ -125,9 +126,8 @@ pub(super) struct Candidate {
     pub(super) index: usize,
     /// Its shape and parameter sites.
     pub(super) shape: ShapeOf,
-    /// Its live instruction count ([`similar::live_instructions`], for
-    /// the estimate of its code size).
-    pub(super) instructions: u32,
+    /// What its code size is estimated from ([`similar::lowered`]).
+    pub(super) lowered: similar::Lowered,
 }
 
 /// A group to merge: its members' indices among the candidates, in
@@ -177,9 +177,7 @@ pub(super) fn plan_merges(
                 .collect();
             let bytes: Vec<u64> = members
                 .iter()
-                .map(|&c| {
-                    u64::from(candidates[c].instructions) * options.model.bytes_per_instruction
-                })
+                .map(|&c| options.model.function_bytes(candidates[c].lowered))
                 .collect();
             let (sig, stack_limited) = signatures[candidates[members[0]].index];
             let Some(plan) = similar::plan_group(sig, stack_limited, &values, &bytes, options)
@@ -271,11 +269,10 @@ impl<M: Module> DedupModule<M> {
             if shape.values.is_empty() {
                 continue;
             }
-            let instructions = similar::live_instructions(func);
             candidates.push(Candidate {
                 index,
                 shape,
-                instructions,
+                lowered: similar::lowered(func),
             });
         }
         self.fingerprinter = walker;
@@ -409,19 +406,23 @@ impl<M: Module> DedupModule<M> {
     /// The thunk of `member` that calls `body` with `values` (see 3 in the
     /// module docs).
     fn thunk(&self, member: &Function, body: &Body, values: Vec<(Type, SiteValue)>) -> Function {
-        let isa = self.inner.isa();
-        // Cranelift 0.135.8 compiles `return_call` on x86-64 only with
-        // frame pointers kept (it asserts).
-        let tail_call = isa.triple().architecture != target_lexicon::Architecture::X86_64
-            || isa.flags().preserve_frame_pointers();
         similar::thunk_calling(
-            isa.frontend_config(),
+            self.inner.isa().frontend_config(),
             member,
             UserExternalName::new(0, body.id.as_u32()),
             &body.signature,
             &values,
-            tail_call,
+            self.thunks_tail_call(),
         )
+    }
+
+    /// Whether the inner module's target compiles a thunk's tail call:
+    /// Cranelift 0.135.8 compiles `return_call` on x86-64 only with frame
+    /// pointers kept (it asserts).
+    pub(super) fn thunks_tail_call(&self) -> bool {
+        let isa = self.inner.isa();
+        isa.triple().architecture != target_lexicon::Architecture::X86_64
+            || isa.flags().preserve_frame_pointers()
     }
 }
 
@@ -493,9 +494,9 @@ impl<M: Module> DedupModule<M> {
         let shaped = catch_unwind(AssertUnwindSafe(|| {
             let walk = shapes.walker.walk(func);
             let shape = shapes.shaper.shape(&walk, func);
-            (shape, u64::from(similar::live_instructions(func)))
+            (shape, similar::lowered(func))
         }));
-        let Ok((shape, instructions)) = shaped else {
+        let Ok((shape, lowered)) = shaped else {
             log::debug!("{id}: shaping panicked; not merged");
             return None;
         };
@@ -503,7 +504,7 @@ impl<M: Module> DedupModule<M> {
             return None;
         }
         self.eager_shapes.busy = true;
-        let thunk = self.eager_merge(id, func, shape, instructions, &options, ctrl_plane);
+        let thunk = self.eager_merge(id, func, shape, lowered, &options, ctrl_plane);
         self.eager_shapes.busy = false;
         thunk
     }
@@ -515,7 +516,7 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         func: &Function,
         shape: ShapeOf,
-        instructions: u64,
+        lowered: similar::Lowered,
         options: &SimilarOptions,
         ctrl_plane: &ControlPlane,
     ) -> Option<Function> {
@@ -547,7 +548,7 @@ impl<M: Module> DedupModule<M> {
         };
         // The second member: a body for it and the members to come, if a
         // group of two such members pays.
-        let bytes = instructions * options.model.bytes_per_instruction;
+        let bytes = options.model.function_bytes(lowered);
         let plan = similar::plan_group(
             &func.signature,
             func.stack_limit.is_some(),
@@ -647,12 +648,12 @@ mod tests {
         for (i, t) in texts.iter().enumerate() {
             let func = cranelift_reader::parse_functions(t).unwrap().remove(0);
             let walk = walker.walk(&func);
-            let instructions = similar::live_instructions(&func);
+            let lowered = similar::lowered(&func);
             let shape = shaper.shape(&walk, &func);
             candidates.push(Candidate {
                 index: i,
                 shape,
-                instructions,
+                lowered,
             });
             pending.push((FuncId::from_u32(i as u32), func));
         }

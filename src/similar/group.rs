@@ -3,7 +3,9 @@
 //! (see the [module docs](super)).
 
 use super::shape::{ParamKind, ParamValue, SiteValue};
-use cranelift_codegen::ir::{Signature, Type};
+use super::size::Lowered;
+use cranelift_codegen::ir::{AbiParam, ArgumentPurpose, Signature, Type, types};
+use cranelift_codegen::isa::CallConv;
 use hashbrown::HashMap;
 
 /// One parameter of a merged body.
@@ -118,7 +120,8 @@ pub struct CostModel {
     /// Each stack argument of a thunk's call.
     pub thunk_bytes_per_stack_arg: u64,
     /// A thunk's check of its member's stack limit (where the members
-    /// have one).
+    /// have one and the thunk checks it: not with
+    /// [`thunk_skips_stack_check`]).
     pub thunk_stack_check_bytes: u64,
     /// What each parameter adds to the body in a register (an operand in a
     /// register rather than an immediate).
@@ -131,8 +134,16 @@ pub struct CostModel {
     pub float_arg_registers: usize,
     /// An estimate of a function's code size per instruction Cranelift
     /// lowers ([`live_instructions`](super::live_instructions)): members
-    /// are planned before they are compiled.
+    /// are planned before they are compiled
+    /// ([`CostModel::function_bytes`]).
     pub bytes_per_instruction: u64,
+    /// The same for a leaf (a function that calls nothing), whose
+    /// instructions are on the whole shorter: no argument moves around
+    /// calls, no values kept across them.
+    pub leaf_bytes_per_instruction: u64,
+    /// A function's frame setup and teardown beyond its instructions,
+    /// where it calls (a leaf that needs no stack has none).
+    pub frame_bytes: u64,
 }
 
 impl CostModel {
@@ -144,14 +155,16 @@ impl CostModel {
     /// 18-19 bytes with one parameter, 24-25 with two), and about 20 more
     /// plus 6 per stack argument otherwise (47-74 bytes with one to three
     /// stack arguments); a body grows by about 5 bytes per parameter in a
-    /// register and 20 per parameter on the stack. A thunk's check of a
-    /// stack limit read through `vmctx` (as wasmtime's) adds 23 bytes
-    /// (measured: the thunks of the same groups of sqlite and resvg, with
-    /// and without it). Members are sized at 5 bytes per live instruction
-    /// (the corpora's code is 5.4 to 6.0 bytes per instruction; of 4, 5
-    /// and 6, 5 makes the most right decisions against the bytes
-    /// measured: 49 of 55 groups on harfbuzz, 71 of 77 on resvg, 58 of
-    /// 71 on sqlite).
+    /// register and 20 per parameter on the stack. A check of a stack
+    /// limit read through `vmctx` (as wasmtime's) adds 23 bytes to a
+    /// thunk or a function (measured: the thunks of the same groups of
+    /// sqlite and resvg, with and without it). Members are sized by
+    /// [`CostModel::function_bytes`]: 5 bytes per live instruction and 3
+    /// of frame, plus the check, where they call, and 3 bytes per live
+    /// instruction where they are leaves; fitted to the bytes measured
+    /// against the other choices of 4 to 6 bytes per instruction, 0 to 6
+    /// of frame and 3 to 5 per leaf instruction, it makes the most right
+    /// decisions (`jitfold report --similar --compile --merge calls`).
     pub const X86_64: CostModel = CostModel {
         thunk_bytes: 13,
         thunk_bytes_per_param: 6,
@@ -163,7 +176,28 @@ impl CostModel {
         int_arg_registers: 6,
         float_arg_registers: 8,
         bytes_per_instruction: 5,
+        leaf_bytes_per_instruction: 3,
+        frame_bytes: 3,
     };
+
+    /// The estimated code size of a function before it is compiled: its
+    /// live instructions at [`bytes_per_instruction`](Self::bytes_per_instruction)
+    /// each, its frame and its stack-limit check where it calls, and at
+    /// [`leaf_bytes_per_instruction`](Self::leaf_bytes_per_instruction)
+    /// each where it is a leaf (Cranelift compiles a leaf that needs no
+    /// stack with no check).
+    pub fn function_bytes(&self, lowered: Lowered) -> u64 {
+        let instructions = u64::from(lowered.instructions);
+        if !lowered.calls {
+            return instructions * self.leaf_bytes_per_instruction;
+        }
+        let check = if lowered.stack_limited {
+            self.thunk_stack_check_bytes
+        } else {
+            0
+        };
+        instructions * self.bytes_per_instruction + self.frame_bytes + check
+    }
 
     /// The prediction for a group of members with signature `sig` whose
     /// code sizes are `member_bytes` (the first one's code becomes the
@@ -190,7 +224,7 @@ impl CostModel {
         if after > 0 {
             thunk += self.thunk_stack_bytes + after as u64 * self.thunk_bytes_per_stack_arg;
         }
-        if stack_limited {
+        if stack_limited && !thunk_skips_stack_check(sig, params) {
             thunk += self.thunk_stack_check_bytes;
         }
         let body = (k - stack_params.min(k)) * self.body_bytes_per_param
@@ -262,6 +296,71 @@ impl Prediction {
     }
 }
 
+/// Whether the thunk of a member with signature `sig`, calling a body
+/// that takes parameters of types `params` after the member's own
+/// arguments, leaves out the member's stack-limit check: when member and
+/// body use the `tail` convention (the thunk then tail-calls the body,
+/// where the target compiles a tail call) and every argument of the body
+/// is passed in a register, with no return area.
+///
+/// Such a thunk writes nothing to the stack but its saved frame pointer,
+/// at the address where the member's own prologue saves it before its
+/// check, and leaves nothing behind: its tail call reuses the member's
+/// incoming argument area unchanged, so the body's prologue starts at the
+/// member's stack pointer and checks the limit against the body's frame.
+/// Cranelift 0.135.8 makes the same call for the saved frame pointer: a
+/// function's check counts the setup area its callees need, not its own
+/// (`gen_prologue` in `machinst/abi.rs`, "the current function's setup
+/// area needs to be accounted for in the caller's stack limit check").
+/// A thunk whose tail call grows the argument area (the body takes stack
+/// arguments the member does not) writes below the member's stack
+/// pointer before the body runs, so it keeps the check, as does every
+/// thunk that calls and returns.
+///
+/// In registers means, counted conservatively for both targets: every
+/// argument is an integer of at most 64 bits or an `f32` or `f64` with
+/// an ordinary or `vmctx` purpose, at most six integers (x86-64's `tail`
+/// convention passes six in registers, `get_intreg_for_arg` in
+/// `isa/x64/abi.rs`; aarch64's passes `x2` to `x7`, as its
+/// `compute_arg_locs` reserves `x0` and `x1`) and at most eight floats
+/// (`xmm0` to `xmm7`; `v0` to `v7`), and at most one result, which is
+/// returned in a register on both (a return area is only needed for more).
+pub fn thunk_skips_stack_check(sig: &Signature, params: &[Type]) -> bool {
+    if sig.call_conv != CallConv::Tail || sig.returns.len() > 1 {
+        return false;
+    }
+    let plain = |p: &AbiParam| {
+        matches!(
+            p.purpose,
+            ArgumentPurpose::Normal | ArgumentPurpose::VMContext
+        )
+    };
+    if !sig.params.iter().all(plain) || !sig.returns.iter().all(plain) {
+        return false;
+    }
+    let types = sig.params.iter().map(|p| p.value_type);
+    let results = sig.returns.iter().map(|p| p.value_type);
+    let scalar = |ty: Type| ty.is_int() && ty.bits() <= 64 || ty == types::F32 || ty == types::F64;
+    if !types
+        .clone()
+        .chain(results)
+        .chain(params.iter().copied())
+        .all(scalar)
+    {
+        return false;
+    }
+    let all = types.chain(params.iter().copied());
+    let (floats, ints): (Vec<Type>, Vec<Type>) = all.partition(|ty| ty.is_float());
+    ints.len() <= TAIL_INT_ARG_REGISTERS && floats.len() <= TAIL_FLOAT_ARG_REGISTERS
+}
+
+/// Integer arguments the `tail` convention passes in registers on both
+/// x86-64 and aarch64 (see [`thunk_skips_stack_check`]).
+const TAIL_INT_ARG_REGISTERS: usize = 6;
+/// Float arguments the `tail` convention passes in registers on both
+/// x86-64 and aarch64.
+const TAIL_FLOAT_ARG_REGISTERS: usize = 8;
+
 /// A thunk's frame in [`CostModel::stack_growth`]: the return address and
 /// the saved frame pointer (x86-64 and aarch64).
 pub const THUNK_FRAME_BYTES: u64 = 16;
@@ -286,7 +385,9 @@ pub const SPILL_BYTES_PER_PARAM: u64 = 8;
 ///
 /// Every frame still checks the limit under either choice: a merged body
 /// keeps its own check against its own frame, and a thunk checks the
-/// member's limit against its own frame, so no stack overflow goes
+/// member's limit against its own frame (one that tail-calls with every
+/// argument in a register leaves no frame and has no check:
+/// [`thunk_skips_stack_check`]), so no stack overflow goes
 /// undetected. What merging moves is the depth: a call of a merged member
 /// passes through its thunk (which, where both use the `tail` convention
 /// and the target compiles tail calls, jumps to the body and leaves no
@@ -314,13 +415,13 @@ pub enum StackDepth {
 }
 
 impl StackDepth {
-    /// The default bound: 128 bytes per call, which every group of six
-    /// parameters at most (the default limit) whose body takes six or
-    /// fewer arguments on the stack fits. For scale: wasmtime's default
-    /// stack for wasm is 512 KiB, so a chain of 100 calls of merged
-    /// functions may trap for stack exhaustion at most 12.5 KiB (2.4% of
-    /// that stack) sooner.
-    pub const DEFAULT: StackDepth = StackDepth::Bounded { max_growth: 128 };
+    /// The default bound: 160 bytes per call, which every group of eight
+    /// parameters at most (the default limit) whose body takes eight or
+    /// fewer arguments on the stack fits (16 + 8 × 8 + 8 × 8 + 16). For
+    /// scale: wasmtime's default stack for wasm is 512 KiB, so a chain of
+    /// 100 calls of merged functions may trap for stack exhaustion at most
+    /// 15.6 KiB (3.1% of that stack) sooner.
+    pub const DEFAULT: StackDepth = StackDepth::Bounded { max_growth: 160 };
 
     /// Whether a function that checks a stack limit may be merged at all.
     pub fn merges_stack_limited(&self) -> bool {
@@ -341,11 +442,11 @@ pub struct SimilarOptions {
 }
 
 impl SimilarOptions {
-    /// Six parameters at most, the x86-64 cost model
+    /// Eight parameters at most, the x86-64 cost model
     /// ([`CostModel::X86_64`]), and functions with a stack limit merged
     /// within [`StackDepth::DEFAULT`].
     pub const DEFAULT: SimilarOptions = SimilarOptions {
-        max_params: 6,
+        max_params: 8,
         model: CostModel::X86_64,
         stack: StackDepth::DEFAULT,
     };

@@ -1,7 +1,7 @@
 //! The merged body and the thunks: the CLIF transforms that carry out a
 //! group's plan (see the [module docs](super)).
 
-use super::group::Derived;
+use super::group::{Derived, thunk_skips_stack_check};
 use super::shape::{Site, SiteValue, constant_kind, references_of};
 use crate::fingerprint::SymbolName;
 use cranelift_codegen::ir::{
@@ -250,7 +250,10 @@ fn no_reference_left(body: &Function, name: &SymbolName) -> Result<(), String> {
 /// signatures in the `tail` convention it is a `return_call`; otherwise a
 /// `call` and a `return`. Float values are `f32const`s and `f64const`s of
 /// their raw bits. Where `member` checks a stack limit, the thunk checks
-/// the same limit (its global values are copied). `frontend` is the
+/// the same limit (its global values are copied), unless it tail-calls a
+/// body whose arguments are all in registers
+/// ([`thunk_skips_stack_check`]: it then leaves nothing on the stack
+/// before the body's own check). `frontend` is the
 /// target's (`TargetIsa::frontend_config`).
 pub fn thunk(
     frontend: TargetFrontendConfig,
@@ -280,8 +283,10 @@ pub fn thunk_calling(
     let tail_call =
         tail_call && sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
     let mut func = Function::with_name_signature(member.name.clone(), sig.clone());
+    let skips_check = tail_call && thunk_skips_stack_check(body_sig, &[]);
     func.stack_limit = member
         .stack_limit
+        .filter(|_| !skips_check)
         .map(|limit| copy_global_value(member, limit, &mut func));
     let mut context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut context);

@@ -23,9 +23,43 @@
 use cranelift_codegen::entity::EntitySet;
 use cranelift_codegen::ir::{Block, Function, Inst, InstructionData, Opcode, ValueDef};
 
+/// What the cost model sizes a function by before it is compiled
+/// ([`CostModel::function_bytes`](super::CostModel::function_bytes)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lowered {
+    /// The instructions Cranelift lowers ([`live_instructions`]).
+    pub instructions: u32,
+    /// Whether one of them is a call of any kind (`Opcode::is_call`): a
+    /// function without one is a leaf, which Cranelift compiles without a
+    /// stack-limit check when it needs no stack (`gen_prologue` in
+    /// `machinst/abi.rs`).
+    pub calls: bool,
+    /// Whether the function checks a stack limit (`Function::stack_limit`).
+    pub stack_limited: bool,
+}
+
+/// [`Lowered`] of `func`: its live instructions, whether one is a call,
+/// and whether it has a stack limit.
+pub fn lowered(func: &Function) -> Lowered {
+    let live = live_set(func);
+    let calls = live
+        .iter()
+        .any(|&inst| func.dfg.insts[inst].opcode().is_call());
+    Lowered {
+        instructions: u32::try_from(live.len()).unwrap_or(u32::MAX),
+        calls,
+        stack_limited: func.stack_limit.is_some(),
+    }
+}
+
 /// The number of instructions of `func` that Cranelift lowers (see the
 /// module docs).
 pub fn live_instructions(func: &Function) -> u32 {
+    u32::try_from(live_set(func).len()).unwrap_or(u32::MAX)
+}
+
+/// The instructions of `func` that Cranelift lowers, in layout order.
+fn live_set(func: &Function) -> Vec<Inst> {
     let (reachable, is_reachable) = reachable_blocks(func);
     let mut live: EntitySet<Inst> = EntitySet::new();
     let mut work: Vec<Inst> = Vec::new();
@@ -56,12 +90,11 @@ pub fn live_instructions(func: &Function) -> u32 {
             }
         }
     }
-    let count = reachable
+    reachable
         .iter()
         .flat_map(|&b| func.layout.block_insts(b))
         .filter(|&inst| live.contains(inst))
-        .count();
-    u32::try_from(count).unwrap_or(u32::MAX)
+        .collect()
 }
 
 /// Whether Cranelift lowers `inst` even when none of its results is used.
@@ -123,7 +156,7 @@ fn reachable_blocks(func: &Function) -> (Vec<Block>, EntitySet<Block>) {
 
 #[cfg(test)]
 mod tests {
-    use super::live_instructions;
+    use super::{Lowered, live_instructions, lowered};
     use cranelift_codegen::ir::Function;
 
     fn parse(text: &str) -> Function {
@@ -173,6 +206,38 @@ mod tests {
         // All seven: the store (and its address), the unused load, the
         // call, the division that may trap, the constant returned.
         assert_eq!(live_instructions(&f), 7);
+    }
+
+    #[test]
+    fn a_live_call_makes_a_function_no_leaf() {
+        let text = |callee: &str| {
+            format!(
+                "function %f(i64) -> i64 {{
+                     gv0 = vmctx
+                     stack_limit = gv0
+                     fn0 = %g(i64) -> i64 system_v
+                 block0(v0: i64):
+                     {callee}
+                     return v0
+                 block1:
+                     v2 = call fn0(v0)
+                     return v2
+                 }}"
+            )
+        };
+        // The only call is in a block nothing reaches.
+        let leaf = lowered(&parse(&text("")));
+        assert_eq!(
+            leaf,
+            Lowered {
+                instructions: 1,
+                calls: false,
+                stack_limited: true
+            }
+        );
+        let calls = lowered(&parse(&text("v1 = call fn0(v0)")));
+        assert!(calls.calls);
+        assert_eq!(calls.instructions, 2);
     }
 
     #[test]

@@ -1680,6 +1680,137 @@ fn merged_functions_with_a_stack_limit_still_trap_on_it() {
     }
 }
 
+/// `u0:{id}`, in `conv`, with its first argument as its stack limit: it
+/// calls itself `n` (its second argument) levels deep and adds `c` and
+/// mixes in `n` on the way back (enough instructions for merging to pay).
+#[cfg(all(feature = "fuzzing", unix))]
+fn recursing_to_the_limit(id: u32, conv: &str, c: i64) -> String {
+    let mut mix = String::new();
+    let mut prev = "v6".to_string();
+    for i in 0..24 {
+        let op = if i % 2 == 0 { "iadd" } else { "bxor" };
+        mix.push_str(&format!("v{} = {op} {prev}, v3\n", 100 + i));
+        prev = format!("v{}", 100 + i);
+    }
+    format!(
+        "function u0:{id}(i64 vmctx, i64) -> i64 {conv} {{
+             gv0 = vmctx
+             fn0 = colocated u0:{id}(i64 vmctx, i64) -> i64 {conv}
+             stack_limit = gv0
+         block0(v0: i64, v1: i64):
+             brif v1, block1, block2
+         block1:
+             v2 = iconst.i64 1
+             v3 = isub v1, v2
+             v4 = call fn0(v0, v3)
+             v5 = iconst.i64 {c}
+             v6 = iadd v4, v5
+             {mix}
+             return {prev}
+         block2:
+             return v1
+         }}"
+    )
+}
+
+/// `u0:{id}(gap, n)`: calls `u0:{member}` (in `conv`) `n` levels deep
+/// with the stack limit `gap` bytes below its own stack pointer. The
+/// rotation by a multiple of 64 (no rotation; a shift amount stays in the
+/// shape) keeps entries of different members from sharing a shape.
+#[cfg(all(feature = "fuzzing", unix))]
+fn entry_with_a_limit(id: u32, member: u32, conv: &str) -> String {
+    let amount = 64 * id;
+    format!(
+        "function u0:{id}(i64, i64) -> i64 system_v {{
+             sig0 = (i64 vmctx, i64) -> i64 {conv}
+             fn0 = colocated u0:{member} sig0
+         block0(v0: i64, v1: i64):
+             v2 = get_stack_pointer.i64
+             v3 = isub v2, v0
+             v4 = iconst.i64 {amount}
+             v5 = rotl v1, v4
+             v6 = call fn0(v3, v5)
+             return v6
+         }}"
+    )
+}
+
+/// Merged functions with a stack limit that recurse until it traps: the
+/// least gap between the stack pointer and the limit at which a call
+/// `DEPTH` levels deep returns (found by bisection, each try in a child
+/// process) may grow under merging by at most the group's
+/// [`CostModel::stack_growth`](jitfold::similar::CostModel::stack_growth)
+/// per level, a call with no room at all always traps (so no overflow
+/// goes undetected), and every call that returns returns what the member
+/// returns unmerged. In `system_v` (thunks that call and check) and in
+/// `tail` (thunks that tail-call and, with every argument in a register,
+/// do not check: the body does), in batch mode and (`tail`) eager mode.
+#[cfg(all(feature = "fuzzing", unix))]
+#[test]
+fn a_merged_recursion_traps_for_its_stack_within_the_growth_bound() {
+    use jitfold::fuzzing::isolated::{Entry, run};
+    const DEPTH: i64 = 40;
+    let eager = DedupOptions::eager().with_similar(SimilarOptions::default());
+    // Eager mode keeps the first member's own code and merges the second.
+    for (conv, options, merged) in [
+        ("system_v", similar_batch(), 2),
+        ("tail", similar_batch(), 2),
+        ("tail", eager, 1),
+    ] {
+        let texts = [
+            recursing_to_the_limit(0, conv, 3),
+            recursing_to_the_limit(1, conv, -5),
+            entry_with_a_limit(2, 0, conv),
+            entry_with_a_limit(3, 1, conv),
+        ];
+        let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+        let member_sig = funcs[0].signature.clone();
+        let mut plain = jit();
+        let (plain_ids, _) = define_all(&mut plain, &funcs, &[]);
+        plain.finalize_definitions().unwrap();
+        let mut dedup = DedupModule::<JITModule>::with_options(jit_builder(), options);
+        let (dedup_ids, _) = define_all(&mut dedup, &funcs, &[]);
+        dedup.finalize_definitions().unwrap();
+        assert_eq!(dedup.stats().similar_merged, merged, "{conv}, {options}");
+        // The body's parameters: the constant and the callee.
+        let growth = SimilarOptions::default()
+            .model
+            .stack_growth(&member_sig, &[I64, I64]);
+        let entry = |ptr: *const u8| -> Entry {
+            // SAFETY: the entries are `system_v (i64, i64) -> i64`, the
+            // host's C convention on the Unix hosts these tests run on,
+            // and their modules were finalized.
+            unsafe { std::mem::transmute(ptr) }
+        };
+        // The least gap (a multiple of 8) at which `f` returns.
+        let least_gap = |f: Entry| -> i64 {
+            let (mut trapped, mut returned) = (0i64, 1 << 16);
+            assert!(run(&[(f, returned, DEPTH)]).unwrap()[0].is_some(), "{conv}");
+            while returned - trapped > 8 {
+                let mid = (trapped + returned) / 2 / 8 * 8;
+                match run(&[(f, mid, DEPTH)]).unwrap()[0] {
+                    Some(_) => returned = mid,
+                    None => trapped = mid,
+                }
+            }
+            returned
+        };
+        for member in 0..2 {
+            let p = entry(plain.get_finalized_function(plain_ids[member + 2]));
+            let d = entry(dedup.get_finalized_function(dedup_ids[member + 2]));
+            let results = run(&[(p, 1 << 16, DEPTH), (d, 1 << 16, DEPTH), (d, 0, DEPTH)]).unwrap();
+            assert_eq!(results[0], results[1], "{conv}: member {member}");
+            assert_eq!(results[2], None, "{conv}: member {member} with no room");
+            let (unmerged, merged) = (least_gap(p), least_gap(d));
+            assert!(
+                merged <= unmerged + (DEPTH + 1) * growth as i64,
+                "{conv}: member {member} needs {merged} bytes merged, {unmerged} unmerged, \
+                 {growth} more per level allowed"
+            );
+        }
+    }
+}
+
 /// An `iconst` whose bits do not fit its type (the builder does not mask
 /// them, and with the verifier off nothing rejects them) folds otherwise
 /// than a parameter of its type would: `uextend` of `iconst.i32` with all
