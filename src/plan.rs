@@ -46,6 +46,10 @@
 //!    It is what every phase of a batch flush asks of "will this function
 //!    need code?" (the store's prefetch, similar merging, the compile
 //!    threads), decided in this one place.
+//! 8. With [`Policy::similar`], [`Step::Similar`] (eager similar-function
+//!    merging) is planned right before compiling, after loading, whenever
+//!    compiling is; never for a function a duplicate step stands for
+//!    alone.
 
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{
@@ -209,6 +213,12 @@ pub struct Policy {
     /// writes no exception tables, nor does cranelift-jit without that
     /// feature.)
     pub compile_catching: bool,
+    /// Eager mode merges similar functions
+    /// ([`DedupOptions::with_similar`](crate::DedupOptions::with_similar),
+    /// not in check mode, nor while a merged body or thunk is itself
+    /// being defined): a function about to be compiled may be defined as
+    /// a thunk of a merged body instead.
+    pub similar: bool,
 }
 
 /// A way to define a function, as [`Plan::steps`] lists them.
@@ -223,6 +233,10 @@ pub enum Step {
     /// Its code from the code store's entry for its template, if it has a
     /// usable one.
     Load,
+    /// A thunk of a merged body of its shape, if its shape has one or now
+    /// gets one (eager similar-function merging; the step declines for
+    /// what only the function's shape and the shapes seen before tell).
+    Similar,
     /// Compile it.
     Compile,
 }
@@ -244,6 +258,8 @@ pub struct Plan {
     pub keep_body: Option<ErasedConvention>,
     /// Whether to try the code store before compiling.
     pub load: bool,
+    /// Whether to try a thunk of a merged body before compiling.
+    pub similar: bool,
 }
 
 impl Plan {
@@ -254,6 +270,7 @@ impl Plan {
             self.reuse.map(Step::Reuse),
             self.adapter_for.map(Step::Adapter),
             self.load.then_some(Step::Load),
+            self.similar.then_some(Step::Similar),
             Some(Step::Compile),
         ]
         .into_iter()
@@ -391,6 +408,7 @@ impl<T> CompiledCache<T> {
                 keep_template: None,
                 keep_body: None,
                 load: false,
+                similar: false,
             };
         }
         // Not a cache hit: the keys derived from this one are copied out
@@ -415,6 +433,7 @@ impl<T> CompiledCache<T> {
             keep_template: template.filter(|_| reuse.is_none()),
             keep_body: body,
             load: policy.store && !f.compiled_only(policy),
+            similar: policy.similar,
         }
     }
 
@@ -562,6 +581,7 @@ mod tests {
         machine_trampolines: true,
         store: true,
         compile_catching: false,
+        similar: false,
     };
 
     /// `func`'s walk recorded as compiled in `cache` (its code kept for
@@ -685,6 +705,35 @@ mod tests {
         let short = function("tail", 2, 1, None);
         let plan = cache.plan(&walk(&short).planned(&short), ALL_ON);
         assert_eq!(plan.adapter_for, None);
+    }
+
+    /// 8: with `similar`, a thunk is tried right before compiling, after
+    /// loading, whenever compiling is planned; never where a duplicate
+    /// stands alone.
+    #[test]
+    fn a_similar_step_comes_right_before_compiling() {
+        let mut cache = CompiledCache::new();
+        let similar = Policy {
+            similar: true,
+            ..ALL_ON
+        };
+        let f = function("system_v", 3, 1, Some(1));
+        let w = walk(&f);
+        let plan = cache.plan(&w.planned(&f), similar);
+        assert_eq!(steps(&plan), [Step::Load, Step::Similar, Step::Compile]);
+        let plan = cache.plan(&w.planned(&f), ALL_ON);
+        assert_eq!(steps(&plan), [Step::Load, Step::Compile]);
+        // After reuse, which may decline.
+        compiled(&mut cache, &f);
+        let g = function("system_v", 3, 1, Some(2));
+        let plan = cache.plan(&walk(&g).planned(&g), similar);
+        let planned = steps(&plan);
+        assert!(matches!(planned[0], Step::Reuse(_)), "{plan:?}");
+        assert_eq!(planned[1..], [Step::Load, Step::Similar, Step::Compile]);
+        // A duplicate stands alone.
+        let plan = cache.plan(&w.planned(&f), similar);
+        assert_eq!(steps(&plan).len(), 2, "{plan:?}");
+        assert!(!plan.similar);
     }
 
     /// 5: loading comes right before compiling, whenever compiling is

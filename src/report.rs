@@ -626,6 +626,9 @@ impl Grouping {
                 store: options.cache.is_some() && options.compile_isa.is_some(),
                 // As `DedupModule::<JITModule>::new` in this build.
                 compile_catching: crate::module::jit_records_exception_tables(),
+                // Similar merging is planned for the whole corpus (as a
+                // batch flush plans it), not per function.
+                similar: false,
             },
             graph: options.merge_calls.then(|| CallGraph::with_capacity(files)),
             graph_functions: Vec::new(),
@@ -681,7 +684,8 @@ impl Grouping {
             let step = plan.steps().next().expect("a plan has a step");
             let (class, kept_template) = match step {
                 Step::Duplicate(class) => (class, None),
-                Step::Reuse(_) | Step::Adapter(_) | Step::Load | Step::Compile => {
+                // (The report's policy plans no `Similar` step.)
+                Step::Reuse(_) | Step::Adapter(_) | Step::Load | Step::Similar | Step::Compile => {
                     let class = self
                         .compiled
                         .add_class(walk.fingerprint.clone(), ClassFacts::default())
@@ -1112,7 +1116,7 @@ impl Compiling<'_> {
                 self.reuse(code, template, name, func, planned.names, &compiled);
             }
             // An adapter is counted as compiled: its own compile time.
-            Step::Adapter(_) | Step::Load | Step::Compile => {
+            Step::Adapter(_) | Step::Load | Step::Similar | Step::Compile => {
                 self.summary.dedup_code_bytes += bytes;
                 let time = match planned.step {
                     Step::Load => self.compile_or_load(&planned, &compiled),

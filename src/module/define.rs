@@ -6,8 +6,9 @@
 //! 1. The steps of a plan are tried in order, and the first that works
 //!    defines the function; [`Step::Compile`] always applies. A step
 //!    declines (and defines nothing) only when the ISA has no trampoline
-//!    for a duplicate or kept code cannot be retargeted to the function's
-//!    names.
+//!    for a duplicate, kept code cannot be retargeted to the function's
+//!    names, the store has no usable entry, or (eager similar merging)
+//!    the function's shape has no body to be a thunk of.
 //! 2. Whatever is defined without compiling it (a duplicate, reused code,
 //!    an adapter) is verified first, once, and in check mode compared with
 //!    the function's own compiled code (see `check.rs`).
@@ -96,22 +97,27 @@ impl<M: Module> DedupModule<M> {
                 // unneeded is left in `precompiled`, and discarded by the
                 // caller.
                 Step::Load => self.define_stored(id, &walk, &ctx.func, &plan, &mut verified)?,
+                // A thunk of a merged body (see `similar.rs`), defined as
+                // a function of its own, which counts its outcome.
+                Step::Similar => {
+                    let observes_own_frame = walk.observes_own_frame;
+                    let thunk = self.eager_thunk(id, &ctx.func, observes_own_frame, ctrl_plane);
+                    if let Some(thunk) = thunk {
+                        // Its own template is not compiled: a reservation
+                        // the store made for it is given up now (the thunk
+                        // may turn out a duplicate, which asks the store
+                        // nothing).
+                        self.end_reservation();
+                        return self.define_eager_thunk(id, ctx, thunk, ctrl_plane);
+                    }
+                    None
+                }
                 Step::Compile => break,
             };
             if let Some(outcome) = outcome {
                 self.stats.count(&outcome);
                 return Ok(());
             }
-        }
-        // Eager mode may define it as a thunk of a merged body instead
-        // (see `similar.rs`).
-        let observes_own_frame = walk.observes_own_frame;
-        if let Some(thunk) = self.eager_thunk(id, &ctx.func, observes_own_frame, ctrl_plane) {
-            // Its own template is not compiled: a reservation the store
-            // made for it is given up now (the thunk may turn out a
-            // duplicate, which asks the store nothing).
-            self.end_reservation();
-            return self.define_eager_thunk(id, ctx, thunk, ctrl_plane);
         }
         // The first compile of a module is the inner module's (see 5 in
         // `parallel.rs`).

@@ -579,6 +579,10 @@ impl<M: Module> DedupModule<M> {
             machine_trampolines: self.machine_trampolines,
             store: self.stored.is_some(),
             compile_catching: self.records_exception_tables,
+            similar: self.options.similar.is_some()
+                && self.options.mode == Mode::Eager
+                && !self.options.check
+                && !self.eager_shapes.busy,
         }
     }
 

@@ -65,8 +65,10 @@
 //!    that its id does not stay undefined (`ObjectModule::finish` asserts
 //!    that every local function is defined; see `define_unused_body`).
 //!
-//! 6. **Eager mode.** A function planned to be compiled (no duplicate,
-//!    reused code, adapter or stored code), mergeable and with parameter
+//! 6. **Eager mode.** A function whose plan reaches
+//!    [`Step::Similar`](crate::plan::Step::Similar) (right before
+//!    compiling: no duplicate, reused code, adapter or stored code served
+//!    it), mergeable and with parameter
 //!    sites is shaped (a second walk: the define path's walk is borrowed
 //!    by its plan). The first function of a shape is compiled on its own
 //!    and its site values are kept. The second gets a body built from it,
@@ -105,7 +107,7 @@
 use super::define::compile_panic;
 use super::flush::Record;
 use super::ids::State;
-use super::{DedupModule, Mode, verify};
+use super::{DedupModule, verify};
 use crate::fingerprint::{Fingerprinter, Shape};
 use crate::similar::{
     self, Decision, Derived, GroupPlan, ParamValue, ShapeOf, Shaper, SimilarOptions, SiteValue,
@@ -450,8 +452,9 @@ pub(super) struct EagerShapes {
     /// borrowed by its plan).
     walker: Fingerprinter,
     shaper: Shaper,
-    /// Set while a body or thunk is defined: those are not merged again.
-    busy: bool,
+    /// Set while a body or thunk is defined: those are not merged again
+    /// (no [`Policy::similar`](crate::plan::Policy::similar) meanwhile).
+    pub(super) busy: bool,
 }
 
 /// What eager mode saw of a shape.
@@ -470,10 +473,11 @@ enum Seen {
 }
 
 impl<M: Module> DedupModule<M> {
-    /// Eager mode: the thunk to define `id` (`func`, planned to be
-    /// compiled; `observes_own_frame` as its walk found) as, if its shape
-    /// has a body or should now get one (see 6 in the module docs); `None`
-    /// to compile it.
+    /// Eager mode's [`Step::Similar`](crate::plan::Step::Similar) (planned
+    /// under [`Policy::similar`](crate::plan::Policy::similar)): the thunk
+    /// to define `id` (`func`; `observes_own_frame` as its walk found) as,
+    /// if its shape has a body or should now get one (see 6 in the module
+    /// docs); `None` to compile it.
     pub(super) fn eager_thunk(
         &mut self,
         id: FuncId,
@@ -482,9 +486,6 @@ impl<M: Module> DedupModule<M> {
         ctrl_plane: &ControlPlane,
     ) -> Option<Function> {
         let options = self.options.similar?;
-        if self.options.mode != Mode::Eager || self.options.check || self.eager_shapes.busy {
-            return None;
-        }
         if !similar::mergeable(func, observes_own_frame, options.stack) {
             return None;
         }
