@@ -125,6 +125,7 @@ fn dedup(fp: &mut Fingerprinter, funcs: &[Function], graph: bool) -> usize {
         // As `DedupModule::<JITModule>::new` without cranelift-jit's
         // `wasmtime-unwinder` feature (this crate does not turn it on).
         compile_catching: false,
+        similar: false,
     };
     let mut compiled = CompiledCache::<()>::new();
     let mut calls = graph.then(|| CallGraph::with_capacity(funcs.len()));

@@ -105,6 +105,7 @@ const POLICY: Policy = Policy {
     // As `DedupModule::<JITModule>::new` without cranelift-jit's
     // `wasmtime-unwinder` feature (this crate does not turn it on).
     compile_catching: false,
+    similar: false,
 };
 
 impl Way for JitfoldReuse {
@@ -119,7 +120,9 @@ impl Way for JitfoldReuse {
                 let (names, code) = self.compiled.template_code(t);
                 (code.retarget(names, &walk.names).unwrap(), true)
             }
-            Step::Adapter(_) | Step::Load | Step::Compile => (compile(f, isa).unwrap().code, false),
+            Step::Adapter(_) | Step::Load | Step::Similar | Step::Compile => {
+                (compile(f, isa).unwrap().code, false)
+            }
         };
         let class = self
             .compiled
