@@ -1013,7 +1013,7 @@ fn merged_bytes(
     let body_name = cranelift_codegen::ir::UserExternalName::new(0, u32::MAX);
     for (m, (func, _, _)) in group.iter().enumerate() {
         let thunk = similar::thunk(
-            isa.frontend_config(),
+            isa,
             func,
             body_name.clone(),
             &body.signature,

@@ -409,7 +409,7 @@ impl<M: Module> DedupModule<M> {
     /// module docs).
     fn thunk(&self, member: &Function, body: &Body, values: Vec<(Type, SiteValue)>) -> Function {
         similar::thunk_calling(
-            self.inner.isa().frontend_config(),
+            self.inner.isa(),
             member,
             UserExternalName::new(0, body.id.as_u32()),
             &body.signature,

@@ -7,6 +7,7 @@ use super::size::Lowered;
 use cranelift_codegen::ir::{AbiParam, ArgumentPurpose, Signature, Type, types};
 use cranelift_codegen::isa::CallConv;
 use hashbrown::HashMap;
+use target_lexicon::Architecture;
 
 /// One parameter of a merged body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,7 +225,9 @@ impl CostModel {
         if after > 0 {
             thunk += self.thunk_stack_bytes + after as u64 * self.thunk_bytes_per_stack_arg;
         }
-        if stack_limited && !thunk_skips_stack_check(sig, params) {
+        // The rule of x86-64 and aarch64 (the model's targets), for a
+        // thunk that tail-calls (see `thunk_calling`).
+        if stack_limited && !thunk_skips_stack_check(Architecture::X86_64, sig, params) {
             thunk += self.thunk_stack_check_bytes;
         }
         let body = (k - stack_params.min(k)) * self.body_bytes_per_param
@@ -298,10 +301,14 @@ impl Prediction {
 
 /// Whether the thunk of a member with signature `sig`, calling a body
 /// that takes parameters of types `params` after the member's own
-/// arguments, leaves out the member's stack-limit check: when member and
-/// body use the `tail` convention (the thunk then tail-calls the body,
-/// where the target compiles a tail call) and every argument of the body
-/// is passed in a register, with no return area.
+/// arguments, leaves out the member's stack-limit check on a target of
+/// architecture `arch`: on x86-64 and aarch64 only, when member and body
+/// use the `tail` convention (the thunk then tail-calls the body, where
+/// the target compiles a tail call) and every argument of the body is
+/// passed in a register, with no return area. (Other targets lay out
+/// frames otherwise: s390x, for one, gives every function with frame
+/// pointers a frame of its own below the caller's, which no caller's
+/// check counts, and passes only four floats in registers.)
 ///
 /// Such a thunk writes nothing to the stack but its saved frame pointer,
 /// at the address where the member's own prologue saves it before its
@@ -325,8 +332,9 @@ impl Prediction {
 /// `compute_arg_locs` reserves `x0` and `x1`) and at most eight floats
 /// (`xmm0` to `xmm7`; `v0` to `v7`), and at most one result, which is
 /// returned in a register on both (a return area is only needed for more).
-pub fn thunk_skips_stack_check(sig: &Signature, params: &[Type]) -> bool {
-    if sig.call_conv != CallConv::Tail || sig.returns.len() > 1 {
+pub fn thunk_skips_stack_check(arch: Architecture, sig: &Signature, params: &[Type]) -> bool {
+    let target = matches!(arch, Architecture::X86_64 | Architecture::Aarch64(_));
+    if !target || sig.call_conv != CallConv::Tail || sig.returns.len() > 1 {
         return false;
     }
     let plain = |p: &AbiParam| {

@@ -10,7 +10,7 @@ use cranelift_codegen::ir::{
     immediates::{Ieee32, Ieee64, Imm64},
     types,
 };
-use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_codegen::isa::{CallConv, TargetIsa};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
 /// The merged body of a group: `first` (the group's first member, whose
@@ -251,12 +251,11 @@ fn no_reference_left(body: &Function, name: &SymbolName) -> Result<(), String> {
 /// `call` and a `return`. Float values are `f32const`s and `f64const`s of
 /// their raw bits. Where `member` checks a stack limit, the thunk checks
 /// the same limit (its global values are copied), unless it tail-calls a
-/// body whose arguments are all in registers
-/// ([`thunk_skips_stack_check`]: it then leaves nothing on the stack
-/// before the body's own check). `frontend` is the
-/// target's (`TargetIsa::frontend_config`).
+/// body whose arguments are all in registers on a target where that
+/// leaves nothing on the stack before the body's own check
+/// ([`thunk_skips_stack_check`]). `isa` is the target's.
 pub fn thunk(
-    frontend: TargetFrontendConfig,
+    isa: &dyn TargetIsa,
     member: &Function,
     body: UserExternalName,
     body_sig: &Signature,
@@ -264,7 +263,7 @@ pub fn thunk(
 ) -> Function {
     let sig = &member.signature;
     let tail_call = sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
-    thunk_calling(frontend, member, body, body_sig, values, tail_call)
+    thunk_calling(isa, member, body, body_sig, values, tail_call)
 }
 
 /// [`thunk`], with a `return_call` only if `tail_call` (which needs both
@@ -272,7 +271,7 @@ pub fn thunk(
 /// otherwise: for targets where a tail call cannot be compiled (x86-64
 /// without `preserve_frame_pointers`, where Cranelift 0.135.8 asserts).
 pub fn thunk_calling(
-    frontend: TargetFrontendConfig,
+    isa: &dyn TargetIsa,
     member: &Function,
     body: UserExternalName,
     body_sig: &Signature,
@@ -283,7 +282,8 @@ pub fn thunk_calling(
     let tail_call =
         tail_call && sig.call_conv == CallConv::Tail && body_sig.call_conv == CallConv::Tail;
     let mut func = Function::with_name_signature(member.name.clone(), sig.clone());
-    let skips_check = tail_call && thunk_skips_stack_check(body_sig, &[]);
+    let arch = isa.triple().architecture;
+    let skips_check = tail_call && thunk_skips_stack_check(arch, body_sig, &[]);
     func.stack_limit = member
         .stack_limit
         .filter(|_| !skips_check)
@@ -342,7 +342,7 @@ pub fn thunk_calling(
         let results = b.inst_results(call).to_vec();
         b.ins().return_(&results);
     }
-    b.finalize(frontend);
+    b.finalize(isa.frontend_config());
     func
 }
 

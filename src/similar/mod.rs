@@ -268,13 +268,6 @@ mod tests {
         (func.clone(), shape, fp)
     }
 
-    const FRONTEND: cranelift_codegen::isa::TargetFrontendConfig =
-        cranelift_codegen::isa::TargetFrontendConfig {
-            default_call_conv: CallConv::SystemV,
-            pointer_width: target_lexicon::PointerWidth::U64,
-            page_size_align_log2: 12,
-        };
-
     /// `op` applied to `v0` and a constant `c`, returned.
     fn with_constant(op: &str, c: i64) -> String {
         format!(
@@ -524,11 +517,14 @@ mod tests {
     /// compare) moves no stack pointer for the tail call's argument area
     /// on x86-64 or aarch64; and a body with stack arguments beyond the
     /// member's, which the rule refuses, does move it (so the test sees
-    /// the growth it looks for).
+    /// the growth it looks for). The rule refuses one register more of
+    /// either class, a wide integer, two results, a thunk that calls, and
+    /// other targets.
     #[test]
     fn a_thunk_without_a_check_grows_no_argument_area() {
         use cranelift_codegen::ir::AbiParam;
-        use ir::types::{F64, I32, I64};
+        use ir::types::{F64, I32, I64, I128};
+        use target_lexicon::Architecture;
         let member = |ints: usize, floats: usize| {
             let mut sig = Signature::new(CallConv::Tail);
             sig.params
@@ -543,6 +539,9 @@ mod tests {
         };
         for name in ["x86_64", "aarch64"] {
             let isa = crate::isa::isa_by_name(name, crate::isa::jit_flags()).unwrap();
+            let arch = isa.triple().architecture;
+            let skips =
+                |sig: &Signature, types: &[ir::Type]| thunk_skips_stack_check(arch, sig, types);
             let moves_sp = |func: &Function| {
                 let mut ctx = cranelift_codegen::Context::for_function(func.clone());
                 ctx.set_disasm(true);
@@ -551,10 +550,7 @@ mod tests {
                 text.lines()
                     .any(|l| l.contains("subq") && l.contains("%rsp") || l.contains("sub sp"))
             };
-            let mut skipped = 0;
-            for (ints, floats, params) in [(0, 0, 1), (2, 0, 3), (3, 2, 2), (4, 8, 1), (5, 0, 0)] {
-                let m = member(ints, floats);
-                let types = vec![I64; params];
+            let thunk_of = |m: &Function, types: &[ir::Type], tail_call: bool| {
                 let mut body_sig = m.signature.clone();
                 body_sig
                     .params
@@ -562,39 +558,53 @@ mod tests {
                 let values: Vec<(ir::Type, SiteValue)> =
                     types.iter().map(|&t| (t, SiteValue::Bits(7))).collect();
                 let body = UserExternalName::new(0, 2);
-                let t = thunk_calling(isa.frontend_config(), &m, body, &body_sig, &values, true);
-                let skips = thunk_skips_stack_check(&m.signature, &types);
-                assert_eq!(t.stack_limit.is_none(), skips, "{name}: {t}");
+                thunk_calling(&*isa, m, body, &body_sig, &values, tail_call)
+            };
+            let cases = [(0, 0, 1), (2, 0, 3), (3, 2, 2), (4, 8, 1), (5, 0, 0)];
+            for (ints, floats, params) in cases {
+                let m = member(ints, floats);
+                let types = vec![I64; params];
                 assert!(
-                    skips,
-                    "{name}: {ints} ints, {floats} floats, {params} parameters"
+                    skips(&m.signature, &types),
+                    "{name}: {ints}, {floats}, {params}"
                 );
-                skipped += 1;
+                let t = thunk_of(&m, &types, true);
+                assert_eq!(t.stack_limit, None, "{name}: {t}");
                 let mut checked = t.clone();
                 let gv = checked.create_global_value(GlobalValueData::VMContext);
                 checked.stack_limit = Some(gv);
                 assert!(!moves_sp(&checked), "{name}: {checked}");
+                // A thunk that calls keeps its check.
+                assert!(thunk_of(&m, &types, false).stack_limit.is_some());
             }
-            assert_eq!(skipped, 5);
             // Five integers and the `vmctx`, then two parameters: the
             // body takes one on the stack, the member none.
             let m = member(5, 0);
-            let types = [I64, I64];
-            assert!(!thunk_skips_stack_check(&m.signature, &types));
-            let mut body_sig = m.signature.clone();
-            body_sig
-                .params
-                .extend(types.iter().map(|&t| AbiParam::new(t)));
-            let values = [(I64, SiteValue::Bits(1)), (I64, SiteValue::Bits(2))];
-            let body = UserExternalName::new(0, 2);
-            let t = thunk_calling(isa.frontend_config(), &m, body, &body_sig, &values, true);
+            assert!(!skips(&m.signature, &[I64, I64]));
+            let t = thunk_of(&m, &[I64, I64], true);
             assert!(t.stack_limit.is_some(), "{name}: {t}");
             assert!(moves_sp(&t), "{name}: {t}");
-            // Not the `tail` convention: the thunk calls and checks.
+            // One register more of each class, a wide integer, two
+            // results, another convention.
+            assert!(!skips(&member(6, 0).signature, &[]));
+            assert!(!skips(&member(0, 8).signature, &[F64]));
+            assert!(!skips(&member(0, 0).signature, &[I128]));
+            let mut two = member(0, 0);
+            two.signature.returns.push(AbiParam::new(I32));
+            assert!(!skips(&two.signature, &[I64]));
             let mut system_v = member(1, 0);
             system_v.signature.call_conv = CallConv::SystemV;
-            assert!(!thunk_skips_stack_check(&system_v.signature, &[I64]));
+            assert!(!skips(&system_v.signature, &[I64]));
         }
+        // Other targets lay out frames otherwise.
+        let sig = member(0, 0).signature.clone();
+        for arch in [
+            Architecture::S390x,
+            Architecture::Riscv64(target_lexicon::Riscv64Architecture::Riscv64),
+        ] {
+            assert!(!thunk_skips_stack_check(arch, &sig, &[I64]), "{arch}");
+        }
+        assert!(thunk_skips_stack_check(Architecture::X86_64, &sig, &[I64]));
     }
 
     #[test]
@@ -642,8 +652,9 @@ mod tests {
         cranelift_codegen::verify_function(&body, &flags).unwrap();
         let mut member = f.clone();
         member.name = UserFuncName::user(0, 1);
+        let isa = crate::isa::isa_by_name("x86_64", crate::isa::jit_flags()).unwrap();
         let t = thunk(
-            FRONTEND,
+            &*isa,
             &member,
             UserExternalName::new(0, 2),
             &body.signature,

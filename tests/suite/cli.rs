@@ -587,9 +587,10 @@ fn similar_finds_the_stub_that_passes_another_constant() {
     assert!(group["measured"]["saved"].as_i64().unwrap() < 0);
 }
 
-/// `report --compile --cache DIR`: a cold run stores what it compiles, a
-/// warm run loads every one of them and compiles nothing; a corrupt entry
-/// is rejected and stored again.
+/// `report --compile --cache DIR` (a pack store): a cold run stores what
+/// it compiles, a warm run loads every one of them and compiles nothing;
+/// an entry whose bytes changed is a miss (the pack's record check), so
+/// its function is compiled and stored again, and the others still load.
 #[test]
 fn report_cache_warm_run_loads_what_the_cold_run_stored() {
     let dir = std::env::temp_dir().join(format!("jitfold-cli-cache-{}", std::process::id()));
@@ -619,16 +620,19 @@ fn report_cache_warm_run_loads_what_the_cold_run_stored() {
         ),
         (Some(0), Some(0))
     );
-    // One entry cut in half: rejected, compiled and stored again.
-    let entry = std::fs::read_dir(&dir)
+    // The cold run's one pack; the last byte of its last record (a value
+    // byte) flipped in place.
+    let packs: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.is_file())
-        .unwrap();
-    let bytes = std::fs::read(&entry).unwrap();
-    std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
+        .filter(|p| p.is_file())
+        .collect();
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    let mut bytes = std::fs::read(&packs[0]).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x5a;
+    std::fs::write(&packs[0], &bytes).unwrap();
     let after = run();
-    assert_eq!(after["cache_rejected"], 1, "{after}");
+    assert_eq!(after["cache_rejected"], 0, "{after}");
     assert_eq!(after["cache_stored"], 1, "{after}");
     assert_eq!(after["cache_loaded"].as_u64().unwrap(), stored - 1);
     let _ = std::fs::remove_dir_all(&dir);

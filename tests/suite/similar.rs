@@ -172,7 +172,7 @@ fn merged_results_agree_with_data(data: &[i64], callees: &[String], texts: &[Str
         let mut member = f.clone();
         member.name = UserFuncName::user(0, id.as_u32());
         let thunk = similar::thunk(
-            merged.target_config(),
+            merged.isa(),
             &member,
             UserExternalName::new(0, body_id.as_u32()),
             &body.signature,

@@ -43,8 +43,9 @@ struct DemoArgs {
     /// Per-call-site stubs into the runtime.
     #[arg(long, default_value_t = 200)]
     stubs: usize,
-    /// A directory of compiled code kept across runs (a code store): the
-    /// first run fills it, a second compiles nothing it holds.
+    /// A directory of compiled code kept across runs (a code store, in
+    /// pack files: `PackStore`): the first run fills it, a second
+    /// compiles nothing it holds.
     #[arg(long, value_name = "DIR")]
     cache: Option<std::path::PathBuf>,
 }
@@ -98,8 +99,8 @@ struct ReportArgs {
     #[arg(long)]
     similar: bool,
     /// With `--compile`: a directory of compiled code kept across runs (a
-    /// code store); functions whose code it holds count their lookup, not
-    /// their compile, in the dedup time.
+    /// code store, in pack files: `PackStore`); functions whose code it
+    /// holds count their lookup, not their compile, in the dedup time.
     #[arg(long, value_name = "DIR", requires = "compile")]
     cache: Option<PathBuf>,
     /// `.clif` files or directories (searched recursively).
@@ -130,7 +131,7 @@ fn run_demo(args: &DemoArgs) -> ExitCode {
     let options = jitfold::DedupOptions::ALL.map(|o| o.with_check(false));
     let store: Option<std::sync::Arc<dyn jitfold::store::CodeStore>> = match &args.cache {
         None => None,
-        Some(dir) => match jitfold::store::DirectoryStore::new(dir) {
+        Some(dir) => match jitfold::store::PackStore::new(dir) {
             Ok(store) => Some(std::sync::Arc::new(store)),
             Err(e) => {
                 eprintln!("jitfold demo: {e}");
@@ -200,7 +201,7 @@ fn run_report(args: &ReportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cache = match args.cache.as_ref().map(jitfold::store::DirectoryStore::new) {
+    let cache = match args.cache.as_ref().map(jitfold::store::PackStore::new) {
         None => None,
         Some(Ok(store)) => Some(store),
         Some(Err(e)) => {
