@@ -6,7 +6,9 @@
 //!
 //! Every function is declared first (as `f0`, `f1`, ...), then defined with
 //! its references to other functions of the corpus turned into references
-//! to their ids; what the corpus does not define is imported.
+//! to their ids (each name entry renamed in place, so that no entry is left
+//! naming whichever id has the old index); what the corpus does not define
+//! is imported.
 //!
 //! ```sh
 //! cargo run --release --features tools --example load_corpus -- DIR
@@ -19,7 +21,7 @@
 //! starts through the product; `--pack` uses a `PackStore` there instead.
 
 use cranelift_codegen::ir::{
-    ExternalName, Function, GlobalValueData, UserExternalName, UserFuncName,
+    ExternalName, Function, GlobalValueData, UserExternalName, UserExternalNameRef, UserFuncName,
 };
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_jit::JITBuilder;
@@ -84,6 +86,23 @@ impl Names {
 
     /// `func` with every user name it refers to resolved.
     fn rename<M: Module>(&mut self, m: &mut M, mut func: Function) -> ModuleResult<Function> {
+        // Each name entry is renamed in place, so that the function names
+        // nothing but what it references (a name appended beside the old
+        // one would leave the old one naming whichever id has its index).
+        let mut renamed: HashMap<UserExternalNameRef, UserExternalName> = HashMap::new();
+        let mut rename = |func: &mut Function, u: UserExternalNameRef, to: UserExternalName| {
+            match renamed.get(&u) {
+                None => {
+                    renamed.insert(u, to.clone());
+                    func.params.reset_user_func_name(u, to);
+                    u
+                }
+                Some(prev) if *prev == to => u,
+                // One name used as a function and as data, each imported
+                // under its own id.
+                Some(_) => func.declare_imported_user_function(to),
+            }
+        };
         let refs: Vec<_> = func.dfg.ext_funcs.keys().collect();
         for r in refs {
             let ExternalName::User(u) = func.dfg.ext_funcs[r].name else {
@@ -92,7 +111,7 @@ impl Names {
             let name = func.params.user_named_funcs()[u].clone();
             let sig = func.dfg.signatures[func.dfg.ext_funcs[r].signature].clone();
             let to = self.resolve(m, &name, Some(&sig))?;
-            let to = func.declare_imported_user_function(to);
+            let to = rename(&mut func, u, to);
             func.dfg.ext_funcs[r].name = ExternalName::User(to);
         }
         let gvs: Vec<_> = func.global_values.keys().collect();
@@ -106,7 +125,7 @@ impl Names {
             };
             let name = func.params.user_named_funcs()[u].clone();
             let to = self.resolve(m, &name, None)?;
-            let to = func.declare_imported_user_function(to);
+            let to = rename(&mut func, u, to);
             if let GlobalValueData::Symbol { name, .. } = &mut func.global_values[gv] {
                 *name = ExternalName::User(to);
             }

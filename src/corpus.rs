@@ -22,13 +22,14 @@
 //!   `cranelift_module::Module`: every function name it uses that belongs
 //!   to its file is replaced by the module id given for it, or it is an
 //!   [`UnboundName`] error; nothing is left pointing at a test-case name
-//!   except the parser's unused gap placeholders.
+//!   except the parser's unused gap placeholders, and no user name entry
+//!   is left under its old name.
 //! - [`qualify_test_case_names`] makes a function's test-case names its
 //!   file's own, so that functions of several files can share one table.
 
 use cranelift_codegen::entity::packed_option::ReservedValue;
 use cranelift_codegen::ir::{
-    ExternalName, Function, GlobalValueData, UserExternalName, UserFuncName,
+    ExternalName, Function, GlobalValueData, UserExternalName, UserExternalNameRef, UserFuncName,
 };
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::FlagsOrIsa;
@@ -428,7 +429,11 @@ fn is_gap_placeholder(name: &ExternalName) -> bool {
 /// that names a function of `file` (by test-case name `%foo` or user name
 /// `uN:M`, as the file's own functions are named) names that function's id.
 /// Libcalls, known symbols and the parser's gap placeholders (which no
-/// instruction uses) are left as they are.
+/// instruction uses) are left as they are. A user name's entry is renamed
+/// in place, so that no entry is left behind under its old name (which, as
+/// a module name, would name whichever id has its index: a function that
+/// names a duplicate's id is rewritten by a batch flush, see
+/// `module/roots.rs`).
 pub fn bind_names(
     func: &mut Function,
     id: FuncId,
@@ -466,16 +471,29 @@ pub fn bind_names(
             symbols.push((gv, target));
         }
     }
-    let module_name = |func: &mut Function, target: FuncId| {
-        ExternalName::User(
-            func.declare_imported_user_function(UserExternalName::new(0, target.as_u32())),
-        )
+    // Each user name entry renamed once, to its target; a test-case name
+    // (no entry) gets a new one.
+    let mut renamed: HashMap<UserExternalNameRef, FuncId> = HashMap::new();
+    let mut module_name = |func: &mut Function, old: &ExternalName, target: FuncId| {
+        let to = UserExternalName::new(0, target.as_u32());
+        ExternalName::User(match *old {
+            ExternalName::User(r) if renamed.get(&r).is_none_or(|&t| t == target) => {
+                renamed.insert(r, target);
+                func.params.reset_user_func_name(r, to);
+                r
+            }
+            _ => func.declare_imported_user_function(to),
+        })
     };
     for (r, target) in callees {
-        func.dfg.ext_funcs[r].name = module_name(func, target);
+        let old = func.dfg.ext_funcs[r].name.clone();
+        func.dfg.ext_funcs[r].name = module_name(func, &old, target);
     }
     for (gv, target) in symbols {
-        let name = module_name(func, target);
+        let GlobalValueData::Symbol { name: old, .. } = func.global_values[gv].clone() else {
+            continue;
+        };
+        let name = module_name(func, &old, target);
         if let GlobalValueData::Symbol { name: old, .. } = &mut func.global_values[gv] {
             *old = name;
         }
@@ -486,7 +504,47 @@ pub fn bind_names(
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_ENTITY_NUMBER, check_entity_numbers};
+    use super::{MAX_ENTITY_NUMBER, bind_names, check_entity_numbers};
+    use cranelift_codegen::ir::{UserExternalName, UserFuncName};
+    use cranelift_module::FuncId;
+    use std::collections::HashMap;
+
+    /// A user name is renamed in place: the function names its callee's
+    /// and its symbol's ids and nothing else (an entry left under the old
+    /// name would, as a module name, name whichever id has its index).
+    #[test]
+    fn bound_names_leave_no_entry_under_an_old_name() {
+        let mut func = cranelift_reader::parse_functions(
+            "function u0:9(i64) -> i64 {
+                 gv0 = symbol colocated u0:7
+                 sig0 = (i64) -> i64
+                 fn0 = colocated u0:5 sig0
+                 fn1 = colocated %g sig0
+             block0(v0: i64):
+                 v1 = call fn0(v0)
+                 v2 = call fn1(v1)
+                 v3 = symbol_value.i64 gv0
+                 v4 = iadd v2, v3
+                 return v4
+             }",
+        )
+        .unwrap()
+        .remove(0);
+        let ids: HashMap<UserFuncName, FuncId> = [
+            (UserFuncName::user(0, 9), FuncId::from_u32(0)),
+            (UserFuncName::user(0, 5), FuncId::from_u32(1)),
+            (UserFuncName::user(0, 7), FuncId::from_u32(2)),
+            (UserFuncName::testcase("g"), FuncId::from_u32(3)),
+        ]
+        .into_iter()
+        .collect();
+        bind_names(&mut func, FuncId::from_u32(0), &ids).unwrap();
+        let mut names: Vec<UserExternalName> =
+            func.params.user_named_funcs().values().cloned().collect();
+        names.sort_by_key(|n| n.index);
+        let want: Vec<UserExternalName> = (1..=3).map(|i| UserExternalName::new(0, i)).collect();
+        assert_eq!(names, want, "{func}");
+    }
 
     #[test]
     fn entity_numbers_are_bounded_outside_comments() {

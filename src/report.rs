@@ -46,11 +46,13 @@
 //! - With `--merge similar` (or `--similar`), the first function of each
 //!   exact class (with `--merge calls`, of each refined class: the others
 //!   are duplicates in a batch flush, never merged with similar functions)
-//!   is shaped ([`crate::similar`]) from the walk just taken
-//!   (the shape time is kept apart from `fingerprint_time`), functions of one shape are grouped
-//!   (within one partition), split to fit the parameter limit, and planned
-//!   by [`similar::plan_group`] with each member's size estimated from the
-//!   instructions Cranelift lowers ([`similar::live_instructions`]), as
+//!   that names no duplicate (a batch flush rewrites such a function and
+//!   leaves it out) is shaped ([`crate::similar`]) from the walk just
+//!   taken (the shape time is kept apart from `fingerprint_time`),
+//!   functions of one shape are grouped (within one partition), split to
+//!   fit the parameter limit, and planned by [`similar::plan_group`] with
+//!   each member's size estimated from the instructions Cranelift lowers
+//!   ([`similar::lowered`], [`similar::CostModel::function_bytes`]), as
 //!   `DedupModule` plans them. With
 //!   `--compile`, every group within the limit whose members all compile is
 //!   merged (body and thunks built, verified and compiled) whatever the
@@ -69,7 +71,7 @@ use crate::similar::{self, ShapeOf, Shaper, SimilarOptions};
 use crate::store::load::{Checks, check};
 use crate::store::{CodeContext, CodeStore, Entry, StoreKey};
 use cranelift_codegen::entity::SecondaryMap;
-use cranelift_codegen::ir::Function;
+use cranelift_codegen::ir::{Function, UserExternalName, UserFuncName};
 use cranelift_codegen::isa::TargetIsa;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -744,14 +746,17 @@ impl Grouping {
             // A candidate is the first function of its exact class and
             // of its refined class (see `finish`), as in a batch flush of
             // every function (nothing was compiled before the flush, so
-            // nothing is reused; see 1 in `module/similar.rs`), which
-            // also leaves out the functions it rewrote to call a
-            // duplicate's canonical function: those stay in here.
+            // nothing is reused; see 1 in `module/similar.rs`), and one
+            // that names no duplicate: the flush rewrites those to name
+            // the duplicate's canonical function, and leaves them out
+            // (see 3 in `module/roots.rs`).
             let shape = shapes.next().flatten();
-            if let (Some(collector), Some(shape), false) =
-                (&mut self.similar, shape, matches!(step, Step::Duplicate(_)))
-            {
-                collector.add(func, name.clone(), shape, class);
+            let duplicate = matches!(step, Step::Duplicate(_));
+            if let Some(collector) = &mut self.similar {
+                collector.note_name(&func, class, duplicate);
+                if let (Some(shape), false) = (shape, duplicate) {
+                    collector.add(func, name.clone(), shape, class);
+                }
             }
             self.members[class].push(name);
         }
@@ -804,10 +809,31 @@ struct SimilarCollector {
     /// The first function of each exact class that has a parameter site,
     /// by shape, in order of first sight, with its exact class.
     groups: Vec<Vec<(Member, ClassId)>>,
+    /// Every function's name (as its module's callers name it), its exact
+    /// class, and whether it is an exact duplicate.
+    names: Vec<(UserExternalName, ClassId, bool)>,
     shape_time: Duration,
 }
 
 impl SimilarCollector {
+    /// Notes the name of `func`, of exact class `class`, a duplicate of
+    /// an earlier function if `duplicate`.
+    fn note_name(&mut self, func: &Function, class: ClassId, duplicate: bool) {
+        if let UserFuncName::User(name) = &func.name {
+            self.names.push((name.clone(), class, duplicate));
+        }
+    }
+
+    /// The names of the duplicates a batch flush plans: exact duplicates
+    /// and the functions of the classes in `refined_away`.
+    fn duplicate_names(&self, refined_away: &HashSet<ClassId>) -> HashSet<UserExternalName> {
+        self.names
+            .iter()
+            .filter(|(_, class, duplicate)| *duplicate || refined_away.contains(class))
+            .map(|(name, _, _)| name.clone())
+            .collect()
+    }
+
     fn add(&mut self, func: Function, name: FunctionName, shape: ShapeOf, class: ClassId) {
         let next = self.groups.len();
         let g = *self.by_shape.entry(shape.shape.clone()).or_insert(next);
@@ -818,9 +844,12 @@ impl SimilarCollector {
     }
 
     /// Plans every group into `summary`, without the functions of the
-    /// classes in `refined_away` (duplicates in batch mode); with `isa`,
-    /// merges and compiles every group within the parameter limit to
-    /// measure it.
+    /// classes in `refined_away` (duplicates in batch mode) and those that
+    /// name a duplicate (a batch flush rewrites them, and leaves them out:
+    /// 3 in `module/roots.rs`; a name counts whether or not an
+    /// instruction uses it, as `DedupModule::rewrites_references` counts
+    /// it); with `isa`, merges and compiles every group within the
+    /// parameter limit to measure it.
     fn finish(
         &mut self,
         summary: &mut SimilarSummary,
@@ -835,10 +864,19 @@ impl SimilarCollector {
                 .measured
                 .get_or_insert_with(SimilarMeasured::default);
         }
+        let duplicates = self.duplicate_names(refined_away);
+        let names_a_duplicate = |func: &Function| {
+            func.params
+                .user_named_funcs()
+                .iter()
+                .any(|(_, name)| duplicates.contains(name))
+        };
         for group in core::mem::take(&mut self.groups) {
             let group: Vec<Member> = group
                 .into_iter()
-                .filter(|(_, class)| !refined_away.contains(class))
+                .filter(|((func, _, _), class)| {
+                    !refined_away.contains(class) && !names_a_duplicate(func)
+                })
                 .map(|(member, _)| member)
                 .collect();
             summary.functions_with_sites += group.len();

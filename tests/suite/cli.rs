@@ -638,6 +638,55 @@ fn report_cache_warm_run_loads_what_the_cold_run_stored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `report --merge similar` leaves out, as a batch flush does, a function
+/// that names a duplicate (the flush rewrites it to name the duplicate's
+/// canonical function, and leaves it out: 3 in `module/roots.rs`): `u0:2`
+/// calls `u0:1`, an exact duplicate of `u0:0`; `u0:3` and `u0:4`, of its
+/// shape, call `u0:0` and stay.
+#[test]
+fn similar_leaves_out_a_function_naming_a_duplicate() {
+    let leaf = |id: u32| {
+        format!(
+            "function u0:{id}(i64) -> i64 {{\nblock0(v0: i64):\n    v1 = imul v0, v0\n    \
+             return v1\n}}\n"
+        )
+    };
+    let caller = |id: u32, callee: u32, k: i64| {
+        format!(
+            "function u0:{id}(i64) -> i64 {{\n    sig0 = (i64) -> i64\n    \
+             fn0 = colocated u0:{callee} sig0\nblock0(v0: i64):\n    v1 = iconst.i64 {k}\n    \
+             v2 = iadd v0, v1\n    v3 = call fn0(v2)\n    return v3\n}}\n"
+        )
+    };
+    let dir = temp_dir("similar-names-duplicate");
+    let text = format!(
+        "test compile\nset opt_level=speed\ntarget x86_64\n{}{}{}{}{}",
+        leaf(0),
+        leaf(1),
+        caller(2, 1, 3),
+        caller(3, 0, 5),
+        caller(4, 0, 9)
+    );
+    std::fs::write(dir.join("f.clif"), text).unwrap();
+    let out = json_of(&jitfold(&[
+        "report",
+        "--json",
+        "--groups",
+        "--merge",
+        "similar",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(out["exact_merged"], 1, "{out}");
+    assert_eq!(out["similar"]["functions_with_sites"], 2, "{out}");
+    let members: Vec<&str> = out["similar"]["groups"][0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["u0:3", "u0:4"]);
+}
+
 /// `report --merge calls,similar` takes candidates as a batch flush does:
 /// a function refinement merges into an earlier one (here `%f1`, the
 /// self-recursive twin of `%f0`) is a duplicate, not a member of a group
