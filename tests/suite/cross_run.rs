@@ -8,7 +8,9 @@
 //! when addresses are not distinct.
 //!
 //! Programs: `tests/data/cross/cases.clif` (twins, callers of twins,
-//! tail-call twins, twelve-argument calls, code reuse) and programs of the
+//! tail-call twins, twelve-argument calls, code reuse, and similar `tail`
+//! functions with a stack limit, which it also compiles with similar
+//! merging: thunks that tail-call a body that checks) and programs of the
 //! fuzz generator (those without float operations, whose NaN bits differ
 //! between ISAs, and without traps or other signatures).
 
@@ -24,6 +26,7 @@ use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use cranelift_object::{ObjectBuilder, ObjectModule};
 use jitfold::corpus::bind_names;
 use jitfold::fuzzing::program::{Op, Program as Generated};
+use jitfold::similar::SimilarOptions;
 use jitfold::{DedupModule, DedupOptions, Stats};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -317,15 +320,26 @@ fn check_target(target: &str, triple: &str) {
     let variants: Vec<Option<DedupOptions>> = std::iter::once(None)
         .chain(DedupOptions::ALL.map(Some))
         .collect();
+    // The hand-written program also with similar merging of functions
+    // with a stack limit (which `ALL` keeps apart: `StackDepth::Exact`).
+    let similar = DedupOptions::batch().with_similar(SimilarOptions::default());
     for (p, program) in programs.iter().enumerate() {
         let results = host_results(program);
         let mut objects = Vec::new();
+        let mut variants = variants.clone();
+        if p == 0 {
+            variants.push(Some(similar));
+        }
         for (v, &options) in variants.iter().enumerate() {
             let object = compile_object(&isa, program, options, &format!("p{p}v{v}_"), &dir);
             expected.extend(results.iter().copied());
             expected.extend(object.duplicates.iter().map(|d| i64::from(d.2)));
             if let Some(s) = &object.stats {
                 totals += s.clone();
+                // The three members with a stack limit, merged.
+                if options == Some(similar) {
+                    assert_eq!(s.similar_merged, 3, "{s:?}");
+                }
             }
             objects.push(object);
         }
