@@ -395,6 +395,157 @@ fn check_target(target: &str, triple: &str) {
     );
 }
 
+/// How deep merged functions with a stack limit recurse before it traps,
+/// on `target`, as objects linked with a C harness that makes each call in
+/// a child process: the `tail` members of
+/// `similar::a_merged_recursion_traps_for_its_stack_within_the_growth_bound`,
+/// compiled plainly and with similar merging (thunks that tail-call a body
+/// that checks the limit). For each member: the merged call returns what
+/// the plain one returns, traps with no room, and needs at most the
+/// group's stack growth per level more room than the plain one.
+fn check_stack_depth(target: &str, triple: &str) {
+    const DEPTH: i64 = 40;
+    let Some(tools) = toolchain(target) else {
+        return;
+    };
+    let isa = jitfold::isa::isa_by_name(triple, jitfold::isa::jit_flags()).unwrap();
+    let dir = std::env::temp_dir().join(format!("jitfold-depth-{target}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let texts = [
+        crate::similar::recursing_to_the_limit(0, "tail", 3),
+        crate::similar::recursing_to_the_limit(1, "tail", -5),
+        crate::similar::entry_with_a_limit(2, 0, "tail"),
+        crate::similar::entry_with_a_limit(3, 1, "tail"),
+    ];
+    let program = Program {
+        name: "stack depth".to_string(),
+        functions: texts.iter().flat_map(|t| common::parse_valid(t)).collect(),
+        entries: Vec::new(),
+    };
+    let similar = DedupOptions::batch().with_similar(SimilarOptions::default());
+    let plain = compile_object(&isa, &program, None, "plain_", &dir);
+    let merged = compile_object(&isa, &program, Some(similar), "merged_", &dir);
+    assert_eq!(merged.stats.as_ref().unwrap().similar_merged, 2);
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
+         typedef long long (*entry)(long long, long long);\n",
+    );
+    for prefix in ["plain_", "merged_"] {
+        for i in 0..4 {
+            writeln!(c, "extern long long {prefix}{i}(long long, long long);").unwrap();
+        }
+    }
+    writeln!(
+        c,
+        "/* Whether f(gap, {DEPTH}) returns, in a child (a trap ends it), and what. */
+static int returns(entry f, long long gap, long long *result) {{
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {{
+    long long r = f(gap, {DEPTH});
+    if (write(fds[1], &r, sizeof r) != sizeof r) _exit(2);
+    _exit(0);
+  }}
+  close(fds[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0
+    && read(fds[0], result, sizeof *result) == sizeof *result;
+  close(fds[0]);
+  return ok;
+}}
+/* The least gap (a multiple of 8) at which f returns; -1 if it never does. */
+static long long least_gap(entry f) {{
+  long long trapped = 0, room = 1 << 16, r;
+  if (!returns(f, room, &r)) return -1;
+  while (room - trapped > 8) {{
+    long long mid = (trapped + room) / 2 / 8 * 8;
+    if (returns(f, mid, &r)) room = mid; else trapped = mid;
+  }}
+  return room;
+}}
+int main(void) {{
+  entry entries[] = {{ plain_2, plain_3, merged_2, merged_3 }};
+  for (int i = 0; i < 4; i++) {{
+    long long result = 0, none = 0;
+    int ok = returns(entries[i], 1 << 16, &result);
+    int no_room = returns(entries[i], 0, &none);
+    printf(\"%d %lld %d %lld\\n\", ok, result, no_room, least_gap(entries[i]));
+  }}
+  return 0;
+}}"
+    )
+    .unwrap();
+    let source = dir.join("depth.c");
+    std::fs::write(&source, c).unwrap();
+    let exe = dir.join("depth");
+    let linked = Command::new(tools.cc)
+        .args(tools.cc_flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&source)
+        .arg(&plain.path)
+        .arg(&merged.path)
+        .output()
+        .unwrap();
+    assert!(
+        linked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&linked.stderr)
+    );
+    let run = match tools.runner {
+        Some(runner) => Command::new(runner).arg(&exe).output(),
+        None => Command::new(&exe).output(),
+    }
+    .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let lines: Vec<Vec<i64>> = String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').map(|w| w.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    // The body's parameters: the constant and the callee.
+    let growth = SimilarOptions::default()
+        .model
+        .stack_growth(&program.functions[0].signature, &[I64, I64]) as i64;
+    for member in 0..2 {
+        let (p, m) = (&lines[member], &lines[member + 2]);
+        assert_eq!((p[0], m[0]), (1, 1), "{target}: member {member} returns");
+        assert_eq!(p[1], m[1], "{target}: member {member}'s result");
+        assert_eq!(
+            (p[2], m[2]),
+            (0, 0),
+            "{target}: member {member} traps with no room"
+        );
+        assert!(p[3] > 0 && m[3] > 0, "{target}: {lines:?}");
+        assert!(
+            m[3] <= p[3] + (DEPTH + 1) * growth,
+            "{target}: member {member} needs {} bytes merged, {} plain, {growth} more per level allowed",
+            m[3],
+            p[3]
+        );
+    }
+    println!("{target}: least room plain and merged {lines:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn merged_functions_recurse_to_their_stack_limit_on_aarch64() {
+    check_stack_depth("aarch64", "aarch64-unknown-linux-gnu");
+}
+
+#[test]
+fn merged_functions_recurse_to_their_stack_limit_on_x86_64() {
+    check_stack_depth("x86_64", "x86_64-unknown-linux-gnu");
+}
+
 #[test]
 fn aarch64_objects_run_under_qemu_like_the_host_jit() {
     check_target("aarch64", "aarch64-unknown-linux-gnu");

@@ -1684,7 +1684,7 @@ fn merged_functions_with_a_stack_limit_still_trap_on_it() {
 /// calls itself `n` (its second argument) levels deep and adds `c` and
 /// mixes in `n` on the way back (enough instructions for merging to pay).
 #[cfg(all(feature = "fuzzing", unix))]
-fn recursing_to_the_limit(id: u32, conv: &str, c: i64) -> String {
+pub(crate) fn recursing_to_the_limit(id: u32, conv: &str, c: i64) -> String {
     let mut mix = String::new();
     let mut prev = "v6".to_string();
     for i in 0..24 {
@@ -1718,7 +1718,7 @@ fn recursing_to_the_limit(id: u32, conv: &str, c: i64) -> String {
 /// rotation by a multiple of 64 (no rotation; a shift amount stays in the
 /// shape) keeps entries of different members from sharing a shape.
 #[cfg(all(feature = "fuzzing", unix))]
-fn entry_with_a_limit(id: u32, member: u32, conv: &str) -> String {
+pub(crate) fn entry_with_a_limit(id: u32, member: u32, conv: &str) -> String {
     let amount = 64 * id;
     format!(
         "function u0:{id}(i64, i64) -> i64 system_v {{
