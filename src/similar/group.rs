@@ -120,9 +120,10 @@ pub struct CostModel {
     pub thunk_stack_bytes: u64,
     /// Each stack argument of a thunk's call.
     pub thunk_bytes_per_stack_arg: u64,
-    /// A thunk's check of its member's stack limit (where the members
-    /// have one and the thunk checks it: not with
-    /// [`thunk_skips_stack_check`]).
+    /// A check of a stack limit: a thunk's of its member's limit (where
+    /// the members have one and the thunk checks it: not with
+    /// [`thunk_skips_stack_check`]), and a member's own
+    /// ([`CostModel::function_bytes`]).
     pub thunk_stack_check_bytes: u64,
     /// What each parameter adds to the body in a register (an operand in a
     /// register rather than an immediate).

@@ -262,6 +262,20 @@ mod tests {
             .remove(0)
     }
 
+    /// The ISA named `name` (`x86_64`, `aarch64`: built in every
+    /// configuration) with the flags JITs use: `opt_level=speed`, frame
+    /// pointers kept.
+    fn isa_named(name: &str) -> cranelift_codegen::isa::OwnedTargetIsa {
+        let mut flags = settings::builder();
+        use settings::Configurable;
+        flags.set("opt_level", "speed").unwrap();
+        flags.set("preserve_frame_pointers", "true").unwrap();
+        cranelift_codegen::isa::lookup_by_name(name)
+            .unwrap()
+            .finish(settings::Flags::new(flags))
+            .unwrap()
+    }
+
     fn shape(text: &str) -> (Function, ShapeOf, crate::Fingerprint) {
         shape_of(&parse(text))
     }
@@ -544,7 +558,7 @@ mod tests {
             func
         };
         for name in ["x86_64", "aarch64"] {
-            let isa = crate::isa::isa_by_name(name, crate::isa::jit_flags()).unwrap();
+            let isa = isa_named(name);
             let arch = isa.triple().architecture;
             let skips =
                 |sig: &Signature, types: &[ir::Type]| thunk_skips_stack_check(arch, sig, types);
@@ -658,7 +672,7 @@ mod tests {
         cranelift_codegen::verify_function(&body, &flags).unwrap();
         let mut member = f.clone();
         member.name = UserFuncName::user(0, 1);
-        let isa = crate::isa::isa_by_name("x86_64", crate::isa::jit_flags()).unwrap();
+        let isa = isa_named("x86_64");
         let t = thunk(
             &*isa,
             &member,

@@ -256,6 +256,35 @@ fn harness(programs: &[(&Program, Vec<Object>)]) -> String {
     decls + &body
 }
 
+/// Links `inputs` (C sources and objects) into `exe` with `tools`, runs
+/// it (under the target's runner) and returns what it printed; panics if
+/// either step fails.
+fn link_and_run(tools: &Toolchain, exe: &Path, inputs: &[&Path]) -> String {
+    let linked = Command::new(tools.cc)
+        .args(tools.cc_flags)
+        .arg("-o")
+        .arg(exe)
+        .args(inputs)
+        .output()
+        .unwrap();
+    assert!(
+        linked.status.success(),
+        "linking failed: {}",
+        String::from_utf8_lossy(&linked.stderr)
+    );
+    let run = match tools.runner {
+        Some(runner) => Command::new(runner).arg(exe).output(),
+        None => Command::new(exe).output(),
+    }
+    .unwrap();
+    assert!(
+        run.status.success(),
+        "the harness failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    String::from_utf8(run.stdout).unwrap()
+}
+
 /// How to build and run an executable for one target.
 struct Toolchain {
     cc: &'static str,
@@ -348,32 +377,12 @@ fn check_target(target: &str, triple: &str) {
     let c = dir.join("harness.c");
     std::fs::write(&c, harness(&compiled)).unwrap();
     let exe = dir.join("harness");
-    let mut link = Command::new(tools.cc);
-    link.args(tools.cc_flags).arg("-o").arg(&exe).arg(&c);
+    let mut inputs = vec![c.as_path()];
     for (_, objects) in &compiled {
-        link.args(objects.iter().map(|o| &o.path));
+        inputs.extend(objects.iter().map(|o| o.path.as_path()));
     }
-    let linked = link.output().unwrap();
-    assert!(
-        linked.status.success(),
-        "linking failed: {}",
-        String::from_utf8_lossy(&linked.stderr)
-    );
-    let run = match tools.runner {
-        Some(runner) => Command::new(runner).arg(&exe).output(),
-        None => Command::new(&exe).output(),
-    }
-    .unwrap();
-    assert!(
-        run.status.success(),
-        "the harness failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let got: Vec<i64> = String::from_utf8(run.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
+    let output = link_and_run(&tools, &exe, &inputs);
+    let got: Vec<i64> = output.lines().map(|l| l.parse().unwrap()).collect();
     assert_eq!(got.len(), expected.len(), "one line per call and check");
     if let Some(at) = got.iter().zip(&expected).position(|(g, e)| g != e) {
         panic!(
@@ -481,32 +490,8 @@ int main(void) {{
     let source = dir.join("depth.c");
     std::fs::write(&source, c).unwrap();
     let exe = dir.join("depth");
-    let linked = Command::new(tools.cc)
-        .args(tools.cc_flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&source)
-        .arg(&plain.path)
-        .arg(&merged.path)
-        .output()
-        .unwrap();
-    assert!(
-        linked.status.success(),
-        "{}",
-        String::from_utf8_lossy(&linked.stderr)
-    );
-    let run = match tools.runner {
-        Some(runner) => Command::new(runner).arg(&exe).output(),
-        None => Command::new(&exe).output(),
-    }
-    .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let lines: Vec<Vec<i64>> = String::from_utf8(run.stdout)
-        .unwrap()
+    let output = link_and_run(&tools, &exe, &[&source, &plain.path, &merged.path]);
+    let lines: Vec<Vec<i64>> = output
         .lines()
         .map(|l| l.split(' ').map(|w| w.parse().unwrap()).collect())
         .collect();
