@@ -252,8 +252,9 @@ pub struct RefineSummary {
 #[derive(Clone, Debug, Default)]
 pub struct SimilarSummary {
     /// Exact classes (with `--merge calls`, refined classes) whose first
-    /// function has a parameter site and may stand behind a thunk
-    /// ([`similar::mergeable`]).
+    /// function has a parameter site, may stand behind a thunk
+    /// ([`similar::mergeable`]) and names no duplicate (which a batch
+    /// flush would rewrite, and leave out).
     pub functions_with_sites: usize,
     /// Shapes with two or more such classes.
     pub candidate_groups: usize,

@@ -39,8 +39,8 @@
 //!    use the `tail` convention and the target compiles tail calls (on
 //!    x86-64, only with `preserve_frame_pointers`); otherwise it calls and
 //!    returns. A thunk of a member with a stack limit checks that limit
-//!    (see [`similar::StackDepth`]), unless it tail-calls a body whose
-//!    arguments are all in registers
+//!    (see [`similar::StackDepth`]), unless it tail-calls, on x86-64 or
+//!    aarch64, a body whose arguments are all in registers
 //!    ([`similar::thunk_skips_stack_check`]).
 //! 4. **Ids.** The body is declared as an anonymous local function of the
 //!    inner module (an id of the module's own, never one of the user's: in
@@ -421,7 +421,7 @@ impl<M: Module> DedupModule<M> {
     /// Whether the inner module's target compiles a thunk's tail call:
     /// Cranelift 0.135.8 compiles `return_call` on x86-64 only with frame
     /// pointers kept (it asserts).
-    pub(super) fn thunks_tail_call(&self) -> bool {
+    fn thunks_tail_call(&self) -> bool {
         let isa = self.inner.isa();
         isa.triple().architecture != target_lexicon::Architecture::X86_64
             || isa.flags().preserve_frame_pointers()
