@@ -359,8 +359,9 @@ pub fn thunk_skips_stack_check(arch: Architecture, sig: &Signature, params: &[Ty
         return false;
     }
     let all = types.chain(params.iter().copied());
-    let (floats, ints): (Vec<Type>, Vec<Type>) = all.partition(|ty| ty.is_float());
-    ints.len() <= TAIL_INT_ARG_REGISTERS && floats.len() <= TAIL_FLOAT_ARG_REGISTERS
+    let floats = all.clone().filter(|ty| ty.is_float()).count();
+    let ints = all.count() - floats;
+    ints <= TAIL_INT_ARG_REGISTERS && floats <= TAIL_FLOAT_ARG_REGISTERS
 }
 
 /// Integer arguments the `tail` convention passes in registers on both

@@ -332,14 +332,20 @@ fn toolchain(target: &str) -> Option<Toolchain> {
     None
 }
 
+/// An empty directory of this process's own for `what` on `target`.
+fn empty_dir(what: &str, target: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("jitfold-{what}-{target}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn check_target(target: &str, triple: &str) {
     let Some(tools) = toolchain(target) else {
         return;
     };
     let isa = jitfold::isa::isa_by_name(triple, jitfold::isa::jit_flags()).unwrap();
-    let dir = std::env::temp_dir().join(format!("jitfold-cross-{target}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = empty_dir("cross", target);
 
     let mut programs = vec![hand_written()];
     programs.extend(generated(24));
@@ -418,9 +424,7 @@ fn check_stack_depth(target: &str, triple: &str) {
         return;
     };
     let isa = jitfold::isa::isa_by_name(triple, jitfold::isa::jit_flags()).unwrap();
-    let dir = std::env::temp_dir().join(format!("jitfold-depth-{target}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = empty_dir("depth", target);
     let texts = [
         crate::similar::recursing_to_the_limit(0, "tail", 3),
         crate::similar::recursing_to_the_limit(1, "tail", -5),
