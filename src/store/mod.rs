@@ -87,6 +87,8 @@ pub mod memory;
 pub mod pack;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+mod redis_link;
 pub mod shared;
 pub mod writer;
 

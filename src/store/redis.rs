@@ -7,8 +7,9 @@
 //! allkeys-lru`. A full server with the `noeviction` policy refuses `SET`,
 //! which is a [`StoreError`] like any other.
 //!
-//! Connections are plain TCP (or Unix sockets, `redis+unix://`): the
-//! `redis` crate's TLS support is not built in. Signed entries (see the
+//! Connections are plain TCP (or Unix sockets, `redis+unix://`), opened
+//! by jitfold (see 5 below) with the `redis` crate's URL parsing and
+//! protocol parser: TLS is not supported. Signed entries (see the
 //! [trust model](super#trust-model)) stay safe over an untrusted network
 //! path, but are not hidden from it.
 //!
@@ -27,7 +28,8 @@
 //!    return [`StoreError::Redis`]. After a failed connect, or a command
 //!    that timed out, the store does not try again for the retry interval
 //!    ([`DEFAULT_RETRY_INTERVAL`], 1 s), answering
-//!    [`StoreError::RedisBackingOff`] at once, so that a server that is
+//!    [`StoreError::RedisBackingOff`] at once (so it does after an answer
+//!    longer than asked for, see 5), so that a server that is
 //!    down or stalled costs one timeout per interval, not per function.
 //!    With [`RedisStore::with_slow_after`], a server that answers within
 //!    the timeouts but slowly is given up on the same way: a command that
@@ -53,18 +55,19 @@
 //!    set with [`RedisStore::with_max_value_bytes`]): `GETRANGE` rather
 //!    than `GET`, so that a value planted in the server by any of its
 //!    clients costs the reader at most that much memory, and is then
-//!    [`StoreError::TooLarge`] (in `get_many`, a miss of that key: a
-//!    batch call holds at most [`GET_MANY_CHUNK`] values of that size);
+//!    [`StoreError::TooLarge`] (in `get_many`, a miss of that key);
 //!    `put` refuses a larger value the same way. A key holding something
 //!    else than a string is an error of `get`, a miss in `get_many`.
-//!    (A server that trickles its answer a byte at a time within each I/O
-//!    timeout is not guarded against: the timeouts bound each read, not a
-//!    whole command. Nor is a server that answers with more than it was
-//!    asked for: the `redis` crate reads a whole reply into memory before
-//!    the store sees it. Measured: a server answering every command with
-//!    300 MB took the `fleet` example's instance to a 9.7 GB peak and 58 s,
-//!    where it takes 9 MB and 0.02 s with no server. Trust the server, or
-//!    bound the process's memory.)
+//!    And whatever the server answers, the store reads no more than it
+//!    asked for: its connections are its own (`redis_link.rs`), which
+//!    read a command's reply through a budget of its largest value and
+//!    the framing per reply (at most 64 MiB for a pipeline, or one
+//!    value's limit where larger), so that a server answering a lookup
+//!    with 300 MB is cut off after the budget: the command is an error,
+//!    the connection is dropped, and the store backs off for the retry
+//!    interval as after a timeout. (A server that trickles its answer a
+//!    byte at a time within each I/O timeout is not guarded against: the
+//!    timeouts bound each read, not a whole command.)
 //! 6. **Leases: a fleet divides its compiles.** A key is reserved for the
 //!    process that will compile it by a lease in the server (`SET` of
 //!    `PREFIX` `lease:` and the key's hex, `NX PX`, with this store's own
@@ -83,8 +86,9 @@
 //!    code). A server that is down or slow makes these calls errors like
 //!    any other, and the caller compiles for itself.
 
+use super::redis_link::Link;
 use super::{Claim, CodeStore, GET_MANY_CHUNK, StoreError, StoreKey};
-use redis::{Client, Connection};
+use redis::Client;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -183,7 +187,7 @@ pub struct RedisStore {
 
 #[derive(Default)]
 struct State {
-    idle: Vec<Connection>,
+    idle: Vec<Link>,
     /// No connect is tried before this instant (after a failed connect).
     retry_at: Option<Instant>,
     /// The keys this store holds leases on.
@@ -333,7 +337,7 @@ impl RedisStore {
     }
 
     /// An idle connection, or a new one.
-    fn connection(&self) -> Result<Connection, StoreError> {
+    fn connection(&self) -> Result<Link, StoreError> {
         {
             let mut state = self.lock();
             if let Some(connection) = state.idle.pop() {
@@ -343,14 +347,12 @@ impl RedisStore {
                 return Err(StoreError::RedisBackingOff);
             }
         }
-        let connected = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .and_then(|connection| {
-                connection.set_read_timeout(Some(self.io_timeout))?;
-                connection.set_write_timeout(Some(self.io_timeout))?;
-                Ok(connection)
-            });
+        let connected = Link::connect(
+            self.client.get_connection_info(),
+            self.connect_timeout,
+            self.io_timeout,
+            self.max_value_bytes,
+        );
         let mut state = self.lock();
         match connected {
             Ok(connection) => {
@@ -374,7 +376,7 @@ impl RedisStore {
         &self,
         operation: &'static str,
         keys: usize,
-        command: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+        command: impl FnOnce(&mut Link) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         let mut connection = self.connection()?;
         let start = Instant::now();
@@ -398,8 +400,9 @@ impl RedisStore {
             }
             Err(source) => {
                 // A server that took the whole I/O timeout is likely to
-                // take it again.
-                if source.is_timeout() {
+                // take it again, and one that answered more than it was
+                // asked to answer it again.
+                if source.is_timeout() || connection.was_cut_off() {
                     self.back_off();
                 }
                 Err(StoreError::Redis { operation, source })

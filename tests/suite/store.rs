@@ -1560,6 +1560,113 @@ pub(crate) mod redis_store {
         server.join().unwrap();
     }
 
+    /// A server that answers every request with a 300 MB value, whatever
+    /// it was asked (`redis_link.rs` 1): the store reads no more than it
+    /// asked for (its largest value, and the framing, per reply) before it
+    /// hangs up, so the server gets to send little of its answer; the
+    /// request is an error, and the store backs off as after a timeout.
+    /// Through the `redis` crate's own connection, the whole 300 MB is
+    /// read into memory first.
+    #[test]
+    fn a_server_answering_more_than_asked_is_cut_off() {
+        const HUGE: usize = 300 << 20;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let mut sent = Vec::new();
+            for _ in 0..2 {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream.set_write_timeout(Some(HANG)).unwrap();
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let mut total = 0;
+                if stream.write_all(format!("${HUGE}\r\n").as_bytes()).is_ok() {
+                    let chunk = vec![b'x'; 1 << 16];
+                    while total < HUGE {
+                        match stream.write(&chunk) {
+                            Ok(n) => total += n,
+                            Err(_) => break,
+                        }
+                    }
+                }
+                sent.push(total);
+            }
+            sent
+        });
+        let url = format!("redis://127.0.0.1:{port}/");
+        let store = RedisStore::new(&url).unwrap().with_max_value_bytes(1024);
+        let start = Instant::now();
+        let error = store.get(&key(1)).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StoreError::Redis {
+                    operation: "GETRANGE",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        // The store backs off: the next operation answers at once.
+        assert!(matches!(
+            store.get(&key(1)).unwrap_err(),
+            StoreError::RedisBackingOff
+        ));
+        // A pipeline reads at most its replies' worth.
+        let many = RedisStore::new(&url)
+            .unwrap()
+            .with_max_value_bytes(1024)
+            .with_retry_interval(Duration::ZERO);
+        let keys: Vec<StoreKey> = (0..4).map(key).collect();
+        assert!(many.get_many(&keys).is_err());
+        assert!(start.elapsed() < HANG);
+        let sent = server.join().unwrap();
+        // What the kernel's socket buffers took, at most, and the few
+        // kilobytes read: far from the 300 MB answered.
+        for bytes in sent {
+            assert!(bytes < 32 << 20, "the server sent {bytes} bytes");
+        }
+    }
+
+    /// The handshake a URL asks for (`redis_link.rs` 4): a user and
+    /// password, and a database other than 0.
+    #[test]
+    fn a_store_authenticates_and_selects_its_database() {
+        let Some(server) = Server::start("auth", &[]) else {
+            return;
+        };
+        let port = server.port;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg("secret")
+            .exec(&mut server.raw())
+            .unwrap();
+        let at = |credentials: &str, db: u32| format!("redis://{credentials}127.0.0.1:{port}/{db}");
+        store_at(&at(":secret@", 3))
+            .put(&key(1), b"in three")
+            .unwrap();
+        let name = format!("jitfold:code:{}", key(1).hex());
+        let value_in = |db: u32| -> Option<Vec<u8>> {
+            let mut connection = redis::Client::open(at(":secret@", db))
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            redis::cmd("GET").arg(&name).query(&mut connection).unwrap()
+        };
+        assert_eq!(value_in(3).as_deref(), Some(&b"in three"[..]));
+        assert_eq!(value_in(0), None);
+        // A user named, as Redis 6's ACLs have them.
+        let named = store_at(&at("default:secret@", 3));
+        assert_eq!(
+            named.get(&key(1)).unwrap().as_deref(),
+            Some(&b"in three"[..])
+        );
+        // A wrong password, or none: an error.
+        assert!(store_at(&at(":wrong@", 3)).get(&key(1)).is_err());
+        assert!(store_at(&at("", 3)).get(&key(1)).is_err());
+    }
+
     /// A server that stops answering mid-use (stopped with `SIGSTOP`, as a
     /// server stalled by a long command, a fork or swapping): an operation
     /// on the open connection times out, and once the server resumes the

@@ -1,0 +1,302 @@
+//! A connection to a Redis server that reads no more of a reply than it
+//! was asked for (feature `redis`).
+//!
+//! The `redis` crate's own connection reads a whole reply into memory
+//! before anyone sees it, whatever its length: a server (or whoever sits
+//! on the network path) answering a lookup with 300 MB costs the client
+//! 300 MB. A [`Link`] speaks the same protocol (RESP2, parsed by the
+//! crate's own [`redis::Parser`]) over a socket it opens itself, and
+//! bounds what it reads.
+//!
+//! # What this module guarantees
+//!
+//! 1. **Bounded replies.** A request that expects `n` replies reads at most
+//!    `n` times the link's reply limit from the socket, and never more than
+//!    [`MAX_REQUEST_REPLY_BYTES`] (or one reply's limit, if larger); past
+//!    that, reading stops, the request fails with an I/O error, the link
+//!    is closed and says it was cut off ([`Link::was_cut_off`]). What a request holds in memory is proportional to
+//!    what it read.
+//! 2. **Bounded waits.** Connecting to each address a host name resolves
+//!    to waits at most the connect timeout; each read and write of the
+//!    socket waits at most the I/O timeout.
+//! 3. **A link that failed is closed**: after any error (I/O, a reply
+//!    that does not parse, one over its budget) [`redis::ConnectionLike::is_open`]
+//!    is false, and the link answers every later request with an error
+//!    without touching the socket (a late answer may still be on it).
+//! 4. The handshake a URL asks for is made: `AUTH` with its user and
+//!    password, `SELECT` of its database; their replies are bounded too.
+//!    The protocol spoken is RESP2 whatever the URL asks for (a RESP3
+//!    server answers RESP2 clients the same). TLS is not supported: such
+//!    an address is an error of the connect.
+
+use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult, Value};
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// The most a request of many replies (a pipeline) reads, whatever its
+/// number of replies, unless one reply's limit is larger (see 1 in the
+/// module docs): 64 MiB.
+pub(super) const MAX_REQUEST_REPLY_BYTES: u64 = 64 << 20;
+
+/// Bytes a reply of a value of the largest length takes beyond the value
+/// (its type, length and line ends: `$` and up to 20 digits, then two
+/// line ends), with room to spare.
+const REPLY_FRAMING_BYTES: u64 = 64;
+
+/// A socket to a server.
+enum Socket {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Socket {
+    fn set_timeouts(&self, io: Duration) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => {
+                s.set_read_timeout(Some(io))?;
+                s.set_write_timeout(Some(io))
+            }
+            #[cfg(unix)]
+            Socket::Unix(s) => {
+                s.set_read_timeout(Some(io))?;
+                s.set_write_timeout(Some(io))
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        let _ = match self {
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A reader that reads at most `left` more bytes, then fails (see 1 in
+/// the module docs).
+struct Budgeted<'a> {
+    socket: &'a mut Socket,
+    left: u64,
+    budget: u64,
+}
+
+impl Read for Budgeted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a reply longer than the {} bytes asked for", self.budget),
+            ));
+        }
+        let most = usize::try_from(self.left).map_or(buf.len(), |left| left.min(buf.len()));
+        let read = self.socket.read(&mut buf[..most])?;
+        self.left -= read as u64;
+        Ok(read)
+    }
+}
+
+/// A connection to a Redis server whose replies are bounded: see the
+/// [module docs](self).
+pub(super) struct Link {
+    socket: Socket,
+    parser: redis::Parser,
+    /// The most one reply may take, value and framing.
+    reply_limit: u64,
+    db: i64,
+    open: bool,
+    /// Whether a reply went over its budget (see 1 in the module docs).
+    cut_off: bool,
+}
+
+impl Link {
+    /// A link to the server `info` names, whose replies each take at most
+    /// `max_value_bytes` of value (see 1 in the module docs), handshaken
+    /// (see 4).
+    pub(super) fn connect(
+        info: &ConnectionInfo,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+        max_value_bytes: u64,
+    ) -> RedisResult<Link> {
+        let socket = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                Socket::Tcp(connect_tcp(host, *port, connect_timeout)?)
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                Socket::Unix(std::os::unix::net::UnixStream::connect(path)?)
+            }
+            other => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "an address jitfold's Redis store cannot connect to (TLS is not built in)",
+                    other.to_string(),
+                )));
+            }
+        };
+        socket.set_timeouts(io_timeout)?;
+        let settings = info.redis_settings();
+        let mut link = Link {
+            socket,
+            parser: redis::Parser::new(),
+            reply_limit: max_value_bytes.saturating_add(REPLY_FRAMING_BYTES),
+            db: settings.db(),
+            open: true,
+            cut_off: false,
+        };
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            auth.arg(password).exec(&mut link)?;
+        }
+        if link.db != 0 {
+            redis::cmd("SELECT").arg(link.db).exec(&mut link)?;
+        }
+        Ok(link)
+    }
+
+    /// Sends `request` and reads `count` replies (see 1 in the module
+    /// docs), closing the link on any error (see 3).
+    fn request(&mut self, request: &[u8], count: usize) -> RedisResult<Vec<Value>> {
+        if !self.open {
+            return Err(RedisError::from(io::Error::from(
+                io::ErrorKind::NotConnected,
+            )));
+        }
+        let answered = self.send_and_read(request, count);
+        if answered.is_err() {
+            self.open = false;
+            self.socket.shutdown();
+        }
+        answered
+    }
+
+    fn send_and_read(&mut self, request: &[u8], count: usize) -> RedisResult<Vec<Value>> {
+        self.socket.write_all(request)?;
+        let budget = request_budget(self.reply_limit, count);
+        let mut reader = Budgeted {
+            socket: &mut self.socket,
+            left: budget,
+            budget,
+        };
+        let mut replies = Vec::with_capacity(count.min(4096));
+        for _ in 0..count {
+            let reply = self.parser.parse_value(&mut reader);
+            self.cut_off = reader.left == 0 && reply.is_err();
+            replies.push(reply?);
+        }
+        Ok(replies)
+    }
+
+    /// Whether a request went over its budget, and the link was closed for
+    /// it (see 1 in the module docs): the server answered more than it was
+    /// asked.
+    pub(super) fn was_cut_off(&self) -> bool {
+        self.cut_off
+    }
+}
+
+/// The most a request of `count` replies of at most `reply_limit` bytes
+/// each reads (see 1 in the module docs).
+fn request_budget(reply_limit: u64, count: usize) -> u64 {
+    let all = reply_limit.saturating_mul(count as u64);
+    all.min(MAX_REQUEST_REPLY_BYTES.max(reply_limit))
+}
+
+/// A TCP connection to `host`:`port`, trying each address it resolves to
+/// for at most `timeout` (see 2 in the module docs).
+fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the host resolves to no address");
+    for address in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&address, timeout) {
+            Ok(stream) => {
+                // Requests are written whole; replies are awaited.
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+impl redis::ConnectionLike for Link {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        let mut replies = self.request(cmd, 1)?;
+        Ok(replies.pop().unwrap_or(Value::Nil))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let mut replies = self.request(cmd, offset.saturating_add(count))?;
+        Ok(replies.split_off(offset.min(replies.len())))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").exec(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_REQUEST_REPLY_BYTES, REPLY_FRAMING_BYTES, request_budget};
+
+    #[test]
+    fn a_request_reads_its_replies_limits_up_to_a_cap() {
+        let limit = 1000 + REPLY_FRAMING_BYTES;
+        assert_eq!(request_budget(limit, 1), limit);
+        assert_eq!(request_budget(limit, 256), 256 * limit);
+        // Many large replies: the cap.
+        assert_eq!(
+            request_budget((16 << 20) + REPLY_FRAMING_BYTES, 256),
+            MAX_REQUEST_REPLY_BYTES
+        );
+        // One reply larger than the cap: its own limit.
+        let huge = (512 << 20) + REPLY_FRAMING_BYTES;
+        assert_eq!(request_budget(huge, 1), huge);
+        assert_eq!(request_budget(huge, 3), huge);
+        // No overflow.
+        assert_eq!(request_budget(u64::MAX, usize::MAX), u64::MAX);
+    }
+}
