@@ -847,9 +847,9 @@ impl SimilarCollector {
     /// Plans every group into `summary`, without the functions of the
     /// classes in `refined_away` (duplicates in batch mode) and those that
     /// name a duplicate (a batch flush rewrites them, and leaves them out:
-    /// 3 in `module/roots.rs`; a name counts whether or not an
-    /// instruction uses it, as `DedupModule::rewrites_references` counts
-    /// it); with `isa`, merges and compiles every group within the
+    /// 3 in `module/roots.rs`; a name counts if a declaration refers to
+    /// it, whether or not an instruction uses that, as
+    /// `DedupModule::rewrites_references` counts it); with `isa`, merges and compiles every group within the
     /// parameter limit to measure it.
     fn finish(
         &mut self,
@@ -867,10 +867,7 @@ impl SimilarCollector {
         }
         let duplicates = self.duplicate_names(refined_away);
         let names_a_duplicate = |func: &Function| {
-            func.params
-                .user_named_funcs()
-                .iter()
-                .any(|(_, name)| duplicates.contains(name))
+            crate::fingerprint::declared_user_names(func).any(|(_, name)| duplicates.contains(name))
         };
         for group in core::mem::take(&mut self.groups) {
             let group: Vec<Member> = group

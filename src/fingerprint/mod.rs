@@ -145,7 +145,7 @@ mod declarations;
 mod keys;
 mod walk;
 
-use cranelift_codegen::ir::{ExternalName, Function, UserExternalName};
+use cranelift_codegen::ir::{self, ExternalName, Function, UserExternalName, UserExternalNameRef};
 
 pub(crate) use keys::write_fast_hash;
 pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Shape, Template};
@@ -161,6 +161,29 @@ pub const CRANELIFT_VERSION: &str = cranelift_module::VERSION;
 /// Version of the key format; mixed into the stable hash so that persisted
 /// hashes from an older format never match new keys.
 pub const KEY_FORMAT_VERSION: u32 = 8;
+
+/// The entries of `func`'s user name table that a declaration refers to
+/// (a function reference, or a symbol global value), in declaration order,
+/// possibly more than once. An entry no declaration refers to names
+/// nothing the function does: an embedder that renames a callee by
+/// appending an entry leaves the old one behind.
+pub(crate) fn declared_user_names(
+    func: &Function,
+) -> impl Iterator<Item = (UserExternalNameRef, &UserExternalName)> {
+    let named = func.params.user_named_funcs();
+    let functions = func.dfg.ext_funcs.values().map(|data| &data.name);
+    let symbols = func.global_values.values().filter_map(|gv| match gv {
+        ir::GlobalValueData::Symbol { name, .. } => Some(name),
+        ir::GlobalValueData::VMContext
+        | ir::GlobalValueData::Load { .. }
+        | ir::GlobalValueData::IAddImm { .. }
+        | ir::GlobalValueData::DynScaleTargetConst { .. } => None,
+    });
+    functions.chain(symbols).filter_map(move |name| match name {
+        ExternalName::User(r) => named.get(*r).map(|user| (*r, user)),
+        ExternalName::TestCase(_) | ExternalName::LibCall(_) | ExternalName::KnownSymbol(_) => None,
+    })
+}
 
 /// A user or test-case external name, as it fills a name slot of a
 /// [template](Template).

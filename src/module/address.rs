@@ -23,6 +23,7 @@
 
 use super::DedupModule;
 use super::ids::State;
+use crate::fingerprint::declared_user_names;
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
 use cranelift_module::{FuncId, Module, ModuleRelocTarget};
 use hashbrown::HashSet;
@@ -152,7 +153,7 @@ impl<M: Module> DedupModule<M> {
     /// reference of `func` now.
     pub(super) fn rewrites_references(&self, func: &Function) -> bool {
         // A name used as data is rewritten only if a call of it would be.
-        func.params.user_named_funcs().iter().any(|(_, name)| {
+        declared_user_names(func).any(|(_, name)| {
             let id = FuncId::from_u32(name.index);
             name.namespace == 0 && self.reference_target(id, false) != id
         })
@@ -161,22 +162,24 @@ impl<M: Module> DedupModule<M> {
     /// Rewrites `func`'s references to known duplicates into references to
     /// their canonical functions: calls always, names used as data only
     /// where the duplicate shares its canonical function's address.
-    /// Returns whether it rewrote any.
+    /// Returns whether it rewrote any. A reference is an entry of the
+    /// function's name table that a declaration refers to; an entry none
+    /// does is left as it is (it names nothing the function does).
     pub(super) fn canonicalize_references(&self, func: &mut Function) -> bool {
         let target_of = |id: FuncId, as_data: bool| self.reference_target(id, as_data);
         if !self.rewrites_references(func) {
             return false;
         }
-        let named = func.params.user_named_funcs();
         let used_as_data = names_used_as_data(func);
-        let rewrites: Vec<(UserExternalNameRef, FuncId)> = named
-            .iter()
+        let mut rewrites: Vec<(UserExternalNameRef, FuncId)> = declared_user_names(func)
             .filter(|(_, name)| name.namespace == 0)
             .filter_map(|(r, name)| {
                 let id = target_of(FuncId::from_u32(name.index), used_as_data.contains(&r));
                 (id.as_u32() != name.index).then_some((r, id))
             })
             .collect();
+        rewrites.sort_unstable();
+        rewrites.dedup();
         let rewrote = !rewrites.is_empty();
         for (r, canonical) in rewrites {
             log::trace!(

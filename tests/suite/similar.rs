@@ -697,11 +697,16 @@ fn jit_builder() -> JITBuilder {
 /// `DedupModule`'s statistics (checked to add up).
 fn merged_module_agrees(texts: &[String], entries: &[usize], options: DedupOptions) -> Stats {
     let funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    merged_functions_agree(&funcs, entries, options)
+}
+
+/// [`merged_module_agrees`] of functions.
+fn merged_functions_agree(funcs: &[Function], entries: &[usize], options: DedupOptions) -> Stats {
     let mut plain = jit();
-    let (_, plain_entries) = define_all(&mut plain, &funcs, entries);
+    let (_, plain_entries) = define_all(&mut plain, funcs, entries);
     plain.finalize_definitions().unwrap();
     let mut dedup = DedupModule::<JITModule>::with_options(jit_builder(), options);
-    let (ids, dedup_entries) = define_all(&mut dedup, &funcs, entries);
+    let (ids, dedup_entries) = define_all(&mut dedup, funcs, entries);
     dedup.finalize_definitions().unwrap();
     for (k, &i) in entries.iter().enumerate() {
         let want = results_at(plain.get_finalized_function(plain_entries[k]));
@@ -771,6 +776,32 @@ fn batch_mode_merges_functions_differing_in_integer_constants() {
             "{conv}: {s:?}"
         );
     }
+}
+
+/// A member whose name table has an entry no declaration refers to,
+/// naming a duplicate (as an embedder leaves behind that renames a callee
+/// by appending an entry): the entry names nothing the member does, so the
+/// flush does not count the member as rewritten, and it is merged (3 in
+/// `module/roots.rs` leaves out only the functions a flush rewrote).
+#[test]
+fn a_name_no_declaration_refers_to_does_not_keep_a_member_out() {
+    // Another shape than the members'.
+    let twin = padded(&arithmetic("system_v", 1, 2, 3, 4), 30);
+    let texts = [
+        twin.clone(),
+        twin,
+        padded(&arithmetic("system_v", 3, 5, -7, 1000), 24),
+        padded(&arithmetic("system_v", -3, 5, 100, -1), 24),
+    ];
+    let mut funcs: Vec<Function> = texts.iter().map(|t| parse(t)).collect();
+    // f1 is f0's duplicate; f2's table also names f1, unreferenced.
+    funcs[2]
+        .params
+        .ensure_user_func_name(UserExternalName::new(0, 1));
+    let s = merged_functions_agree(&funcs, &all(4), similar_batch());
+    // f1, and e1 (which calls f1, rewritten to f0), are duplicates.
+    assert_eq!(s.trampolined + s.aliased, 2, "{s:?}");
+    assert_eq!((s.similar_groups, s.similar_merged), (1, 2), "{s:?}");
 }
 
 #[test]
