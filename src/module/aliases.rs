@@ -45,6 +45,7 @@
 
 use super::define::panic_as_error;
 use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::entity::packed_option::ReservedValue;
 use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{CodegenResult, Context};
@@ -86,10 +87,15 @@ pub(super) fn check(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
 fn chains_end(dfg: &ir::DataFlowGraph) {
     // Most functions have no alias, or only aliases of values that are no
     // alias: nothing to follow further, nothing to keep.
-    let short = dfg.values().all(|value| {
+    // Every value by index, each read once where it is no alias (what
+    // `values()` reads twice).
+    let short = (0..dfg.num_values()).map(ir::Value::new).all(|value| {
         dfg.value_alias_dest_for_serialization(value)
             .is_none_or(|next| {
-                dfg.value_is_valid(next) && dfg.value_alias_dest_for_serialization(next).is_none()
+                // A placeholder, which `values()` leaves out, is no link.
+                (next == ir::Value::reserved_value() && dfg.value_type(value) == ir::types::INVALID)
+                    || (dfg.value_is_valid(next)
+                        && dfg.value_alias_dest_for_serialization(next).is_none())
             })
     });
     if short {
@@ -133,7 +139,22 @@ fn chains_end(dfg: &ir::DataFlowGraph) {
 /// passes themselves (step 2 of the module docs).
 fn named_values_exist(func: &Function) {
     let dfg = &func.dfg;
+    let exists = |value: &ir::Value| dfg.value_is_valid(*value);
     for inst in (0..dfg.num_insts()).map(ir::Inst::new) {
+        // What `inst_values` yields, read without its iterator chain: the
+        // arguments, then the arguments of each branch destination.
+        let data = &dfg.insts[inst];
+        let all_exist = data.arguments(&dfg.value_lists).iter().all(exists)
+            && data
+                .branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+                .iter()
+                .all(|call| {
+                    call.args(&dfg.value_lists)
+                        .all(|arg| arg.as_value().as_ref().is_none_or(exists))
+                });
+        if all_exist {
+            continue;
+        }
         for value in dfg.inst_values(inst) {
             // A value out of the table: indexed as the pass does, which
             // panics.
