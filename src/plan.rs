@@ -50,7 +50,15 @@
 //!    merging) is planned right before compiling, after loading, whenever
 //!    compiling is; never for a function a duplicate step stands for
 //!    alone.
+//! 9. How a definition starts is decided before anything of it is walked
+//!    ([`admission`]): a function the linker may replace (preemptible, or
+//!    exported where exports are interposable) is [`Admission::Alone`]
+//!    in either mode, compiled at once outside the cache (never walked,
+//!    planned, recorded for a flush or stored: never a duplicate, nor what
+//!    a duplicate runs); any other is planned now in eager mode and
+//!    recorded for the next flush in batch mode.
 
+use crate::Mode;
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{
     BorrowedFingerprint, ErasedConvention, Fingerprint, Fingerprinter, SymbolName, Template,
@@ -219,6 +227,30 @@ pub struct Policy {
     /// being defined): a function about to be compiled may be defined as
     /// a thunk of a merged body instead.
     pub similar: bool,
+}
+
+/// How a definition starts (9 in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Compiled at once, outside the cache: the linker may replace the
+    /// function, so a call of it must stay a call of it, and no other
+    /// function may run its code.
+    Alone,
+    /// Walked and planned at once ([`CompiledCache::plan`]): eager mode.
+    Now,
+    /// Recorded for the next flush, which plans it with the others: batch
+    /// mode.
+    Flush,
+}
+
+/// How a definition in `mode` starts, for a function the linker may
+/// replace (`replaceable`) or not (9 in the module docs).
+pub fn admission(mode: Mode, replaceable: bool) -> Admission {
+    match (replaceable, mode) {
+        (true, Mode::Eager | Mode::Batch) => Admission::Alone,
+        (false, Mode::Eager) => Admission::Now,
+        (false, Mode::Batch) => Admission::Flush,
+    }
 }
 
 /// A way to define a function, as [`Plan::steps`] lists them.
@@ -548,6 +580,16 @@ impl<T> CompiledCache<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 9: a function the linker may replace is compiled alone in either
+    /// mode; any other is planned now or at the flush, as the mode says.
+    #[test]
+    fn a_replaceable_function_is_admitted_alone_in_either_mode() {
+        assert_eq!(admission(Mode::Eager, true), Admission::Alone);
+        assert_eq!(admission(Mode::Batch, true), Admission::Alone);
+        assert_eq!(admission(Mode::Eager, false), Admission::Now);
+        assert_eq!(admission(Mode::Batch, false), Admission::Flush);
+    }
 
     /// `(i64) -> i64` in `conv`: `steps` additions of `k`, then a call of
     /// `callee` (none if `callee` is `None`).

@@ -14,7 +14,8 @@
 
 use super::ids::State;
 use super::retired::Named;
-use super::{DedupError, DedupModule, Mode};
+use super::{DedupError, DedupModule};
+use crate::plan::{self, Admission};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::{Context, ir, isa};
 use cranelift_module::{
@@ -218,14 +219,13 @@ impl<M: Module> Module for DedupModule<M> {
         // a shared library: a call to it must stay a call to it, and no
         // other function may run its code. So it is compiled now, in
         // either mode, outside the cache: never a duplicate, never what a
-        // duplicate runs (see 14 in the module docs).
-        if self.replaceable(self.inner.declarations().get_function_decl(id).linkage) {
-            return self.compile_alone(id, ctx, ctrl_plane).inspect_err(|_| {
+        // duplicate runs (see 14 in the module docs, and 9 in `plan.rs`).
+        let replaceable = self.replaceable(self.inner.declarations().get_function_decl(id).linkage);
+        match plan::admission(self.options.mode, replaceable) {
+            Admission::Alone => self.compile_alone(id, ctx, ctrl_plane).inspect_err(|_| {
                 self.stats.defined -= 1;
-            });
-        }
-        match self.options.mode {
-            Mode::Eager => {
+            }),
+            Admission::Now => {
                 // Another module sharing the store is compiling its
                 // template: defined by the next flush instead of waited
                 // for (see 8 in `stored.rs`).
@@ -243,7 +243,7 @@ impl<M: Module> Module for DedupModule<M> {
                     self.stats.defined -= 1;
                 })
             }
-            Mode::Batch => {
+            Admission::Flush => {
                 self.record_pending(id, ctx, ctrl_plane);
                 Ok(())
             }
