@@ -1397,22 +1397,21 @@ pub(crate) mod redis_store {
         );
     }
 
+    /// Asserts that `error` is the Redis store's failure of `operation`.
+    fn assert_failed_in(error: &StoreError, operation: &str) {
+        assert!(
+            matches!(error, StoreError::Redis { operation: op, .. } if *op == operation),
+            "{error}"
+        );
+    }
+
     #[test]
     fn a_server_that_is_down_is_an_error_at_once() {
         let port = free_port();
         let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
         let start = Instant::now();
         let error = store.get(&key(1)).unwrap_err();
-        assert!(
-            matches!(
-                error,
-                StoreError::Redis {
-                    operation: "connect",
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_failed_in(&error, "connect");
         // Within the retry interval, no new connect is tried.
         assert!(matches!(
             store.put(&key(1), b"x").unwrap_err(),
@@ -1597,16 +1596,7 @@ pub(crate) mod redis_store {
         let store = RedisStore::new(&url).unwrap().with_max_value_bytes(1024);
         let start = Instant::now();
         let error = store.get(&key(1)).unwrap_err();
-        assert!(
-            matches!(
-                error,
-                StoreError::Redis {
-                    operation: "GETRANGE",
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_failed_in(&error, "GETRANGE");
         // The store backs off: the next operation answers at once.
         assert!(matches!(
             store.get(&key(1)).unwrap_err(),
