@@ -1,7 +1,7 @@
 //! Canonical fingerprints of CLIF functions.
 //!
 //! A [`Fingerprint`] is the result of one linear walk over an
-//! [`ir::Function`](cranelift_codegen::ir::Function) in CFG order. It holds a
+//! [`ir::Function`] in CFG order. It holds a
 //! canonical **key**: a sequence of 32-bit words that records every fact about
 //! the function that can change what its compiled code does.
 //! [`Fingerprinter::walk`] returns it as one [`Walk`], with what else the

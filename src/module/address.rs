@@ -149,48 +149,59 @@ impl<M: Module> DedupModule<M> {
         self.retired.retire(class, canonical);
     }
 
-    /// Whether [`DedupModule::canonicalize_references`] would rewrite a
-    /// reference of `func` now.
-    pub(super) fn rewrites_references(&self, func: &Function) -> bool {
-        // A name used as data is rewritten only if a call of it would be.
-        declared_user_names(func).any(|(_, name)| {
+    /// The rewrites [`DedupModule::canonicalize_references`] would make
+    /// of `func` now: each reference to rewrite, with the function it is
+    /// to name, each once. A reference is an entry of the function's name
+    /// table that a declaration refers to; an entry none does is left as
+    /// it is (it names nothing the function does).
+    pub(super) fn reference_rewrites(&self, func: &Function) -> Vec<(UserExternalNameRef, FuncId)> {
+        // A name used as data is rewritten only if a call of it would be:
+        // the calls first, and the names used as data, which take a look
+        // at every instruction, only if a call is rewritten.
+        let local = || declared_user_names(func).filter(|(_, name)| name.namespace == 0);
+        let calls_rewritten = local().any(|(_, name)| {
             let id = FuncId::from_u32(name.index);
-            name.namespace == 0 && self.reference_target(id, false) != id
-        })
-    }
-
-    /// Rewrites `func`'s references to known duplicates into references to
-    /// their canonical functions: calls always, names used as data only
-    /// where the duplicate shares its canonical function's address.
-    /// Returns whether it rewrote any. A reference is an entry of the
-    /// function's name table that a declaration refers to; an entry none
-    /// does is left as it is (it names nothing the function does).
-    pub(super) fn canonicalize_references(&self, func: &mut Function) -> bool {
-        let target_of = |id: FuncId, as_data: bool| self.reference_target(id, as_data);
-        if !self.rewrites_references(func) {
-            return false;
+            self.reference_target(id, false) != id
+        });
+        if !calls_rewritten {
+            return Vec::new();
         }
         let used_as_data = names_used_as_data(func);
-        let mut rewrites: Vec<(UserExternalNameRef, FuncId)> = declared_user_names(func)
-            .filter(|(_, name)| name.namespace == 0)
+        let mut rewrites: Vec<(UserExternalNameRef, FuncId)> = local()
             .filter_map(|(r, name)| {
-                let id = target_of(FuncId::from_u32(name.index), used_as_data.contains(&r));
+                let id =
+                    self.reference_target(FuncId::from_u32(name.index), used_as_data.contains(&r));
                 (id.as_u32() != name.index).then_some((r, id))
             })
             .collect();
         rewrites.sort_unstable();
         rewrites.dedup();
-        let rewrote = !rewrites.is_empty();
-        for (r, canonical) in rewrites {
-            log::trace!(
-                "{}: references to {} rewritten to {canonical}",
-                func.name,
-                FuncId::from_u32(func.params.user_named_funcs()[r].index)
-            );
-            func.params
-                .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
-        }
-        rewrote
+        rewrites
+    }
+
+    /// Rewrites `func`'s references to known duplicates into references to
+    /// their canonical functions: calls always, names used as data only
+    /// where the duplicate shares its canonical function's address (see
+    /// [`DedupModule::reference_rewrites`]). Returns whether it rewrote
+    /// any.
+    pub(super) fn canonicalize_references(&self, func: &mut Function) -> bool {
+        let rewrites = self.reference_rewrites(func);
+        rewrite_references(func, &rewrites);
+        !rewrites.is_empty()
+    }
+}
+
+/// Makes each of `rewrites` (see [`DedupModule::reference_rewrites`]) in
+/// `func`.
+pub(super) fn rewrite_references(func: &mut Function, rewrites: &[(UserExternalNameRef, FuncId)]) {
+    for &(r, canonical) in rewrites {
+        log::trace!(
+            "{}: references to {} rewritten to {canonical}",
+            func.name,
+            FuncId::from_u32(func.params.user_named_funcs()[r].index)
+        );
+        func.params
+            .reset_user_func_name(r, ir::UserExternalName::new(0, canonical.as_u32()));
     }
 }
 

@@ -48,7 +48,7 @@
 //! defined, and, after the duplicates, whose duplicates are too.
 
 use super::DedupModule;
-use super::address::functions_used_as_data;
+use super::address::{functions_used_as_data, rewrite_references};
 use super::batch::Failures;
 use super::flush::{Record, Role};
 use super::ids::State;
@@ -183,9 +183,12 @@ impl<M: Module> DedupModule<M> {
         if record.role() == Role::AsWritten {
             return false;
         }
-        if record.original().is_none() && self.rewrites_references(&record.func) {
-            record.keep_original();
+        let rewrites = self.reference_rewrites(&record.func);
+        if rewrites.is_empty() {
+            return false;
         }
-        self.canonicalize_references(&mut record.func)
+        record.keep_original();
+        rewrite_references(&mut record.func, &rewrites);
+        true
     }
 }
