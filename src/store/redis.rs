@@ -60,11 +60,11 @@
 //!    else than a string is an error of `get`, a miss in `get_many`.
 //!    And whatever the server answers, the store reads no more than it
 //!    asked for: its connections are its own (`redis_link.rs`), which
-//!    read a command's reply through a budget of its largest value and
-//!    the framing per reply (at most 64 MiB for a pipeline, or one
-//!    value's limit where larger), so that a server answering a lookup
-//!    with 300 MB is cut off after the budget: the command is an error,
-//!    the connection is dropped, and the store backs off for the retry
+//!    read at most the largest value and its framing from the socket per
+//!    reply (a pipeline of `n` values reads at most what `n` values of
+//!    the largest size take), so that a server answering a lookup with
+//!    300 MB is cut off after the budget: the command is an error, the
+//!    connection is dropped, and the store backs off for the retry
 //!    interval as after a timeout. (A server that trickles its answer a
 //!    byte at a time within each I/O timeout is not guarded against: the
 //!    timeouts bound each read, not a whole command.)

@@ -10,12 +10,15 @@
 //!
 //! # What this module guarantees
 //!
-//! 1. **Bounded replies.** A request that expects `n` replies reads at most
-//!    `n` times the link's reply limit from the socket, and never more than
-//!    [`MAX_REQUEST_REPLY_BYTES`] (or one reply's limit, if larger); past
-//!    that, reading stops, the request fails with an I/O error, the link
-//!    is closed and says it was cut off ([`Link::was_cut_off`]). What a request holds in memory is proportional to
-//!    what it read.
+//! 1. **Bounded replies.** A request's replies are read through a byte
+//!    budget: for each reply, at most the link's reply limit (the largest
+//!    value and its framing) is read from the socket (what the parser
+//!    reads ahead of a reply counts toward the one before), so a request
+//!    of `n` replies reads at most `n` limits, as `n` values of the
+//!    largest size would take, and no reply holds more than two. Past its
+//!    budget, reading stops, the request fails with an I/O error, and the
+//!    link is closed and says it was cut off ([`Link::was_cut_off`]). What
+//!    a request holds in memory is proportional to what it read.
 //! 2. **Bounded waits.** Connecting to each address a host name resolves
 //!    to waits at most the connect timeout; each read and write of the
 //!    socket waits at most the I/O timeout.
@@ -33,11 +36,6 @@ use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult, 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
-
-/// The most a request of many replies (a pipeline) reads, whatever its
-/// number of replies, unless one reply's limit is larger (see 1 in the
-/// module docs): 64 MiB.
-pub(super) const MAX_REQUEST_REPLY_BYTES: u64 = 64 << 20;
 
 /// Bytes a reply of a value of the largest length takes beyond the value
 /// (its type, length and line ends: `$` and up to 20 digits, then two
@@ -101,25 +99,48 @@ impl Write for Socket {
 
 /// A reader that reads at most `left` more bytes, then fails (see 1 in
 /// the module docs).
-struct Budgeted<'a> {
-    socket: &'a mut Socket,
+struct Budgeted<R> {
+    inner: R,
     left: u64,
-    budget: u64,
 }
 
-impl Read for Budgeted<'_> {
+impl<R: Read> Read for Budgeted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.left == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("a reply longer than the {} bytes asked for", self.budget),
+                "a reply longer than the store asked for",
             ));
         }
         let most = usize::try_from(self.left).map_or(buf.len(), |left| left.min(buf.len()));
-        let read = self.socket.read(&mut buf[..most])?;
+        let read = self.inner.read(&mut buf[..most])?;
         self.left -= read as u64;
         Ok(read)
     }
+}
+
+/// Reads `count` replies from `reader` with `parser`, reading at most
+/// `reply_limit` bytes for each (see 1 in the module docs); also whether
+/// reading stopped at the budget.
+fn read_replies(
+    parser: &mut redis::Parser,
+    reader: impl Read,
+    reply_limit: u64,
+    count: usize,
+) -> (RedisResult<Vec<Value>>, bool) {
+    let mut reader = Budgeted {
+        inner: reader,
+        left: 0,
+    };
+    let mut replies = Vec::with_capacity(count.min(4096));
+    for _ in 0..count {
+        reader.left = reply_limit;
+        match parser.parse_value(&mut reader) {
+            Ok(reply) => replies.push(reply),
+            Err(e) => return (Err(e), reader.left == 0),
+        }
+    }
+    (Ok(replies), false)
 }
 
 /// A connection to a Redis server whose replies are bounded: see the
@@ -202,19 +223,10 @@ impl Link {
 
     fn send_and_read(&mut self, request: &[u8], count: usize) -> RedisResult<Vec<Value>> {
         self.socket.write_all(request)?;
-        let budget = request_budget(self.reply_limit, count);
-        let mut reader = Budgeted {
-            socket: &mut self.socket,
-            left: budget,
-            budget,
-        };
-        let mut replies = Vec::with_capacity(count.min(4096));
-        for _ in 0..count {
-            let reply = self.parser.parse_value(&mut reader);
-            self.cut_off = reader.left == 0 && reply.is_err();
-            replies.push(reply?);
-        }
-        Ok(replies)
+        let (replies, cut_off) =
+            read_replies(&mut self.parser, &mut self.socket, self.reply_limit, count);
+        self.cut_off = cut_off;
+        replies
     }
 
     /// Whether a request went over its budget, and the link was closed for
@@ -223,13 +235,6 @@ impl Link {
     pub(super) fn was_cut_off(&self) -> bool {
         self.cut_off
     }
-}
-
-/// The most a request of `count` replies of at most `reply_limit` bytes
-/// each reads (see 1 in the module docs).
-fn request_budget(reply_limit: u64, count: usize) -> u64 {
-    let all = reply_limit.saturating_mul(count as u64);
-    all.min(MAX_REQUEST_REPLY_BYTES.max(reply_limit))
 }
 
 /// A TCP connection to `host`:`port`, trying each address it resolves to
@@ -280,23 +285,47 @@ impl redis::ConnectionLike for Link {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_REQUEST_REPLY_BYTES, REPLY_FRAMING_BYTES, request_budget};
+    use super::read_replies;
+    use redis::Value;
+
+    /// Replies of `lens` bytes of value each, as a server sends them.
+    fn replies(lens: &[usize]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &len in lens {
+            out.extend_from_slice(format!("${len}\r\n").as_bytes());
+            out.extend(std::iter::repeat_n(b'x', len));
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    /// Reads `count` replies from `bytes` with a limit of `limit` bytes a
+    /// reply: the values' lengths, or whether it was cut off.
+    fn read(bytes: &[u8], limit: u64, count: usize) -> Result<Vec<usize>, bool> {
+        let mut parser = redis::Parser::new();
+        match read_replies(&mut parser, bytes, limit, count) {
+            (Ok(values), _) => Ok(values
+                .into_iter()
+                .map(|v| match v {
+                    Value::BulkString(b) => b.len(),
+                    other => panic!("{other:?}"),
+                })
+                .collect()),
+            (Err(_), cut_off) => Err(cut_off),
+        }
+    }
 
     #[test]
-    fn a_request_reads_its_replies_limits_up_to_a_cap() {
-        let limit = 1000 + REPLY_FRAMING_BYTES;
-        assert_eq!(request_budget(limit, 1), limit);
-        assert_eq!(request_budget(limit, 256), 256 * limit);
-        // Many large replies: the cap.
-        assert_eq!(
-            request_budget((16 << 20) + REPLY_FRAMING_BYTES, 256),
-            MAX_REQUEST_REPLY_BYTES
-        );
-        // One reply larger than the cap: its own limit.
-        let huge = (512 << 20) + REPLY_FRAMING_BYTES;
-        assert_eq!(request_budget(huge, 1), huge);
-        assert_eq!(request_budget(huge, 3), huge);
-        // No overflow.
-        assert_eq!(request_budget(u64::MAX, usize::MAX), u64::MAX);
+    fn each_reply_reads_at_most_one_limit() {
+        // `$100\r\n`, the value, `\r\n`: 108 bytes.
+        assert_eq!(read(&replies(&[100]), 108, 1), Ok(vec![100]));
+        assert_eq!(read(&replies(&[100]), 107, 1), Err(true));
+        assert_eq!(read(&replies(&[100, 100]), 108, 2), Ok(vec![100, 100]));
+        // What the parser read ahead of a short reply is the next one's:
+        // a reply holds at most two limits.
+        assert_eq!(read(&replies(&[10, 150]), 108, 2), Ok(vec![10, 150]));
+        assert_eq!(read(&replies(&[10, 250]), 108, 2), Err(true));
+        // A reply that ends early is an error, not a cut.
+        assert_eq!(read(&replies(&[100])[..50], 1000, 1), Err(false));
     }
 }
