@@ -55,8 +55,10 @@
 //!    exported where exports are interposable) is [`Admission::Alone`]
 //!    in either mode, compiled at once outside the cache (never walked,
 //!    planned, recorded for a flush or stored: never a duplicate, nor what
-//!    a duplicate runs); any other is planned now in eager mode and
-//!    recorded for the next flush in batch mode.
+//!    a duplicate runs); any other is planned now in eager mode (unless
+//!    another module sharing the store is compiling its template: then it
+//!    is left to the next flush, see 8 in `module/stored.rs`) and recorded
+//!    for the next flush in batch mode.
 
 use crate::Mode;
 use crate::cache::{ClassId, DedupCache, Lookup};
@@ -236,7 +238,9 @@ pub enum Admission {
     /// function, so a call of it must stay a call of it, and no other
     /// function may run its code.
     Alone,
-    /// Walked and planned at once ([`CompiledCache::plan`]): eager mode.
+    /// Walked and planned at once ([`CompiledCache::plan`]): eager mode
+    /// (or left to the next flush, if another module sharing the store is
+    /// compiling its template).
     Now,
     /// Recorded for the next flush, which plans it with the others: batch
     /// mode.
