@@ -1657,6 +1657,36 @@ pub(crate) mod redis_store {
         assert!(store_at(&at("", 3)).get(&key(1)).is_err());
     }
 
+    /// A store on a Unix socket (`redis+unix://`, `redis_link.rs` 4), and
+    /// its database: what it puts, a plain client on the same socket and
+    /// database reads.
+    #[test]
+    fn a_store_on_a_unix_socket_reaches_its_server() {
+        let dir = TempDir::new("redis-unix-socket");
+        std::fs::create_dir_all(dir.path()).unwrap();
+        let socket = dir.path().join("redis.sock");
+        let socket_arg = socket.to_str().unwrap().to_string();
+        let Some(_server) = Server::start("unix", &["--unixsocket", &socket_arg]) else {
+            return;
+        };
+        let url = format!("redis+unix://{}?db=2", socket.display());
+        let store = store_at(&url);
+        store.put(&key(1), b"over a socket").unwrap();
+        assert_eq!(
+            store.get(&key(1)).unwrap().as_deref(),
+            Some(&b"over a socket"[..])
+        );
+        let mut plain = redis::Client::open(url)
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(format!("jitfold:code:{}", key(1).hex()))
+            .query(&mut plain)
+            .unwrap();
+        assert_eq!(value.as_deref(), Some(&b"over a socket"[..]));
+    }
+
     /// A server that stops answering mid-use (stopped with `SIGSTOP`, as a
     /// server stalled by a long command, a fork or swapping): an operation
     /// on the open connection times out, and once the server resumes the
