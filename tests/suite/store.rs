@@ -1676,10 +1676,7 @@ pub(crate) mod redis_store {
             store.get(&key(1)).unwrap().as_deref(),
             Some(&b"over a socket"[..])
         );
-        let mut plain = redis::Client::open(url)
-            .unwrap()
-            .get_connection()
-            .unwrap();
+        let mut plain = redis::Client::open(url).unwrap().get_connection().unwrap();
         let value: Option<Vec<u8>> = redis::cmd("GET")
             .arg(format!("jitfold:code:{}", key(1).hex()))
             .query(&mut plain)
