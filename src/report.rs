@@ -849,8 +849,8 @@ impl SimilarCollector {
     /// name a duplicate (a batch flush rewrites them, and leaves them out:
     /// 3 in `module/roots.rs`; a name counts if a declaration refers to
     /// it, whether or not an instruction uses that, as
-    /// `DedupModule::reference_rewrites` counts it); with `isa`, merges and compiles every group within the
-    /// parameter limit to measure it.
+    /// `DedupModule::reference_rewrites` counts it); with `isa`, merges
+    /// and compiles every group within the parameter limit to measure it.
     fn finish(
         &mut self,
         summary: &mut SimilarSummary,

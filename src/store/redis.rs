@@ -88,7 +88,7 @@
 
 use super::redis_link::Link;
 use super::{Claim, CodeStore, GET_MANY_CHUNK, StoreError, StoreKey};
-use redis::Client;
+use redis::{ConnectionInfo, IntoConnectionInfo};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -166,7 +166,8 @@ fn is_slow(elapsed: Duration, keys: usize, after: Duration) -> bool {
 
 /// A code store in a Redis server: see the [module docs](self).
 pub struct RedisStore {
-    client: Client,
+    /// Where the server is, and the handshake it wants (the URL parsed).
+    server: ConnectionInfo,
     prefix: String,
     connect_timeout: Duration,
     io_timeout: Duration,
@@ -199,12 +200,14 @@ impl RedisStore {
     /// user and password if the server wants them). Does not connect: the
     /// first operation does. Fails only on a URL that does not parse.
     pub fn new(url: &str) -> Result<Self, StoreError> {
-        let client = Client::open(url).map_err(|source| StoreError::Redis {
-            operation: "parse URL",
-            source,
-        })?;
+        let server = url
+            .into_connection_info()
+            .map_err(|source| StoreError::Redis {
+                operation: "parse URL",
+                source,
+            })?;
         Ok(Self {
-            client,
+            server,
             prefix: DEFAULT_PREFIX.into(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             io_timeout: DEFAULT_IO_TIMEOUT,
@@ -348,7 +351,7 @@ impl RedisStore {
             }
         }
         let connected = Link::connect(
-            self.client.get_connection_info(),
+            &self.server,
             self.connect_timeout,
             self.io_timeout,
             self.max_value_bytes,
@@ -670,10 +673,7 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may hold a password: only the address.
         f.debug_struct("RedisStore")
-            .field(
-                "address",
-                &self.client.get_connection_info().addr().to_string(),
-            )
+            .field("address", &self.server.addr().to_string())
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
