@@ -292,11 +292,15 @@ impl<M: Module> DedupModule<M> {
     /// claimed (see 7 in `stored.rs`).
     fn define_rest(&mut self, flush: &mut [Record], failures: &mut Failures) {
         let mut deferred = Vec::new();
+        let mut claimed_to = 0;
         for i in 0..flush.len() {
-            // Templates are claimed a few functions ahead, in one round
+            // Templates are claimed some functions ahead, in one round
             // trip (see 7 in `stored.rs`).
-            if i % super::stored::CLAIM_AHEAD == 0 {
-                self.claim_ahead(flush, i);
+            if i == claimed_to {
+                claimed_to = flush
+                    .len()
+                    .min(i + super::stored::claim_span(flush.len() - i));
+                self.claim_ahead(flush, i..claimed_to);
             }
             let record = &mut flush[i];
             if self.ids.state(record.id) != State::Pending {

@@ -47,7 +47,8 @@
 //! 7. Modules defining one program on a store that reserves keys (a
 //!    [`SharedStore`](crate::store::SharedStore)) divide its compiles
 //!    instead of queueing: a batch flush claims each template it is about
-//!    to compile without waiting ([`CodeStore::try_get_or_reserve`]), and
+//!    to compile without waiting, some functions ahead in one call
+//!    ([`CodeStore::try_get_or_reserve_many`], see `claim_span`), and
 //!    defers a function whose template another module is compiling until
 //!    its other functions are defined (in the order they were recorded).
 //!    Only then, its claims given up, does it wait for that module's entry
@@ -167,9 +168,27 @@ impl Drop for Stored {
     }
 }
 
-/// How many functions ahead of its turn a flush claims templates, in one
-/// round trip (see 7 above).
-pub(super) const CLAIM_AHEAD: usize = 16;
+/// The fewest functions ahead of its turn a flush claims templates for,
+/// in one round trip (see 7 above)...
+const CLAIM_AHEAD_MIN: usize = 16;
+
+/// ... the most...
+const CLAIM_AHEAD_MAX: usize = 256;
+
+/// ... and, between the two, this share of the functions left (see
+/// [`claim_span`]).
+const CLAIM_SHARE: usize = 32;
+
+/// How many functions, from its turn on, a flush with `left` functions
+/// still to go through claims templates for in one round trip (see 7
+/// above): a share of what is left, within bounds. Large spans early cost
+/// few round trips (a Redis server's are the price of dividing the
+/// compiles); spans shrink toward the end of the flush, so that modules
+/// dividing one program finish their shares at about the same time, as in
+/// guided self-scheduling.
+pub(super) fn claim_span(left: usize) -> usize {
+    (left / CLAIM_SHARE).clamp(CLAIM_AHEAD_MIN, CLAIM_AHEAD_MAX)
+}
 
 /// A module sends its entries to the writer once this many are waiting
 /// (see 9 above)...
@@ -310,18 +329,17 @@ impl<M: Module> DedupModule<M> {
         }
     }
 
-    /// Claims, in one round trip, the templates of the next
-    /// [`CLAIM_AHEAD`] functions of `flush` from `from` on that this
-    /// flush would load or compile and has not claimed or found yet (see 7
-    /// above): a reservation is kept as claimed, an entry as fetched, a
-    /// template another module is compiling as busy. Only in a store that
-    /// reserves keys.
-    pub(super) fn claim_ahead(&mut self, flush: &mut [Record], from: usize) {
+    /// Claims, in one round trip, the templates of the functions of
+    /// `flush` in `span` that this flush would load or compile and has not
+    /// claimed or found yet (see 7 above): a reservation is kept as
+    /// claimed, an entry as fetched, a template another module is
+    /// compiling as busy. Only in a store that reserves keys.
+    pub(super) fn claim_ahead(&mut self, flush: &mut [Record], span: std::ops::Range<usize>) {
         if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
             return;
         }
         let mut keys = Vec::new();
-        for record in flush.iter_mut().skip(from).take(CLAIM_AHEAD) {
+        for record in &mut flush[span] {
             if self.ids.state(record.id) != State::Pending || record.code.is_some() {
                 continue;
             }
@@ -881,4 +899,33 @@ fn store_key(context: &CodeContext, walk: &WalkRef<'_>) -> StoreKey {
         context,
         &walk.fingerprint.key()[..walk.fingerprint.template_len()],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLAIM_AHEAD_MAX, CLAIM_AHEAD_MIN, claim_span};
+
+    #[test]
+    fn claim_spans_shrink_toward_the_end_of_a_flush_within_bounds() {
+        assert_eq!(claim_span(0), CLAIM_AHEAD_MIN);
+        assert_eq!(claim_span(1 << 20), CLAIM_AHEAD_MAX);
+        // Going through a flush as large as the sqlite corpus.
+        let functions = 7322;
+        let mut spans = Vec::new();
+        let mut at = 0;
+        while at < functions {
+            let span = claim_span(functions - at);
+            spans.push(span);
+            at += span;
+        }
+        assert!(spans.windows(2).all(|w| w[0] >= w[1]), "{spans:?}");
+        assert!(spans[0] > CLAIM_AHEAD_MIN);
+        assert_eq!(spans.last(), Some(&CLAIM_AHEAD_MIN));
+        // Far fewer round trips than a claim every smallest span.
+        assert!(
+            spans.len() * 3 < functions / CLAIM_AHEAD_MIN,
+            "{}",
+            spans.len()
+        );
+    }
 }

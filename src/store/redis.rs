@@ -17,11 +17,13 @@
 //!
 //! 1. **Bounded waits.** Connecting waits at most the connect timeout
 //!    ([`DEFAULT_CONNECT_TIMEOUT`], 50 ms: a server on the same network
-//!    answers a connect in well under a millisecond), and each command's
-//!    writes and reads wait at most the I/O timeout
+//!    answers a connect in well under a millisecond), and a command (its
+//!    writes and reads) takes at most the I/O timeout
 //!    ([`DEFAULT_IO_TIMEOUT`], 100 ms: a read or `SET` of an entry of a
 //!    few kilobytes takes a round trip, under a millisecond on a local
-//!    network). Both are set with [`RedisStore::with_timeouts`]. A
+//!    network) and a microsecond for each byte it moves, however the
+//!    server answers (a byte at a time, each in time, included: see
+//!    `redis_link.rs`). Both are set with [`RedisStore::with_timeouts`]. A
 //!    JIT that waits longer than that for a cache should compile instead.
 //! 2. **Failure is an error, never a hang or a panic.** A server that is
 //!    down, slow, restarted, full or answering garbage makes the operation
@@ -65,9 +67,7 @@
 //!    the largest size take), so that a server answering a lookup with
 //!    300 MB is cut off after the budget: the command is an error, the
 //!    connection is dropped, and the store backs off for the retry
-//!    interval as after a timeout. (A server that trickles its answer a
-//!    byte at a time within each I/O timeout is not guarded against: the
-//!    timeouts bound each read, not a whole command.)
+//!    interval as after a timeout.
 //! 6. **Leases: a fleet divides its compiles.** A key is reserved for the
 //!    process that will compile it by a lease in the server (`SET` of
 //!    `PREFIX` `lease:` and the key's hex, `NX PX`, with this store's own
@@ -140,21 +140,31 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// in [`CodeStore::get_or_reserve`].
 const MAX_POLL: Duration = Duration::from_millis(2);
 
-/// Looks a value up (`KEYS[1]`, at most `ARGV[1]` + 1 bytes, see 5 in the
-/// module docs); if there is none, takes the lease `KEYS[2]` for the token
-/// `ARGV[2]` for `ARGV[3]` milliseconds. Answers the value, 1 (leased to
+/// For each of its `n` keys (`KEYS[i]`, its lease `KEYS[n + i]`), looks
+/// its value up (at most `ARGV[1]` + 1 bytes, see 5 in the module docs);
+/// if there is none, takes its lease for the token `ARGV[2]` for `ARGV[3]`
+/// milliseconds. Answers, for each key in order, the value, 1 (leased to
 /// the caller, or held by its token already: a claim whose answer was
-/// lost) or 0 (another holds the lease).
+/// lost) or 0 (another holds the lease): one round trip, and one script
+/// run in the server, for a whole batch of keys.
 const CLAIM_SCRIPT: &str = "\
-local v = redis.call('GETRANGE', KEYS[1], 0, ARGV[1]) \
-if #v > 0 then return v end \
-if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 1 end \
-if redis.call('GET', KEYS[2]) == ARGV[2] then return 1 end \
-return 0";
+local n = #KEYS / 2 \
+local answers = {} \
+for i = 1, n do \
+  local v = redis.call('GETRANGE', KEYS[i], 0, ARGV[1]) \
+  if #v > 0 then answers[i] = v \
+  elseif redis.call('SET', KEYS[n + i], ARGV[2], 'NX', 'PX', ARGV[3]) then answers[i] = 1 \
+  elseif redis.call('GET', KEYS[n + i]) == ARGV[2] then answers[i] = 1 \
+  else answers[i] = 0 end \
+end \
+return answers";
 
-/// Deletes the lease `KEYS[1]` if the token `ARGV[1]` still holds it.
+/// Deletes each lease of `KEYS` that the token `ARGV[1]` still holds: one
+/// round trip, and one script run, for a batch of leases.
 const RELEASE_SCRIPT: &str = "\
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
+for _, lease in ipairs(KEYS) do \
+  if redis.call('GET', lease) == ARGV[1] then redis.call('DEL', lease) end \
+end \
 return 0";
 
 /// Whether a command naming `keys` keys that took `elapsed` is slow for a
@@ -296,14 +306,14 @@ impl RedisStore {
         format!("{}lease:{}", self.prefix, key.hex())
     }
 
-    /// The script that deletes this store's lease on `key`.
-    fn release_command(&self, key: &StoreKey) -> redis::Cmd {
+    /// The script that deletes this store's leases on `keys`.
+    fn release_command(&self, keys: &[StoreKey]) -> redis::Cmd {
         let mut command = redis::cmd("EVAL");
-        command
-            .arg(RELEASE_SCRIPT)
-            .arg(1)
-            .arg(self.lease_key(key))
-            .arg(&self.token);
+        command.arg(RELEASE_SCRIPT).arg(keys.len());
+        for key in keys {
+            command.arg(self.lease_key(key));
+        }
+        command.arg(&self.token);
         command
     }
 
@@ -487,7 +497,9 @@ impl CodeStore for RedisStore {
             // The value, then the end of the lease, in one round trip.
             let mut pipeline = redis::pipe();
             pipeline.add_command(command).ignore();
-            pipeline.add_command(self.release_command(key)).ignore();
+            pipeline
+                .add_command(self.release_command(std::slice::from_ref(key)))
+                .ignore();
             pipeline.query::<()>(connection)
         });
         // Not written: the lease is still this store's, to release.
@@ -513,9 +525,12 @@ impl CodeStore for RedisStore {
                 }
                 pipeline.add_command(self.set_command(key, value)).ignore();
                 if self.lock().leased.remove(key) {
-                    pipeline.add_command(self.release_command(key)).ignore();
                     leased.push(*key);
                 }
+            }
+            // The values, then the end of their leases, in one round trip.
+            if !leased.is_empty() {
+                pipeline.add_command(self.release_command(&leased)).ignore();
             }
             let written = self.with_connection("SET", chunk.len(), |connection| {
                 pipeline.query::<()>(connection)
@@ -530,16 +545,10 @@ impl CodeStore for RedisStore {
     }
 
     fn try_get_or_reserve(&self, key: &StoreKey) -> Result<Claim, StoreError> {
-        let Some(lease) = self.lease else {
-            return Ok(match self.get(key)? {
-                Some(value) => Claim::Found(value),
-                None => Claim::Reserved,
-            });
-        };
-        let answer: redis::Value = self.with_connection("EVAL", 1, |connection| {
-            self.claim_command(key, lease).query(connection)
-        })?;
-        self.claim_of(key, answer)
+        let mut claims = self.try_get_or_reserve_many(std::slice::from_ref(key))?;
+        claims
+            .pop()
+            .ok_or_else(|| garbage("another number of answers than keys"))
     }
 
     fn try_get_or_reserve_many(&self, keys: &[StoreKey]) -> Result<Vec<Claim>, StoreError> {
@@ -552,14 +561,14 @@ impl CodeStore for RedisStore {
         };
         let mut claims = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(GET_MANY_CHUNK) {
-            let answers: Vec<redis::Value> =
-                self.with_connection("EVAL", chunk.len(), |connection| {
-                    let mut pipeline = redis::pipe();
-                    for key in chunk {
-                        pipeline.add_command(self.claim_command(key, lease));
-                    }
-                    pipeline.query(connection)
-                })?;
+            let answer: redis::Value = self.with_connection("EVAL", chunk.len(), |connection| {
+                // One answer, an array of a value (or a number) per key.
+                connection.expect_values_per_reply(chunk.len());
+                self.claim_command(chunk, lease).query(connection)
+            })?;
+            let redis::Value::Array(answers) = answer else {
+                return Err(garbage("no array of answers"));
+            };
             if answers.len() != chunk.len() {
                 return Err(garbage("another number of answers than keys"));
             }
@@ -604,7 +613,8 @@ impl CodeStore for RedisStore {
         }
         // A lease not ended here expires.
         let released = self.with_connection("EVAL", 1, |connection| {
-            self.release_command(key).query::<()>(connection)
+            self.release_command(std::slice::from_ref(key))
+                .query::<()>(connection)
         });
         if let Err(e) = released {
             log::debug!("code store: {e}; the lease on {} expires", key.hex());
@@ -613,16 +623,19 @@ impl CodeStore for RedisStore {
 }
 
 impl RedisStore {
-    /// The claim script for `key` with a lease of `lease` (see 6 in the
+    /// The claim script for `keys` with a lease of `lease` (see 6 in the
     /// module docs).
-    fn claim_command(&self, key: &StoreKey, lease: Duration) -> redis::Cmd {
+    fn claim_command(&self, keys: &[StoreKey], lease: Duration) -> redis::Cmd {
         let millis = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
         let mut command = redis::cmd("EVAL");
+        command.arg(CLAIM_SCRIPT).arg(2 * keys.len());
+        for key in keys {
+            command.arg(self.redis_key(key));
+        }
+        for key in keys {
+            command.arg(self.lease_key(key));
+        }
         command
-            .arg(CLAIM_SCRIPT)
-            .arg(2)
-            .arg(self.redis_key(key))
-            .arg(self.lease_key(key))
             .arg(self.max_value_bytes)
             .arg(&self.token)
             .arg(millis);

@@ -15,13 +15,19 @@
 //!    value and its framing) is read from the socket (what the parser
 //!    reads ahead of a reply counts toward the one before), so a request
 //!    of `n` replies reads at most `n` limits, as `n` values of the
-//!    largest size would take, and no reply holds more than two. Past its
+//!    largest size would take, and no reply holds more than two. A
+//!    request whose replies each hold up to `k` values (a script's array,
+//!    [`Link::expect_values_per_reply`]) gets `k` limits for each. Past its
 //!    budget, reading stops, the request fails with an I/O error, and the
 //!    link is closed and says it was cut off ([`Link::was_cut_off`]). What
 //!    a request holds in memory is proportional to what it read.
 //! 2. **Bounded waits.** Connecting to each address a host name resolves
-//!    to waits at most the connect timeout; each read and write of the
-//!    socket waits at most the I/O timeout.
+//!    to waits at most the connect timeout. A request (writing it and
+//!    reading its replies) takes at most the I/O timeout and a
+//!    microsecond for each byte it moves ([`MICROS_PER_BYTE`]: a server
+//!    that answers at least 1 MB a second is never cut short), whatever
+//!    the server does: one that trickles its answer a byte at a time,
+//!    each within the I/O timeout, times out all the same.
 //! 3. **A link that failed is closed**: after any error (I/O, a reply
 //!    that does not parse, one over its budget) [`redis::ConnectionLike::is_open`]
 //!    is false, and the link answers every later request with an error
@@ -35,12 +41,16 @@
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult, Value};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes a reply of a value of the largest length takes beyond the value
 /// (its type, length and line ends: `$` and up to 20 digits, then two
 /// line ends), with room to spare.
 const REPLY_FRAMING_BYTES: u64 = 64;
+
+/// What a request may take for each byte it writes or reads, beyond the
+/// I/O timeout (see 2 in the module docs): a microsecond, 1 MB a second.
+pub(super) const MICROS_PER_BYTE: u64 = 1;
 
 /// A socket to a server.
 enum Socket {
@@ -90,6 +100,83 @@ impl Write for Socket {
             #[cfg(unix)]
             Socket::Unix(s) => s.write(buf),
         }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The socket of one request, whose reads and writes end at its deadline
+/// (see 2 in the module docs): each waits at most the time left, and
+/// none starts past it.
+struct Paced<'s> {
+    socket: &'s mut Socket,
+    io_timeout: Duration,
+    start: Instant,
+    /// Bytes written and read so far.
+    moved: u64,
+    /// Whether the socket's timeouts were cut below the I/O timeout (put
+    /// back when the request ends).
+    shortened: bool,
+}
+
+impl<'s> Paced<'s> {
+    fn new(socket: &'s mut Socket, io_timeout: Duration) -> Self {
+        Self {
+            socket,
+            io_timeout,
+            start: Instant::now(),
+            moved: 0,
+            shortened: false,
+        }
+    }
+
+    /// Before a read or write: an error past the request's deadline;
+    /// otherwise the socket waits at most the time left.
+    fn pace(&mut self) -> io::Result<()> {
+        let allowed =
+            self.io_timeout + Duration::from_micros(self.moved.saturating_mul(MICROS_PER_BYTE));
+        let left = allowed.saturating_sub(self.start.elapsed());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the server answers slower than a request may take",
+            ));
+        }
+        if left < self.io_timeout {
+            self.socket.set_timeouts(left)?;
+            self.shortened = true;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Paced<'_> {
+    fn drop(&mut self) {
+        if self.shortened {
+            // Should this fail, the next request times out early: an
+            // error of that request, never a longer wait.
+            let _ = self.socket.set_timeouts(self.io_timeout);
+        }
+    }
+}
+
+impl Read for Paced<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.pace()?;
+        let read = self.socket.read(buf)?;
+        self.moved += read as u64;
+        Ok(read)
+    }
+}
+
+impl Write for Paced<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.pace()?;
+        let written = self.socket.write(buf)?;
+        self.moved += written as u64;
+        Ok(written)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -150,6 +237,12 @@ pub(super) struct Link {
     parser: redis::Parser,
     /// The most one reply may take, value and framing.
     reply_limit: u64,
+    /// What a request may take, beyond its bytes (see 2 in the module
+    /// docs).
+    io_timeout: Duration,
+    /// How many values each reply of the next request may hold (see 1 in
+    /// the module docs); one after every request.
+    values_per_reply: u64,
     db: i64,
     open: bool,
     /// Whether a reply went over its budget (see 1 in the module docs).
@@ -188,6 +281,8 @@ impl Link {
             socket,
             parser: redis::Parser::new(),
             reply_limit: max_value_bytes.saturating_add(REPLY_FRAMING_BYTES),
+            values_per_reply: 1,
+            io_timeout,
             db: settings.db(),
             open: true,
             cut_off: false,
@@ -222,11 +317,20 @@ impl Link {
     }
 
     fn send_and_read(&mut self, request: &[u8], count: usize) -> RedisResult<Vec<Value>> {
-        self.socket.write_all(request)?;
-        let (replies, cut_off) =
-            read_replies(&mut self.parser, &mut self.socket, self.reply_limit, count);
+        let values = std::mem::replace(&mut self.values_per_reply, 1);
+        let mut socket = Paced::new(&mut self.socket, self.io_timeout);
+        socket.write_all(request)?;
+        let limit = self.reply_limit.saturating_mul(values);
+        let (replies, cut_off) = read_replies(&mut self.parser, &mut socket, limit, count);
         self.cut_off = cut_off;
         replies
+    }
+
+    /// Lets each reply of the next request (and only that one) hold
+    /// `values` values of the largest size (an array of them, answered
+    /// by a script), rather than one (see 1 in the module docs).
+    pub(super) fn expect_values_per_reply(&mut self, values: usize) {
+        self.values_per_reply = u64::try_from(values).unwrap_or(u64::MAX).max(1);
     }
 
     /// Whether a request went over its budget, and the link was closed for

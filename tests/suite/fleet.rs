@@ -190,4 +190,41 @@ fn a_lease_is_its_holders_own() {
         holder.try_get_or_reserve(&key).unwrap(),
         Claim::Found(b"value".to_vec())
     );
+
+    // Many keys in one claim (one script run): each answered in order,
+    // and the values written at once end their leases at once.
+    let keys: Vec<StoreKey> = (0..5).map(crate::store::key).collect();
+    assert_eq!(
+        holder.try_get_or_reserve_many(&keys[..3]).unwrap(),
+        vec![Claim::Reserved; 3]
+    );
+    other.put(&keys[3], b"three").unwrap();
+    assert_eq!(
+        other.try_get_or_reserve_many(&keys).unwrap(),
+        vec![
+            Claim::Busy,
+            Claim::Busy,
+            Claim::Busy,
+            Claim::Found(b"three".to_vec()),
+            Claim::Reserved
+        ]
+    );
+    let written: Vec<(StoreKey, Vec<u8>)> = keys[..2].iter().map(|k| (*k, b"v".to_vec())).collect();
+    holder.put_many(&written).unwrap();
+    // The third is still the holder's; the other two are written.
+    assert_eq!(
+        other.try_get_or_reserve_many(&keys[..3]).unwrap(),
+        vec![
+            Claim::Found(b"v".to_vec()),
+            Claim::Found(b"v".to_vec()),
+            Claim::Busy
+        ]
+    );
+    for key in &keys[..2] {
+        let lease: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(format!("jitfold:code:lease:{}", key.hex()))
+            .query(&mut server.raw())
+            .unwrap();
+        assert!(lease.is_none(), "a value written did not end its lease");
+    }
 }

@@ -1456,6 +1456,51 @@ pub(crate) mod redis_store {
         accepted.join().unwrap();
     }
 
+    /// A server that trickles its answer a byte at a time, each byte well
+    /// within the I/O timeout: the request times out all the same, about
+    /// when its I/O timeout is spent (`redis_link.rs` 2), and the store
+    /// backs off.
+    #[test]
+    fn a_server_trickling_its_answer_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            // A 1,000-byte value, a byte every 10 ms: 10 s in all.
+            let until = Instant::now() + HANG;
+            let mut answer = b"$1000\r\n".to_vec();
+            answer.extend(std::iter::repeat_n(b'x', 1000));
+            for byte in answer {
+                if Instant::now() > until || stream.write_all(&[byte]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let io = Duration::from_millis(200);
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .with_timeouts(Duration::from_secs(1), io);
+        let start = Instant::now();
+        let error = store.get(&key(1)).unwrap_err();
+        let took = start.elapsed();
+        let StoreError::Redis { source, .. } = &error else {
+            panic!("{error}");
+        };
+        assert!(source.is_timeout(), "{error}");
+        // The I/O timeout, and a microsecond for each of the few bytes
+        // moved; the margin is for a loaded machine.
+        assert!(took >= io && took < 5 * io, "{took:?}");
+        assert!(matches!(
+            store.get(&key(1)).unwrap_err(),
+            StoreError::RedisBackingOff
+        ));
+        drop(store);
+        server.join().unwrap();
+    }
+
     /// A proxy on a loopback port of its own to the server on `port`, which
     /// holds every read of a request `delay` before passing it on.
     fn slow_proxy(port: u16, delay: Duration) -> u16 {
@@ -1573,7 +1618,7 @@ pub(crate) mod redis_store {
         let port = listener.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let mut sent = Vec::new();
-            for _ in 0..2 {
+            for _ in 0..3 {
                 let (mut stream, _) = listener.accept().unwrap();
                 stream.set_write_timeout(Some(HANG)).unwrap();
                 let mut request = [0u8; 4096];
@@ -1609,6 +1654,8 @@ pub(crate) mod redis_store {
             .with_retry_interval(Duration::ZERO);
         let keys: Vec<StoreKey> = (0..4).map(key).collect();
         assert!(many.get_many(&keys).is_err());
+        // So does a claim of several keys, answered as one array.
+        assert!(many.try_get_or_reserve_many(&keys).is_err());
         assert!(start.elapsed() < HANG);
         let sent = server.join().unwrap();
         // What the kernel's socket buffers took, at most, and the few
