@@ -232,6 +232,18 @@ pub enum Persistent<'a> {
 
 /// Runs `way` on `w` in a fresh module.
 pub fn run(way: Way, w: &Workload, isa: &OwnedTargetIsa, cache: Persistent<'_>) -> Run {
+    run_with(way, w, w.funcs.clone(), isa, cache)
+}
+
+/// [`run`], defining `funcs` (a copy of `w`'s functions the caller made
+/// beforehand: the copy is the bench's, not the runtime's work).
+pub fn run_with(
+    way: Way,
+    w: &Workload,
+    funcs: Vec<Function>,
+    isa: &OwnedTargetIsa,
+    cache: Persistent<'_>,
+) -> Run {
     let mut builder = JITBuilder::with_isa(isa.clone(), default_libcall_names());
     builder.symbol_lookup_fn(Box::new(|_| Some(unresolved as *const u8)));
     // One reserved region per module: with the system allocator, 16
@@ -251,7 +263,6 @@ pub fn run(way: Way, w: &Workload, isa: &OwnedTargetIsa, cache: Persistent<'_>) 
                 m = m.with_store(store, None);
             }
             declare(&mut m, w, isa);
-            let funcs = w.funcs.clone();
             let start = Instant::now();
             let mut ctx = Context::new();
             for (i, f) in funcs.into_iter().enumerate() {
@@ -287,7 +298,6 @@ pub fn run(way: Way, w: &Workload, isa: &OwnedTargetIsa, cache: Persistent<'_>) 
                 Persistent::Cranelift(store) => store,
                 _ => &mut memory,
             };
-            let funcs = w.funcs.clone();
             let start = Instant::now();
             let (merged, code_bytes) = define_all(way, &mut m, funcs, isa, store);
             m.finalize_definitions().unwrap();

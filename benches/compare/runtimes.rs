@@ -18,7 +18,7 @@
 //! numbers of runtimes (a comma list) and `JITFOLD_RUNTIMES_VERIFIER`
 //! (`on` or `off`) one verifier setting.
 
-use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run};
+use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run, run_with};
 use crate::{Config, ms, table};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::DedupOptions;
@@ -53,6 +53,9 @@ pub fn run_as_child(config: &Config) -> bool {
     let isa = crate::isa_with_verifier(verifier);
     let corpus = Corpus::load(&dir, &*isa);
     let w = Workload::of_corpus(&corpus, &*isa, config.corpus_limit);
+    // Copied before the start, as the threads' runtimes copy theirs
+    // before their clocks start (`run`).
+    let funcs = w.funcs.clone();
     let mut out = std::io::stdout();
     writeln!(out, "ready")
         .and_then(|()| out.flush())
@@ -66,16 +69,17 @@ pub fn run_as_child(config: &Config) -> bool {
     let compiles = match redis {
         Some(url) => {
             let store = fleet::store_at(&url, &keys);
-            let r = run(
+            let r = run_with(
                 Way::Jitfold(DedupOptions::batch(), ""),
                 &w,
+                funcs,
                 &isa,
                 Persistent::Jitfold(store),
             );
             r.stats.map_or(0, |s| s.compiled)
         }
         None => {
-            run(Way::Plain, &w, &isa, Persistent::None);
+            run_with(Way::Plain, &w, funcs, &isa, Persistent::None);
             w.funcs.len() as u64
         }
     };
