@@ -33,18 +33,20 @@
 //!    [`StoreError::RedisBackingOff`] at once (so it does after an answer
 //!    longer than asked for, see 5), so that a server that is
 //!    down or stalled costs one timeout per interval, not per function.
-//!    With [`RedisStore::with_slow_after`], a server that answers within
-//!    the timeouts but slowly is given up on the same way: a command that
-//!    took longer than the time given ([`DEFAULT_SLOW_AFTER`], 10 ms, is
-//!    a good choice), or than [`SLOW_PER_KEY`] for each key it names
-//!    where that is longer, still gives its answer, and the store then
-//!    backs off for the retry interval, so that such a server costs at
-//!    most one slow command per interval (a store slower than compiling
-//!    is worth less than none: the JIT compiles instead). It is off by
-//!    default: the time is measured in the client, and a client built
-//!    without optimizations, or a loaded machine, can make a healthy
-//!    server's answers look slow (CI saw a batch command of a debug build
-//!    take over 10 ms), and then the store loses writes for an interval.
+//!    A server that answers within the timeouts but slowly is given up
+//!    on too: after [`SLOW_STREAK`] commands in a row each took longer
+//!    than the slow-after time ([`DEFAULT_SLOW_AFTER`], 10 ms, set with
+//!    [`RedisStore::with_slow_after`]; `None` turns this off), or than
+//!    [`SLOW_PER_KEY`] for each key it names where that is longer, the
+//!    store backs off (each still gives its answer). The interval doubles
+//!    with each such back-off in a row (up to [`MAX_SLOW_DOUBLINGS`]
+//!    times) and is the retry interval again after the first fast answer,
+//!    so that a server slower than compiling costs a few slow commands
+//!    at first and ever fewer after (a store slower than compiling is
+//!    worth less than none: the JIT compiles instead). A streak, not one
+//!    slow answer: the time is measured in the client, and a loaded
+//!    machine (or a client built without optimizations) can delay a
+//!    healthy server's answer now and then; a fast answer ends the streak.
 //! 3. **Recovery.** A connection on which anything failed is dropped, never
 //!    used again (a timed-out command's answer may still arrive on it); the
 //!    next operation after the retry interval connects anew, so the store
@@ -108,6 +110,14 @@ pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// by (a few milliseconds), so that only a server in trouble takes that
 /// long (for a client built with optimizations).
 pub const DEFAULT_SLOW_AFTER: Duration = Duration::from_millis(10);
+
+/// How many slow commands in a row make the store back off (see 2 in
+/// the module docs).
+pub const SLOW_STREAK: u32 = 3;
+
+/// How many times in a row the interval of a back-off after slow commands
+/// doubles at most (see 2 in the module docs): 64 retry intervals.
+pub const MAX_SLOW_DOUBLINGS: u32 = 6;
 
 /// What a command may take for each key it names before it is slow, when
 /// that is more than the store's slow-after time (see 2 in the module
@@ -183,8 +193,9 @@ pub struct RedisStore {
     io_timeout: Duration,
     retry_interval: Duration,
     /// A command slower than this (or than [`SLOW_PER_KEY`] for each key
-    /// it names, if longer) makes the store back off (see 2 in the module
-    /// docs); `None`: only timeouts do.
+    /// it names, if longer) is slow, and [`SLOW_STREAK`] in a row make the
+    /// store back off (see 2 in the module docs); `None`: only timeouts
+    /// do.
     slow_after: Option<Duration>,
     ttl: Option<Duration>,
     max_value_bytes: u64,
@@ -203,6 +214,39 @@ struct State {
     retry_at: Option<Instant>,
     /// The keys this store holds leases on.
     leased: std::collections::HashSet<StoreKey>,
+    /// What the store has seen of the server's speed.
+    slow: SlowStreak,
+}
+
+/// Slow answers in a row, and the back-offs they made (see 2 in the
+/// module docs).
+#[derive(Default, Debug, PartialEq)]
+struct SlowStreak {
+    /// Slow answers since the last fast one or back-off.
+    in_a_row: u32,
+    /// Back-offs after slow answers since the last fast answer.
+    back_offs: u32,
+}
+
+impl SlowStreak {
+    /// Notes an answer, `slow` or not: how long to back off for, if it
+    /// ends a streak of slow answers (`retry_interval` doubled for each
+    /// back-off since the last fast answer, up to [`MAX_SLOW_DOUBLINGS`]
+    /// times).
+    fn note(&mut self, slow: bool, retry_interval: Duration) -> Option<Duration> {
+        if !slow {
+            *self = SlowStreak::default();
+            return None;
+        }
+        self.in_a_row += 1;
+        if self.in_a_row < SLOW_STREAK {
+            return None;
+        }
+        let doublings = self.back_offs.min(MAX_SLOW_DOUBLINGS);
+        self.in_a_row = 0;
+        self.back_offs += 1;
+        Some(retry_interval.saturating_mul(1 << doublings))
+    }
 }
 
 impl RedisStore {
@@ -222,7 +266,7 @@ impl RedisStore {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             io_timeout: DEFAULT_IO_TIMEOUT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
-            slow_after: None,
+            slow_after: Some(DEFAULT_SLOW_AFTER),
             ttl: None,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             lease: Some(DEFAULT_LEASE),
@@ -254,10 +298,12 @@ impl RedisStore {
         self
     }
 
-    /// This store backing off after a command that took longer than
-    /// `after` (or than [`SLOW_PER_KEY`] for each key it names, if
-    /// longer), as after a timeout; with `None` (the default), only after
-    /// a timeout (see 2 in the module docs).
+    /// This store backing off after [`SLOW_STREAK`] commands in a row
+    /// that each took longer than `after` (or than [`SLOW_PER_KEY`] for
+    /// each key it names, if longer), as after a timeout but for an
+    /// interval that doubles while it goes on; [`DEFAULT_SLOW_AFTER`] by
+    /// default; with `None`, only after a timeout (see 2 in the module
+    /// docs).
     pub fn with_slow_after(mut self, after: Option<Duration>) -> Self {
         self.slow_after = after;
         self
@@ -384,7 +430,8 @@ impl RedisStore {
 
     /// Runs `command`, which names `keys` keys, on a connection, which
     /// goes back to the pool only if it succeeded (see 3 in the module
-    /// docs); backs off after a timeout or a slow answer (see 2).
+    /// docs); backs off after a timeout or a streak of slow answers (see
+    /// 2).
     fn with_connection<T>(
         &self,
         operation: &'static str,
@@ -398,17 +445,8 @@ impl RedisStore {
             .slow_after
             .is_some_and(|after| is_slow(start.elapsed(), keys, after));
         match answered {
-            Ok(value) if slow => {
-                log::debug!(
-                    "redis store: {operation} of {keys} keys took {:?}; backing off for {:?}",
-                    start.elapsed(),
-                    self.retry_interval
-                );
-                self.back_off();
-                Ok(value)
-            }
             Ok(value) => {
-                self.lock().idle.push(connection);
+                self.note_answer(connection, slow, operation, keys, start.elapsed());
                 Ok(value)
             }
             Err(source) => {
@@ -421,6 +459,30 @@ impl RedisStore {
                 Err(StoreError::Redis { operation, source })
             }
         }
+    }
+
+    /// Notes a command's answer, which took `took` and was `slow` (see 2
+    /// in the module docs): its connection goes back to the pool, unless
+    /// the answer ends a streak of slow ones, after which the store backs
+    /// off, for an interval that doubles with each such back-off in a row.
+    fn note_answer(
+        &self,
+        connection: Link,
+        slow: bool,
+        operation: &'static str,
+        keys: usize,
+        took: Duration,
+    ) {
+        let mut state = self.lock();
+        let Some(interval) = state.slow.note(slow, self.retry_interval) else {
+            state.idle.push(connection);
+            return;
+        };
+        log::debug!(
+            "redis store: {operation} of {keys} keys took {took:?}, the last of {SLOW_STREAK} slow answers in a row; backing off for {interval:?}"
+        );
+        state.retry_at = Some(Instant::now() + interval);
+        state.idle.clear();
     }
 
     /// Backs off as after a failed connect, dropping the idle connections
@@ -704,8 +766,38 @@ const _: fn() = || {
 
 #[cfg(test)]
 mod tests {
-    use super::{SLOW_PER_KEY, is_slow};
+    use super::{MAX_SLOW_DOUBLINGS, SLOW_PER_KEY, SLOW_STREAK, SlowStreak, is_slow};
     use std::time::Duration;
+
+    #[test]
+    fn a_streak_of_slow_answers_backs_off_ever_longer_until_a_fast_one() {
+        let retry = Duration::from_secs(1);
+        let mut streak = SlowStreak::default();
+        // A slow answer alone, or two, between fast ones: no back-off.
+        for _ in 0..3 {
+            for _ in 1..SLOW_STREAK {
+                assert_eq!(streak.note(true, retry), None);
+            }
+            assert_eq!(streak.note(false, retry), None);
+        }
+        // Streaks in a row: 1, 2, 4, ... retry intervals, up to 64.
+        let mut intervals = Vec::new();
+        for _ in 0..9 {
+            for _ in 1..SLOW_STREAK {
+                assert_eq!(streak.note(true, retry), None);
+            }
+            intervals.push(streak.note(true, retry).expect("a streak").as_secs());
+        }
+        assert_eq!(intervals, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(1 << MAX_SLOW_DOUBLINGS, 64);
+        // A fast answer starts over.
+        assert_eq!(streak.note(false, retry), None);
+        assert_eq!(streak, SlowStreak::default());
+        for _ in 1..SLOW_STREAK {
+            assert_eq!(streak.note(true, retry), None);
+        }
+        assert_eq!(streak.note(true, retry), Some(retry));
+    }
 
     #[test]
     fn a_command_is_slow_past_its_time_or_a_quarter_millisecond_a_key() {
