@@ -238,21 +238,36 @@ impl<M: Module> DedupModule<M> {
             }
         }
         let foreseen = self.forecast(flush);
+        // Those getting code of their own, and whether their plans load.
+        let candidates: Vec<(usize, bool)> = flush
+            .iter()
+            .zip(foreseen)
+            .enumerate()
+            .filter_map(|(index, (record, foreseen))| {
+                let foreseen = foreseen.filter(Foreseen::gets_own_code)?;
+                let walk = record.walk.as_ref().expect("planned").as_ref();
+                // Code compiled here is defined from bytes.
+                let by_inner = walk.planned(&record.func).compiled_by_inner(policy);
+                (!by_inner).then_some((index, foreseen.load))
+            })
+            .collect();
+        // The templates the store may serve are claimed at once (one round
+        // trip to Redis per 256, rather than one each).
+        Self::claim_all(
+            &mut self.stored,
+            candidates
+                .iter()
+                .filter(|&&(_, load)| load)
+                .map(|&(index, _)| flush[index].walk.as_ref().expect("planned").as_ref()),
+        );
         // The inner module compiles a module's first function (see 5).
         let mut leave_one = !self.frames.inner_compiled();
         let mut selected = Vec::new();
-        for (index, (record, foreseen)) in flush.iter().zip(foreseen).enumerate() {
-            let Some(foreseen) = foreseen.filter(Foreseen::gets_own_code) else {
-                continue;
-            };
-            let walk = record.walk.as_ref().expect("planned").as_ref();
-            // Code compiled here is defined from bytes.
-            if walk.planned(&record.func).compiled_by_inner(policy) {
-                continue;
-            }
+        for (index, load) in candidates {
+            let walk = flush[index].walk.as_ref().expect("planned").as_ref();
             // What the code store holds, or another module compiles, is
             // loaded, not compiled.
-            if Self::store_serves(&mut self.stored, &walk, foreseen.load) {
+            if Self::store_serves(&mut self.stored, &walk, load) {
                 continue;
             }
             if leave_one {

@@ -56,8 +56,9 @@
 //!    another, so no two modules wait on each other's claims; a busy
 //!    template it must define before (a root of its plan) it compiles
 //!    too, a compile more, never other code. On several threads, the
-//!    templates it claims are compiled on them, and those others compile
-//!    or the store holds are left to the store. Which function a class's
+//!    templates it would compile there are claimed in one call first,
+//!    those it claims are compiled on them, and those others compile or
+//!    the store holds are left to the store. Which function a class's
 //!    duplicates run is decided by planning, before any of this, so it
 //!    does not depend on timing; what a deferred function reuses or
 //!    loads may.
@@ -343,38 +344,28 @@ impl<M: Module> DedupModule<M> {
             if self.ids.state(record.id) != State::Pending || record.code.is_some() {
                 continue;
             }
-            let Some(key) = self.needed_key(&record.func, &mut record.walk) else {
-                continue;
-            };
-            let stored = self.stored.as_ref().expect("checked above");
-            let known = matches!(stored.prefetched.get(&key), Some(Some(_)))
-                || stored.claimed.contains_key(&key)
-                || stored.busy.contains(&key);
-            if !known && !keys.contains(&key) {
-                keys.push(key);
-            }
-        }
-        if keys.is_empty() {
-            return;
+            keys.extend(self.needed_key(&record.func, &mut record.walk));
         }
         let stored = self.stored.as_mut().expect("checked above");
-        // Should the call fail, each function claims on its own.
-        let Ok(claims) = claim_many(&stored.store, &keys) else {
+        stored.claim_keys(keys);
+    }
+
+    /// Claims, in one call, the templates of the functions walked as
+    /// `walks`, whose plans load their code (see 7 above), for the
+    /// selection of what a flush compiles on its threads, which
+    /// [`DedupModule::store_serves`] then answers without asking again.
+    /// Only in a store that reserves keys.
+    pub(super) fn claim_all<'w>(
+        stored: &mut Option<Stored>,
+        walks: impl Iterator<Item = WalkRef<'w>>,
+    ) {
+        let Some(stored) = stored.as_mut().filter(|s| s.store.reserves()) else {
             return;
         };
-        for (key, claimed) in keys.into_iter().zip(claims) {
-            match claimed {
-                Claimed::Found(value) => {
-                    stored.prefetched.insert(key, Some(value));
-                }
-                Claimed::Reserved(reservation) => {
-                    stored.claimed.insert(key, reservation);
-                }
-                Claimed::Busy => {
-                    stored.busy.insert(key);
-                }
-            }
-        }
+        let keys: Vec<StoreKey> = walks
+            .map(|walk| store_key(&stored.context, &walk))
+            .collect();
+        stored.claim_keys(keys);
     }
 
     /// Gives up the keys this flush claimed and has not compiled yet: the
@@ -832,6 +823,43 @@ enum Served {
 const REJECTED_ALIKE_TO_WARN: u32 = 3;
 
 impl Stored {
+    /// Claims, in one call ([`claim_many`]), the templates of `keys`
+    /// that this flush has not claimed or found yet (see 7 above): a
+    /// reservation is kept as claimed, an entry as fetched, a template
+    /// another module is compiling as busy. Should the call fail, nothing
+    /// is kept: each function claims on its own in its turn.
+    fn claim_keys(&mut self, keys: Vec<StoreKey>) {
+        let mut asked = HashSet::new();
+        let keys: Vec<StoreKey> = keys
+            .into_iter()
+            .filter(|key| {
+                let known = matches!(self.prefetched.get(key), Some(Some(_)))
+                    || self.claimed.contains_key(key)
+                    || self.busy.contains(key);
+                !known && asked.insert(*key)
+            })
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let Ok(claims) = claim_many(&self.store, &keys) else {
+            return;
+        };
+        for (key, claimed) in keys.into_iter().zip(claims) {
+            match claimed {
+                Claimed::Found(value) => {
+                    self.prefetched.insert(key, Some(value));
+                }
+                Claimed::Reserved(reservation) => {
+                    self.claimed.insert(key, reservation);
+                }
+                Claimed::Busy => {
+                    self.busy.insert(key);
+                }
+            }
+        }
+    }
+
     /// Claims the template of store key `key`, whose code this flush
     /// would load or compile, without waiting (see 7 above): whether the
     /// store holds an entry for it (not checked), or another module is

@@ -4,7 +4,7 @@
 //! processes (this test binary, started again on an ignored test).
 
 use crate::common::build::{call1, declare, define, leaf2, leaves_and_callers, template_key};
-use crate::store::redis_store::{Server, store_at};
+use crate::store::redis_store::{Server, command_calls, store_at};
 use cranelift_jit::JITBuilder;
 use cranelift_module::{Module, default_libcall_names};
 use jitfold::store::{Claim, CodeStore, StoreKey};
@@ -227,4 +227,34 @@ fn a_lease_is_its_holders_own() {
             .unwrap();
         assert!(lease.is_none(), "a value written did not end its lease");
     }
+}
+
+/// A flush on threads claims the templates it would compile on them in
+/// one script run (per 256), not one round trip each (see 7 in
+/// `module/stored.rs`); what it defines is right, and each template is
+/// compiled once.
+#[test]
+fn a_flush_on_threads_claims_its_templates_at_once() {
+    let Some(server) = Server::start("threads-claim", &[]) else {
+        return;
+    };
+    let store = Arc::new(store_at(&server.url())) as Arc<dyn CodeStore>;
+    let options = DedupOptions::batch().with_threads(2);
+    let mut m = DedupModule::with_options(builder(), options).with_store(store, None);
+    let order: Vec<i64> = (0..LEAVES).collect();
+    let ids = leaves_and_callers(&mut m, &order, 1000);
+    m.finalize_definitions().unwrap();
+    for k in 0..LEAVES {
+        let expected = 4 * (3 + k) + 1000 * k;
+        let caller = ids[(LEAVES + k) as usize];
+        assert_eq!(call1(m.get_finalized_function(caller), 3), expected);
+    }
+    let stats = m.stats().clone();
+    assert_eq!(stats.store_errors, 0, "{stats}");
+    assert_eq!(stats.compiled, LEAVES as u64 + 1, "{stats}");
+    drop(m);
+    // One claim, and the lease releases with the writes (a few batches):
+    // far fewer than a claim per template.
+    let evals = command_calls(&server, "eval");
+    assert!(evals <= 4, "{evals} scripts run");
 }

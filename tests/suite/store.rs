@@ -1141,6 +1141,20 @@ pub(crate) mod redis_store {
             && &answer == b"+PONG\r\n"
     }
 
+    /// How many times `server` ran `command` (its `INFO commandstats`).
+    pub(crate) fn command_calls(server: &Server, command: &str) -> u64 {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut server.raw())
+            .unwrap();
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|l| l.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    }
+
     /// A store in the server at `url`, with the default settings but one:
     /// it does not give up on a server whose answers are slow, so that a
     /// test of anything else does not depend on how loaded the machine
@@ -1284,23 +1298,10 @@ pub(crate) mod redis_store {
         }
         assert!(store.get_many(&[]).unwrap().is_empty());
         // Bounded reads only (in two pipelines: 256 keys, then 44).
-        let mut raw = server.raw();
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut raw)
-            .unwrap();
-        let calls = |command: &str| {
-            stats
-                .lines()
-                .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
-                .and_then(|l| l.split("calls=").nth(1))
-                .and_then(|l| l.split(',').next())
-                .map_or(0, |n| n.parse::<u64>().unwrap())
-        };
+        let calls = |command: &str| command_calls(&server, command);
         assert_eq!(
             (calls("getrange"), calls("mget"), calls("get")),
-            (300, 0, 0),
-            "{stats}"
+            (300, 0, 0)
         );
         // A server that is gone is an error, not a hang.
         let mut server = server;
