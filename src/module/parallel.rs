@@ -276,6 +276,7 @@ impl<M: Module> DedupModule<M> {
             }
             selected.push(index);
         }
+        Self::forget_busy(&mut self.stored);
         selected
     }
 }

@@ -368,6 +368,16 @@ impl<M: Module> DedupModule<M> {
         stored.claim_keys(keys);
     }
 
+    /// Forgets which templates were busy when [`Self::claim_all`] claimed
+    /// them, once the selection is made: by the time their functions'
+    /// turns come, their holders may be done, and the claims ahead ask
+    /// again (see 7 above).
+    pub(super) fn forget_busy(stored: &mut Option<Stored>) {
+        if let Some(stored) = stored {
+            stored.busy.clear();
+        }
+    }
+
     /// Gives up the keys this flush claimed and has not compiled yet: the
     /// functions they were claimed for are defined (or were planned
     /// otherwise since), so nobody is to wait for them (see 7 above).

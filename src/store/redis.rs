@@ -18,11 +18,11 @@
 //! 1. **Bounded waits.** Connecting waits at most the connect timeout
 //!    ([`DEFAULT_CONNECT_TIMEOUT`], 50 ms: a server on the same network
 //!    answers a connect in well under a millisecond), and a command (its
-//!    writes and reads) takes at most the I/O timeout
-//!    ([`DEFAULT_IO_TIMEOUT`], 100 ms: a read or `SET` of an entry of a
-//!    few kilobytes takes a round trip, under a millisecond on a local
-//!    network) and a microsecond for each byte it moves, however the
-//!    server answers (a byte at a time, each in time, included: see
+//!    writes and reads) takes at most one and a half times the I/O
+//!    timeout ([`DEFAULT_IO_TIMEOUT`], 100 ms: a read or `SET` of an
+//!    entry of a few kilobytes takes a round trip, under a millisecond on
+//!    a local network) and a microsecond for each byte it moves, however
+//!    the server answers (a byte at a time, each in time, included: see
 //!    `redis_link.rs`). Both are set with [`RedisStore::with_timeouts`]. A
 //!    JIT that waits longer than that for a cache should compile instead.
 //! 2. **Failure is an error, never a hang or a panic.** A server that is
@@ -228,6 +228,25 @@ struct SlowStreak {
     back_offs: u32,
 }
 
+impl State {
+    /// Whether the store is backing off now (see 2 in the module docs).
+    fn backing_off(&self) -> bool {
+        self.retry_at.is_some_and(|at| Instant::now() < at)
+    }
+}
+
+/// The instant `interval` from now, or as far as an `Instant` reaches.
+fn later_by(interval: Duration) -> Instant {
+    let now = Instant::now();
+    let mut interval = interval;
+    loop {
+        if let Some(at) = now.checked_add(interval) {
+            return at;
+        }
+        interval /= 2;
+    }
+}
+
 impl SlowStreak {
     /// Notes an answer, `slow` or not: how long to back off for, if it
     /// ends a streak of slow answers (`retry_interval` doubled for each
@@ -399,11 +418,13 @@ impl RedisStore {
     fn connection(&self) -> Result<Link, StoreError> {
         {
             let mut state = self.lock();
+            // (Before the pool: a connection given back by a command that
+            // was in flight when the store backed off is not used.)
+            if state.backing_off() {
+                return Err(StoreError::RedisBackingOff);
+            }
             if let Some(connection) = state.idle.pop() {
                 return Ok(connection);
-            }
-            if state.retry_at.is_some_and(|at| Instant::now() < at) {
-                return Err(StoreError::RedisBackingOff);
             }
         }
         let connected = Link::connect(
@@ -419,7 +440,7 @@ impl RedisStore {
                 Ok(connection)
             }
             Err(source) => {
-                state.retry_at = Some(Instant::now() + self.retry_interval);
+                state.retry_at = Some(later_by(self.retry_interval));
                 Err(StoreError::Redis {
                     operation: "connect",
                     source,
@@ -474,6 +495,11 @@ impl RedisStore {
         took: Duration,
     ) {
         let mut state = self.lock();
+        // A command in flight when the store backed off says nothing new:
+        // its connection is dropped, its time not counted.
+        if state.backing_off() {
+            return;
+        }
         let Some(interval) = state.slow.note(slow, self.retry_interval) else {
             state.idle.push(connection);
             return;
@@ -481,7 +507,7 @@ impl RedisStore {
         log::debug!(
             "redis store: {operation} of {keys} keys took {took:?}, the last of {SLOW_STREAK} slow answers in a row; backing off for {interval:?}"
         );
-        state.retry_at = Some(Instant::now() + interval);
+        state.retry_at = Some(later_by(interval));
         state.idle.clear();
     }
 
@@ -489,7 +515,7 @@ impl RedisStore {
     /// to the server (which would be as slow).
     fn back_off(&self) {
         let mut state = self.lock();
-        state.retry_at = Some(Instant::now() + self.retry_interval);
+        state.retry_at = Some(later_by(self.retry_interval));
         state.idle.clear();
     }
 }
@@ -622,7 +648,9 @@ impl CodeStore for RedisStore {
                 .collect());
         };
         let mut claims = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(GET_MANY_CHUNK) {
+        // The leases this call took, as far as its answers say.
+        let mut leased = Vec::new();
+        let asked = keys.chunks(GET_MANY_CHUNK).try_for_each(|chunk| {
             let answer: redis::Value = self.with_connection("EVAL", chunk.len(), |connection| {
                 // One answer, an array of a value (or a number) per key.
                 connection.expect_values_per_reply(chunk.len());
@@ -635,16 +663,36 @@ impl CodeStore for RedisStore {
                 return Err(garbage("another number of answers than keys"));
             }
             for (key, answer) in chunk.iter().zip(answers) {
-                claims.push(self.claim_of(key, answer)?);
+                let (claim, took_lease) = self.claim_of(answer)?;
+                if took_lease {
+                    leased.push(*key);
+                }
+                claims.push(claim);
+            }
+            Ok(())
+        });
+        match asked {
+            Ok(()) => {
+                self.lock().leased.extend(leased);
+                Ok(claims)
+            }
+            Err(e) => {
+                // Nobody is to wait for what this call will not report
+                // as reserved (a lease whose answer was garbage expires).
+                if !leased.is_empty() {
+                    let _ = self.with_connection("EVAL", leased.len(), |connection| {
+                        self.release_command(&leased).query::<()>(connection)
+                    });
+                }
+                Err(e)
             }
         }
-        Ok(claims)
     }
 
     fn get_or_reserve(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         // Another holder's lease ends with its value, its release, or its
         // expiry: at most the lease time from now.
-        let deadline = Instant::now() + self.lease.unwrap_or_default();
+        let deadline = later_by(self.lease.unwrap_or_default());
         let mut pause = Duration::from_millis(1);
         loop {
             match self.try_get_or_reserve(key)? {
@@ -704,18 +752,20 @@ impl RedisStore {
         command
     }
 
-    /// What the claim script's `answer` for `key` says.
-    fn claim_of(&self, key: &StoreKey, answer: redis::Value) -> Result<Claim, StoreError> {
+    /// What the claim script's `answer` for a key says, and whether it
+    /// took the key's lease. A value larger than the store keeps is a
+    /// miss, as in `get_many` (no lease taken: the caller compiles, and
+    /// its `put` replaces the value).
+    fn claim_of(&self, answer: redis::Value) -> Result<(Claim, bool), StoreError> {
         match answer {
-            redis::Value::BulkString(value) => match self.value_of(value)? {
-                Some(value) => Ok(Claim::Found(value)),
-                None => Err(garbage("an empty value")),
+            redis::Value::BulkString(value) => match self.value_of(value) {
+                Ok(Some(value)) => Ok((Claim::Found(value), false)),
+                Ok(None) => Err(garbage("an empty value")),
+                Err(StoreError::TooLarge { .. }) => Ok((Claim::Reserved, false)),
+                Err(e) => Err(e),
             },
-            redis::Value::Int(1) => {
-                self.lock().leased.insert(*key);
-                Ok(Claim::Reserved)
-            }
-            redis::Value::Int(0) => Ok(Claim::Busy),
+            redis::Value::Int(1) => Ok((Claim::Reserved, true)),
+            redis::Value::Int(0) => Ok((Claim::Busy, false)),
             _ => Err(garbage("neither a value nor a lease")),
         }
     }

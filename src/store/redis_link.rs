@@ -23,11 +23,15 @@
 //!    a request holds in memory is proportional to what it read.
 //! 2. **Bounded waits.** Connecting to each address a host name resolves
 //!    to waits at most the connect timeout. A request (writing it and
-//!    reading its replies) takes at most the I/O timeout and a
-//!    microsecond for each byte it moves ([`MICROS_PER_BYTE`]: a server
-//!    that answers at least 1 MB a second is never cut short), whatever
-//!    the server does: one that trickles its answer a byte at a time,
-//!    each within the I/O timeout, times out all the same.
+//!    reading its replies) is allowed the I/O timeout and a microsecond
+//!    for each byte it moves ([`MICROS_PER_BYTE`]: a server that answers
+//!    at least 1 MB a second is never cut short), and takes at most half
+//!    an I/O timeout more, whatever the server does: one that trickles
+//!    its answer a byte at a time, each within the I/O timeout, times
+//!    out all the same. (The socket's timeouts are cut to the time left
+//!    only once that is under half the I/O timeout, so that a request
+//!    answered in time makes no more system calls than reads and
+//!    writes.)
 //! 3. **A link that failed is closed**: after any error (I/O, a reply
 //!    that does not parse, one over its budget) [`redis::ConnectionLike::is_open`]
 //!    is false, and the link answers every later request with an error
@@ -116,9 +120,9 @@ struct Paced<'s> {
     start: Instant,
     /// Bytes written and read so far.
     moved: u64,
-    /// Whether the socket's timeouts were cut below the I/O timeout (put
-    /// back when the request ends).
-    shortened: bool,
+    /// The socket's timeouts, where they were cut below the I/O timeout
+    /// (put back when the request ends).
+    shortened: Option<Duration>,
 }
 
 impl<'s> Paced<'s> {
@@ -128,15 +132,19 @@ impl<'s> Paced<'s> {
             io_timeout,
             start: Instant::now(),
             moved: 0,
-            shortened: false,
+            shortened: None,
         }
     }
 
     /// Before a read or write: an error past the request's deadline;
-    /// otherwise the socket waits at most the time left.
+    /// otherwise the socket waits at most the time left, once that is
+    /// under half the I/O timeout (above, the socket's own I/O timeout
+    /// stands, and no system call is made: a request so ends at most half
+    /// an I/O timeout past its deadline).
     fn pace(&mut self) -> io::Result<()> {
-        let allowed =
-            self.io_timeout + Duration::from_micros(self.moved.saturating_mul(MICROS_PER_BYTE));
+        let allowed = self.io_timeout.saturating_add(Duration::from_micros(
+            self.moved.saturating_mul(MICROS_PER_BYTE),
+        ));
         let left = allowed.saturating_sub(self.start.elapsed());
         if left.is_zero() {
             return Err(io::Error::new(
@@ -144,9 +152,14 @@ impl<'s> Paced<'s> {
                 "the server answers slower than a request may take",
             ));
         }
-        if left < self.io_timeout {
-            self.socket.set_timeouts(left)?;
-            self.shortened = true;
+        let wait = if left < self.io_timeout / 2 {
+            Some(left)
+        } else {
+            None
+        };
+        if wait != self.shortened {
+            self.socket.set_timeouts(wait.unwrap_or(self.io_timeout))?;
+            self.shortened = wait;
         }
         Ok(())
     }
@@ -154,7 +167,7 @@ impl<'s> Paced<'s> {
 
 impl Drop for Paced<'_> {
     fn drop(&mut self) {
-        if self.shortened {
+        if self.shortened.is_some() {
             // Should this fail, the next request times out early: an
             // error of that request, never a longer wait.
             let _ = self.socket.set_timeouts(self.io_timeout);

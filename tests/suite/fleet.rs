@@ -258,3 +258,33 @@ fn a_flush_on_threads_claims_its_templates_at_once() {
     let evals = command_calls(&server, "eval");
     assert!(evals <= 4, "{evals} scripts run");
 }
+
+/// A value larger than the store keeps, planted under a key, is a miss to
+/// a claim (no lease taken: the caller compiles, and its `put` replaces
+/// the value), not an error that would fail the claims of the keys asked
+/// with it.
+#[test]
+fn a_planted_oversized_value_is_a_miss_to_a_claim() {
+    let Some(server) = Server::start("claim-large", &[]) else {
+        return;
+    };
+    let store = store_at(&server.url()).with_max_value_bytes(4);
+    let keys: Vec<StoreKey> = (0..2).map(crate::store::key).collect();
+    redis::cmd("SET")
+        .arg(format!("jitfold:code:{}", keys[0].hex()))
+        .arg("more than four bytes")
+        .exec(&mut server.raw())
+        .unwrap();
+    assert_eq!(
+        store.try_get_or_reserve_many(&keys).unwrap(),
+        vec![Claim::Reserved, Claim::Reserved]
+    );
+    let lease_of = |key: &StoreKey| -> Option<Vec<u8>> {
+        redis::cmd("GET")
+            .arg(format!("jitfold:code:lease:{}", key.hex()))
+            .query(&mut server.raw())
+            .unwrap()
+    };
+    assert!(lease_of(&keys[0]).is_none());
+    assert!(lease_of(&keys[1]).is_some());
+}

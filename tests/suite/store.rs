@@ -1460,18 +1460,30 @@ pub(crate) mod redis_store {
         accepted.join().unwrap();
     }
 
-    /// A server that trickles its answer a byte at a time, each byte well
-    /// within the I/O timeout: the request times out all the same, about
-    /// when its I/O timeout is spent (`redis_link.rs` 2), and the store
-    /// backs off.
-    #[test]
-    fn a_server_trickling_its_answer_times_out() {
+    /// A server on a loopback port of its own that takes one connection,
+    /// reads a request, and answers it with `answer`: its port, and its
+    /// thread.
+    fn answering_once(
+        answer: impl FnOnce(&mut TcpStream) + Send + 'static,
+    ) -> (u16, std::thread::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
             let mut request = [0u8; 4096];
             let _ = stream.read(&mut request);
+            answer(&mut stream);
+        });
+        (port, server)
+    }
+
+    /// A server that trickles its answer a byte at a time, each byte well
+    /// within the I/O timeout: the request times out all the same, about
+    /// when its I/O timeout is spent (`redis_link.rs` 2), and the store
+    /// backs off.
+    #[test]
+    fn a_server_trickling_its_answer_times_out() {
+        let (port, server) = answering_once(|stream| {
             // A 1,000-byte value, a byte every 10 ms: 10 s in all.
             let until = Instant::now() + HANG;
             let mut answer = b"$1000\r\n".to_vec();
@@ -1494,7 +1506,8 @@ pub(crate) mod redis_store {
             panic!("{error}");
         };
         assert!(source.is_timeout(), "{error}");
-        // The I/O timeout, and a microsecond for each of the few bytes
+        // The I/O timeout (and at most half of it more, see
+        // `redis_link.rs`), and a microsecond for each of the few bytes
         // moved; the margin is for a loaded machine.
         assert!(took >= io && took < 5 * io, "{took:?}");
         assert!(matches!(
@@ -1502,6 +1515,35 @@ pub(crate) mod redis_store {
             StoreError::RedisBackingOff
         ));
         drop(store);
+        server.join().unwrap();
+    }
+
+    /// A server whose answer pauses, each pause within the I/O timeout,
+    /// while the request still has time (a microsecond a byte moved) is
+    /// not cut short: the socket waits as long as the time left allows,
+    /// even after a wait that had less time left (`redis_link.rs` 2).
+    #[test]
+    fn a_server_pausing_within_a_request_allowance_is_answered() {
+        const LEN: usize = 600_000;
+        let (port, server) = answering_once(|stream| {
+            // Late to start (three quarters of the I/O timeout), then half
+            // the value at once (300 ms more allowed), a pause of 60% of
+            // the timeout, and the rest.
+            std::thread::sleep(Duration::from_millis(150));
+            let mut answer = format!("${LEN}\r\n").into_bytes();
+            answer.extend(std::iter::repeat_n(b'x', LEN / 2));
+            stream.write_all(&answer).unwrap();
+            std::thread::sleep(Duration::from_millis(120));
+            let mut rest = vec![b'x'; LEN / 2];
+            rest.extend_from_slice(b"\r\n");
+            stream.write_all(&rest).unwrap();
+        });
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .with_timeouts(Duration::from_secs(1), Duration::from_millis(200))
+            .with_slow_after(None);
+        let value = store.get(&key(1)).unwrap().expect("the value");
+        assert_eq!(value.len(), LEN);
         server.join().unwrap();
     }
 
@@ -1568,38 +1610,118 @@ pub(crate) mod redis_store {
                 assert!(start.elapsed() >= Duration::from_millis(15));
             }
         };
-        let backs_off = |store: &RedisStore| {
-            let start = Instant::now();
+        // Every operation until `until` answers at once that the store
+        // backs off (checked call by call, so that a stall of the machine
+        // past the back-off's end proves nothing rather than fails).
+        let backs_off = |store: &RedisStore, until: Instant| {
             for i in 0..50 {
-                let error = store.get(&key(i % 4)).unwrap_err();
+                let result = store.get(&key(i % 4));
+                if Instant::now() >= until {
+                    break;
+                }
+                let error = result.unwrap_err();
                 assert!(matches!(error, StoreError::RedisBackingOff), "{error}");
             }
-            // Had they waited, 750 ms (the margin is for a loaded machine).
-            assert!(
-                start.elapsed() < Duration::from_millis(300),
-                "{:?}",
-                start.elapsed()
-            );
         };
         answered_slowly(&slow);
         let backed_off = Instant::now();
-        backs_off(&slow);
+        backs_off(&slow, backed_off + retry * 3 / 4);
         // After the interval the store asks again, and is slow again: the
         // second back-off lasts twice as long.
         std::thread::sleep(retry.saturating_sub(backed_off.elapsed()) + retry / 4);
         answered_slowly(&slow);
         let backed_off = Instant::now();
         std::thread::sleep(retry + retry / 4);
-        // (Checked only with time to spare: a sleep past the interval on
-        // a loaded machine proves nothing.)
-        if backed_off.elapsed() < retry + retry / 2 {
-            backs_off(&slow);
-        }
+        backs_off(&slow, backed_off + 2 * retry * 7 / 8);
         // Without the limit, each operation waits for its answer.
         let patient = RedisStore::new(&url).unwrap().with_slow_after(None);
         for _ in 0..2 {
             answered_slowly(&patient);
         }
+    }
+
+    /// Commands in flight when the store backs off after slow answers do
+    /// not bring it back early: four slow gets at once, the third answer
+    /// backs the store off, and the connection of the fourth, answered
+    /// after that, is not used for the next operation (which answers at
+    /// once that the store backs off).
+    #[test]
+    fn a_command_in_flight_does_not_end_a_back_off() {
+        let Some(server) = Server::start("in-flight", &[]) else {
+            return;
+        };
+        store_at(&server.url()).put(&key(1), b"value").unwrap();
+        let proxy = slow_proxy(server.port, Duration::from_millis(15));
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{proxy}/"))
+            .unwrap()
+            .with_retry_interval(HANG);
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    barrier.wait();
+                    // The fourth may find the store backing off already.
+                    let _ = store.get(&key(1));
+                });
+            }
+        });
+        let error = store.get(&key(1)).unwrap_err();
+        assert!(matches!(error, StoreError::RedisBackingOff), "{error}");
+    }
+
+    /// One request, as a client sends it (an array of bulk strings), read
+    /// from `reader`: its arguments.
+    fn read_request(reader: &mut impl std::io::BufRead) -> Vec<Vec<u8>> {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let count: usize = line.trim().trim_start_matches('*').parse().unwrap();
+        (0..count)
+            .map(|_| {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let len: usize = line.trim().trim_start_matches('$').parse().unwrap();
+                let mut arg = vec![0u8; len + 2];
+                reader.read_exact(&mut arg).unwrap();
+                arg.truncate(len);
+                arg
+            })
+            .collect()
+    }
+
+    /// A claim whose answers turn to garbage midway is an error, and the
+    /// lease its first answer says it took is released at once (one
+    /// script), rather than left for other processes to wait on until it
+    /// expires.
+    #[test]
+    fn a_claim_answered_garbage_midway_releases_the_leases_it_took() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            stream.set_read_timeout(Some(HANG)).unwrap();
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut writer = stream;
+            // The claim: a lease taken for the first key, garbage for the
+            // second.
+            let claim = read_request(&mut reader);
+            writer.write_all(b"*2\r\n:1\r\n:7\r\n").unwrap();
+            // What the store sends next, on the same connection.
+            let next = read_request(&mut reader);
+            let _ = writer.write_all(b":0\r\n");
+            (claim, next)
+        });
+        let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .with_slow_after(None);
+        let keys = [key(1), key(2)];
+        assert!(store.try_get_or_reserve_many(&keys).is_err());
+        let (claim, next) = server.join().unwrap();
+        assert_eq!(claim[0], b"EVAL");
+        assert_eq!(next[0], b"EVAL");
+        let lease = |k: &StoreKey| format!("jitfold:code:lease:{}", k.hex()).into_bytes();
+        // The release script names the first key's lease, and only it.
+        assert_eq!(next[2], b"1");
+        assert_eq!(next[3], lease(&keys[0]));
     }
 
     /// A server that answers garbage: an error, and the connection is not
@@ -1876,7 +1998,9 @@ pub(crate) mod redis_store {
         let store = Arc::new(
             RedisStore::new(&server.url())
                 .unwrap()
-                .with_retry_interval(Duration::from_millis(10)),
+                .with_retry_interval(Duration::from_millis(10))
+                // What it tests is a dead server, not a slow one.
+                .with_slow_after(None),
         );
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let threads: Vec<_> = (0..3u32)
