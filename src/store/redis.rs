@@ -233,6 +233,13 @@ impl State {
     fn backing_off(&self) -> bool {
         self.retry_at.is_some_and(|at| Instant::now() < at)
     }
+
+    /// Backs off for `interval`, dropping the idle connections to the
+    /// server (which would be as slow).
+    fn back_off(&mut self, interval: Duration) {
+        self.retry_at = Some(later_by(interval));
+        self.idle.clear();
+    }
 }
 
 /// The instant `interval` from now, or as far as an `Instant` reaches.
@@ -507,16 +514,12 @@ impl RedisStore {
         log::debug!(
             "redis store: {operation} of {keys} keys took {took:?}, the last of {SLOW_STREAK} slow answers in a row; backing off for {interval:?}"
         );
-        state.retry_at = Some(later_by(interval));
-        state.idle.clear();
+        state.back_off(interval);
     }
 
-    /// Backs off as after a failed connect, dropping the idle connections
-    /// to the server (which would be as slow).
+    /// Backs off for the retry interval, as after a failed connect.
     fn back_off(&self) {
-        let mut state = self.lock();
-        state.retry_at = Some(later_by(self.retry_interval));
-        state.idle.clear();
+        self.lock().back_off(self.retry_interval);
     }
 }
 

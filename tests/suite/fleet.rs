@@ -27,19 +27,21 @@ fn leaf2_key() -> StoreKey {
     template_key(leaf2)
 }
 
-/// The child side of the fleet test: defines the program in batch mode
-/// through the Redis server at `JITFOLD_FLEET_REDIS`, checks every result,
-/// and prints how many functions it compiled (does nothing when the
-/// variable is not set).
-#[test]
-#[ignore = "run by the fleet test as a child process"]
-fn child_fleet_runtime() {
-    let Ok(url) = std::env::var("JITFOLD_FLEET_REDIS") else {
-        return;
-    };
-    let store = store_at(&url);
-    let store = Arc::new(store) as Arc<dyn CodeStore>;
-    let mut m = DedupModule::with_options(builder(), DedupOptions::batch()).with_store(store, None);
+/// The lease `server` holds on `key`, if any: its holder's token.
+fn lease_in(server: &Server, key: &StoreKey) -> Option<Vec<u8>> {
+    redis::cmd("GET")
+        .arg(format!("jitfold:code:lease:{}", key.hex()))
+        .query(&mut server.raw())
+        .unwrap()
+}
+
+/// The program of `LEAVES` leaves and their callers, defined in a module
+/// with `options` on `store` and finalized, every function checked.
+fn leaves_and_callers_on(
+    options: DedupOptions,
+    store: Arc<dyn CodeStore>,
+) -> DedupModule<cranelift_jit::JITModule> {
+    let mut m = DedupModule::with_options(builder(), options).with_store(store, None);
     let order: Vec<i64> = (0..LEAVES).collect();
     let ids = leaves_and_callers(&mut m, &order, 1000);
     m.finalize_definitions().unwrap();
@@ -52,6 +54,21 @@ fn child_fleet_runtime() {
         let caller = ids[(LEAVES + k) as usize];
         assert_eq!(call1(m.get_finalized_function(caller), 3), expected);
     }
+    m
+}
+
+/// The child side of the fleet test: defines the program in batch mode
+/// through the Redis server at `JITFOLD_FLEET_REDIS`, checks every result,
+/// and prints how many functions it compiled (does nothing when the
+/// variable is not set).
+#[test]
+#[ignore = "run by the fleet test as a child process"]
+fn child_fleet_runtime() {
+    let Ok(url) = std::env::var("JITFOLD_FLEET_REDIS") else {
+        return;
+    };
+    let store = Arc::new(store_at(&url)) as Arc<dyn CodeStore>;
+    let m = leaves_and_callers_on(DedupOptions::batch(), store);
     let stats = m.stats();
     assert_eq!(stats.store_errors, 0, "{stats}");
     println!("\nfleet-compiled={}", stats.compiled);
@@ -139,13 +156,8 @@ fn a_lease_whose_holder_was_killed_expires() {
     );
     holder.kill().unwrap();
     holder.wait().unwrap();
-    let lease_name = format!("jitfold:code:lease:{}", leaf2_key().hex());
-    let lease_left: Option<String> = redis::cmd("GET")
-        .arg(&lease_name)
-        .query(&mut server.raw())
-        .unwrap();
     assert!(
-        lease_left.is_some(),
+        lease_in(&server, &leaf2_key()).is_some(),
         "the killed holder's lease is gone already"
     );
     // Eager mode leaves the busy function to the flush, which waits for the
@@ -161,11 +173,10 @@ fn a_lease_whose_holder_was_killed_expires() {
     assert_eq!(call1(m.get_finalized_function(id), 4), 2020);
     assert_eq!(m.stats().compiled, 1, "{}", m.stats());
     assert_eq!(m.stats().store_writes, 1, "{}", m.stats());
-    let lease_left: Option<String> = redis::cmd("GET")
-        .arg(&lease_name)
-        .query(&mut server.raw())
-        .unwrap();
-    assert!(lease_left.is_none(), "the value did not end the lease");
+    assert!(
+        lease_in(&server, &leaf2_key()).is_none(),
+        "the value did not end the lease"
+    );
 }
 
 /// A lease is its holder's: claimed again by the store that holds it (an
@@ -221,11 +232,10 @@ fn a_lease_is_its_holders_own() {
         ]
     );
     for key in &keys[..2] {
-        let lease: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(format!("jitfold:code:lease:{}", key.hex()))
-            .query(&mut server.raw())
-            .unwrap();
-        assert!(lease.is_none(), "a value written did not end its lease");
+        assert!(
+            lease_in(&server, key).is_none(),
+            "a value written did not end its lease"
+        );
     }
 }
 
@@ -239,16 +249,7 @@ fn a_flush_on_threads_claims_its_templates_at_once() {
         return;
     };
     let store = Arc::new(store_at(&server.url())) as Arc<dyn CodeStore>;
-    let options = DedupOptions::batch().with_threads(2);
-    let mut m = DedupModule::with_options(builder(), options).with_store(store, None);
-    let order: Vec<i64> = (0..LEAVES).collect();
-    let ids = leaves_and_callers(&mut m, &order, 1000);
-    m.finalize_definitions().unwrap();
-    for k in 0..LEAVES {
-        let expected = 4 * (3 + k) + 1000 * k;
-        let caller = ids[(LEAVES + k) as usize];
-        assert_eq!(call1(m.get_finalized_function(caller), 3), expected);
-    }
+    let m = leaves_and_callers_on(DedupOptions::batch().with_threads(2), store);
     let stats = m.stats().clone();
     assert_eq!(stats.store_errors, 0, "{stats}");
     assert_eq!(stats.compiled, LEAVES as u64 + 1, "{stats}");
@@ -279,12 +280,6 @@ fn a_planted_oversized_value_is_a_miss_to_a_claim() {
         store.try_get_or_reserve_many(&keys).unwrap(),
         vec![Claim::Reserved, Claim::Reserved]
     );
-    let lease_of = |key: &StoreKey| -> Option<Vec<u8>> {
-        redis::cmd("GET")
-            .arg(format!("jitfold:code:lease:{}", key.hex()))
-            .query(&mut server.raw())
-            .unwrap()
-    };
-    assert!(lease_of(&keys[0]).is_none());
-    assert!(lease_of(&keys[1]).is_some());
+    assert!(lease_in(&server, &keys[0]).is_none());
+    assert!(lease_in(&server, &keys[1]).is_some());
 }
