@@ -9,7 +9,9 @@
 //!    [`CallGraph::refine_with`](crate::refine::CallGraph::refine_with))
 //!    are planned as duplicates of their class's first member, and
 //!    references to planned duplicates are rewritten, round after round,
-//!    until no new duplicate appears.
+//!    until no new duplicate appears. Each round's plan is decided as a
+//!    value by one pure step (`duplicates.rs`), and applied only once
+//!    every function it counts on is verified (see 3).
 //! 2. Duplicate links may chain; each duplicate is defined as a trampoline
 //!    (or alias) to the root of its chain, which is a compiled function.
 //! 3. Every function defined without being compiled (a planned duplicate)
@@ -55,6 +57,7 @@
 //!    more as having its own address, so none takes more rounds than the
 //!    flush has functions, and one more.
 
+use super::duplicates::{self, Canonical, Keyed, Round};
 use super::flush::{Record, Role};
 use super::ids::State;
 use super::parallel::Precompiled;
@@ -68,6 +71,7 @@ use cranelift_codegen::ir::{self, Function};
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleResult};
 use hashbrown::HashMap;
+use std::hash::Hash;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Functions that failed in this flush, with their errors.
@@ -483,33 +487,35 @@ impl<M: Module> DedupModule<M> {
         .into())
     }
 
-    /// Refines the pending functions over their call graph (see
-    /// [`crate::refine`]) and marks each function of a class with two or
-    /// more members as a duplicate of the class's first member. Callees are
-    /// compared by class, so recursive and mutually recursive twins merge;
-    /// names used as data (addresses) are compared by value.
+    /// Plans over the call graph (see [`crate::refine`]): each pending
+    /// function of a class with two or more members is planned as a
+    /// duplicate of the class's first member. Callees are compared by
+    /// class, so recursive and mutually recursive twins merge; names used
+    /// as data (addresses) are compared by value.
     ///
-    /// The members of classes with duplicates are verified first; when one
-    /// fails, the refinement, which may have counted on it, is made again
-    /// without it: each round fails one more function of the flush, so
-    /// this takes at most as many rounds as the flush has functions.
+    /// When a function the round counts on fails to verify, the
+    /// refinement, which may have counted on it, is made again without it:
+    /// each time fails one more function of the flush, so this takes at
+    /// most as many rounds as the flush has functions, and one more.
     fn plan_refined(&mut self, flush: &mut [Record], failures: &mut Failures) {
         for _ in 0..=flush.len() {
-            if self.try_plan_refined(flush, failures) {
+            let keys = self.refined_keys(flush, failures);
+            if let Some(round) = self.decide_verified(flush, &keys, failures) {
+                self.apply_round(flush, &round);
                 return;
             }
-            for record in flush.iter() {
-                if let State::Planned { .. } = self.ids.state(record.id) {
-                    self.ids.plan(record.id, State::Pending);
-                }
-            }
         }
-        unreachable!("each round of refinement fails one more function");
+        unreachable!("each refinement again fails one more function");
     }
 
-    /// One refinement of [`DedupModule::plan_refined`]; returns `false` if a
-    /// member of a class with duplicates failed to verify.
-    fn try_plan_refined(&mut self, flush: &mut [Record], failures: &mut Failures) -> bool {
+    /// The key of each function of `flush` that takes part in planning
+    /// over the call graph: its refined class (nothing is compiled with
+    /// one; a function that fails to walk fails).
+    fn refined_keys(
+        &mut self,
+        flush: &mut [Record],
+        failures: &mut Failures,
+    ) -> Vec<Option<Keyed<RefinedClass>>> {
         // A node per exact class of the pending functions.
         let mut exact = DedupCache::new();
         let mut graph = CallGraph::with_capacity(flush.len());
@@ -518,7 +524,7 @@ impl<M: Module> DedupModule<M> {
         let mut first_of_node = Vec::with_capacity(flush.len());
         for record in flush.iter_mut() {
             let id = record.id;
-            if self.ids.state(id) != State::Pending || record.role() == Role::Alone {
+            if !self.takes_part(record) {
                 node_of.push(None);
                 continue;
             }
@@ -557,91 +563,104 @@ impl<M: Module> DedupModule<M> {
             refinement.rounds
         );
         self.stats.refine_rounds += u64::from(refinement.rounds);
-        // Per class: the index of its first member, and whether that was
-        // verified yet (only needed once it has a duplicate).
-        let mut first: hashbrown::HashMap<RefinedClass, (usize, bool)> = hashbrown::HashMap::new();
-        for (i, node) in node_of.into_iter().enumerate() {
-            let Some(node) = node else { continue };
-            let class = refinement.class_of[node];
-            let Some(&(j, first_verified)) = first.get(&class) else {
-                first.insert(class, (i, false));
-                continue;
-            };
-            if let Err(e) = self.verify_uncompiled(&flush[i].func, key_hash(&flush[i].walk)) {
-                self.fail(flush[i].id, e, failures);
-                return false;
-            }
-            if !first_verified {
-                if let Err(e) = self.verify_uncompiled(&flush[j].func, key_hash(&flush[j].walk)) {
-                    self.fail(flush[j].id, e, failures);
-                    return false;
-                }
-                first.insert(class, (j, true));
-            }
-            let canonical = flush[j].id;
-            self.ids.plan(flush[i].id, State::Planned { canonical });
-        }
-        true
+        node_of
+            .into_iter()
+            .map(|node| {
+                node.map(|node| Keyed {
+                    key: refinement.class_of[node],
+                    compiled: None,
+                })
+            })
+            .collect()
     }
 
-    /// Marks each pending function whose fingerprint equals an earlier one's
-    /// (or a compiled class's) as its duplicate, both verified first;
-    /// repeats, since rewriting references to new duplicates can make
-    /// callers equal, until nothing changes (each round plans one more
-    /// function of the flush at least, so this ends).
+    /// Plans each pending function whose fingerprint equals an earlier
+    /// one's (or a compiled class's) as its duplicate, in rounds, since
+    /// rewriting references to new duplicates can make callers equal,
+    /// until a round plans nothing more: each round that plans plans one
+    /// more function of the flush, so this takes at most as many rounds as
+    /// the flush has functions, and one more.
     fn plan_duplicates(&mut self, flush: &mut [Record], failures: &mut Failures) {
         for _ in 0..=flush.len() {
-            // The index of each fingerprint's first function, and whether
-            // that was verified yet.
-            let mut first_of: hashbrown::HashMap<crate::Fingerprint, (usize, bool)> =
-                hashbrown::HashMap::new();
-            let mut changed = false;
-            for i in 0..flush.len() {
-                let id = flush[i].id;
-                if self.ids.state(id) != State::Pending || flush[i].role() == Role::Alone {
-                    continue;
-                }
-                let fp = match self.walk_pending(&mut flush[i]) {
-                    Ok(walk) => walk.fingerprint.clone(),
-                    Err(e) => {
-                        self.fail(id, e, failures);
-                        continue;
-                    }
-                };
-                let compiled = self.compiled.class_of(&fp);
-                // A retired class runs code bound as this one's would not
-                // be (see `retired.rs`).
-                let compiled = compiled.filter(|&class| !self.retired.is_retired(class));
-                let canonical = if let Some(class) = compiled {
-                    self.canonical_of(class)
-                } else if let Some(&(j, first_verified)) = first_of.get(&fp) {
-                    if !first_verified {
-                        let first = &flush[j];
-                        if let Err(e) = self.verify_uncompiled(&first.func, key_hash(&first.walk)) {
-                            // The first fails: this one takes its place.
-                            self.fail(first.id, e, failures);
-                            first_of.insert(fp, (i, false));
-                            continue;
-                        }
-                        first_of.insert(fp, (j, true));
-                    }
-                    flush[j].id
-                } else {
-                    first_of.insert(fp, (i, false));
-                    continue;
-                };
-                if let Err(e) = self.verify_uncompiled(&flush[i].func, key_hash(&flush[i].walk)) {
-                    self.fail(id, e, failures);
-                    continue;
-                }
-                self.ids.plan(id, State::Planned { canonical });
-                changed = true;
-            }
-            if !changed {
+            if !self.plan_exact_round(flush, failures) {
                 return;
             }
         }
         unreachable!("each round of planning plans one more function");
+    }
+
+    /// One round of [`DedupModule::plan_duplicates`], made again without a
+    /// function it counts on that fails to verify (each time fails one
+    /// more function of the flush, so at most as many times as it has,
+    /// and one more). Returns whether it planned a duplicate.
+    fn plan_exact_round(&mut self, flush: &mut [Record], failures: &mut Failures) -> bool {
+        for _ in 0..=flush.len() {
+            // Every function taking part walked as it is now rewritten.
+            for record in flush.iter_mut() {
+                if self.takes_part(record)
+                    && let Err(e) = self.walk_pending(record)
+                {
+                    self.fail(record.id, e, failures);
+                }
+            }
+            let keys: Vec<Option<Keyed<&crate::Fingerprint>>> = flush
+                .iter()
+                .map(|record| {
+                    let walk = record.walk.as_ref().filter(|_| self.takes_part(record))?;
+                    let key = &walk.fingerprint;
+                    // A retired class runs code bound as this one's would
+                    // not be (see `retired.rs`).
+                    let compiled = self.compiled.class_of(key);
+                    let compiled = compiled.filter(|&class| !self.retired.is_retired(class));
+                    Some(Keyed {
+                        key,
+                        compiled: compiled.map(|class| self.canonical_of(class)),
+                    })
+                })
+                .collect();
+            if let Some(round) = self.decide_verified(flush, &keys, failures) {
+                return self.apply_round(flush, &round);
+            }
+        }
+        unreachable!("each round again fails one more function");
+    }
+
+    /// Whether the function of `record` takes part in planning: pending,
+    /// and not left alone.
+    fn takes_part(&self, record: &Record) -> bool {
+        self.ids.state(record.id) == State::Pending && record.role() != Role::Alone
+    }
+
+    /// The round [`duplicates::decide`] takes over `keys` (one per record
+    /// of `flush`), once every function it counts on is verified; `None`
+    /// once one fails to verify, which fails it.
+    fn decide_verified<K: Eq + Hash>(
+        &mut self,
+        flush: &[Record],
+        keys: &[Option<Keyed<K>>],
+        failures: &mut Failures,
+    ) -> Option<Round> {
+        let round = duplicates::decide(keys);
+        for &i in &round.counts_on {
+            let record = &flush[i];
+            if let Err(e) = self.verify_uncompiled(&record.func, key_hash(&record.walk)) {
+                self.fail(record.id, e, failures);
+                return None;
+            }
+        }
+        Some(round)
+    }
+
+    /// Plans the duplicates of `round`; returns whether it has any.
+    fn apply_round(&mut self, flush: &[Record], round: &Round) -> bool {
+        for &(i, canonical) in &round.duplicates {
+            let canonical = match canonical {
+                Canonical::First(first) => flush[first].id,
+                Canonical::Compiled(id) => id,
+            };
+            self.ids.plan(flush[i].id, State::Planned { canonical });
+        }
+        !round.duplicates.is_empty()
     }
 }
 

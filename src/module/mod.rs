@@ -202,9 +202,11 @@
 //!
 //! A flush (`batch.rs`, `define_pending`) runs these phases:
 //!
-//! 1. plan: refine over the call graph and plan duplicates, rewriting
-//!    references to them; put the roots back as the user wrote them, and
-//!    plan again while that would change an address (`roots.rs`);
+//! 1. plan: refine over the call graph, then plan exact duplicates
+//!    round by round, rewriting references to them (each round one pure
+//!    decision, `duplicates.rs`, applied once what it counts on is
+//!    verified); put the roots back as the user wrote them, and plan again
+//!    while that would change an address (`roots.rs`);
 //! 2. fetch the store's entries for what needs code, in one round trip
 //!    (`stored.rs`);
 //! 3. merge similar functions among those that need code into bodies and
@@ -238,7 +240,8 @@
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
 //! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike; not for one read alike to the function a store entry was compiled from) | `Verified`, `read_digest` |
 //! | `flush.rs` | a flush's record of each function: its role, walk, original and code | `Record` |
-//! | `batch.rs` | batch mode: refine, plan duplicates, define, report failures | `Batch` |
+//! | `duplicates.rs` | batch mode: one round of planning decided as a value (which function is a duplicate of which, and what that counts on), pure | |
+//! | `batch.rs` | batch mode: refine, plan duplicates round by round (verifying what each round counts on), define, report failures | `Batch` |
 //! | `roots.rs` | batch mode: what planned duplicates run is defined first; undoing the plan when it fails | |
 //! | `aliases.rs` | checks of the value aliases compiling would resolve, before a function is defined without compiling | |
 //! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
@@ -262,6 +265,7 @@ mod check;
 #[cfg(feature = "jit")]
 mod code_map;
 mod define;
+mod duplicates;
 mod error;
 mod flush;
 mod forward;
