@@ -31,7 +31,11 @@
 //! `JITFOLD_COMPARE=full` it runs whole corpora and more rounds, for the
 //! README. `JITFOLD_COMPARE=runtimes` runs table 6 alone, on whole
 //! corpora; `JITFOLD_COMPARE=warm` table 4 alone, on whole corpora
-//! (`JITFOLD_WARM_ROUNDS` rounds, 11 by default). `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
+//! (`JITFOLD_WARM_ROUNDS` rounds, 11 by default; with
+//! `JITFOLD_WARM_PROFILE=SIDE:RUNS`, one of its warm sides alone, on the
+//! first corpus with the verifier off, `RUNS` times after the stores are
+//! filled, for a profiler: see `e2e::profiled_side`).
+//! `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
 //! unpacked (one folder each), for a machine without `../shared`.
 
 #[allow(dead_code)]

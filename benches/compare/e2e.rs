@@ -573,6 +573,34 @@ pub fn print_warm(corpora: &[Corpus], config: &Config) {
     warm(&workloads, config);
 }
 
+/// `JITFOLD_WARM_PROFILE=SIDE:RUNS`, read: the warm side (1 Cranelift's
+/// cache, 2 and 3 jitfold eager and batch on a directory, 4 and 5 on a
+/// pack, 6 batch on Redis) to run `RUNS` times alone, for a profiler.
+fn profiled_side() -> Option<(usize, usize)> {
+    let text = std::env::var("JITFOLD_WARM_PROFILE").ok()?;
+    let parsed = text
+        .split_once(':')
+        .and_then(|(side, runs)| Some((side.parse().ok()?, runs.parse().ok()?)))
+        .filter(|&(side, _)| (1..=6).contains(&side));
+    assert!(
+        parsed.is_some(),
+        "JITFOLD_WARM_PROFILE={text}: SIDE:RUNS, SIDE from 1 to 6"
+    );
+    parsed
+}
+
+/// Runs warm side `side` `runs` times, prints its mean time (what the
+/// table's column measures) and ends the process: the profile holds the
+/// store's filling, then these runs alone.
+fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) -> ! {
+    let total: Duration = (0..runs).map(|_| warm_side(side).time).sum();
+    eprintln!(
+        "warm side {side}, verifier off: {:.2} ms a run, mean of {runs}",
+        total.as_secs_f64() * 1e3 / runs as f64
+    );
+    std::process::exit(0)
+}
+
 /// A fresh, empty directory.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -593,7 +621,12 @@ fn scratch(name: &str) -> PathBuf {
 fn warm(workloads: &[(Workload, usize)], config: &Config) {
     let fleet = fleet::Server::start();
     let mut rows = Vec::new();
+    let profile = profiled_side();
     for verifier in [true, false] {
+        // A profile runs with the verifier off, as embedders ship.
+        if profile.is_some() && verifier {
+            continue;
+        }
         let isa = &crate::isa_with_verifier(verifier);
         for (w, _) in workloads
             .iter()
@@ -657,29 +690,31 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             // Sides: plain, Cranelift, eager and batch on each embedded
             // store, batch on Redis.
             let sides = if fleet.is_some() { 7 } else { 6 };
+            let warm_side = |side: usize| match side {
+                0 => run(Plain, w, isa, Persistent::None),
+                1 => run(
+                    CraneliftCache,
+                    w,
+                    isa,
+                    Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
+                ),
+                2 => run(eager, w, isa, Persistent::Jitfold(dir_store())),
+                3 => run(batch, w, isa, Persistent::Jitfold(dir_store())),
+                4 => run(eager, w, isa, Persistent::Jitfold(pack_store())),
+                5 => run(batch, w, isa, Persistent::Jitfold(pack_store())),
+                _ => run(
+                    batch,
+                    w,
+                    isa,
+                    Persistent::Jitfold(fleet_store().expect("a fleet side only with a server")),
+                ),
+            };
+            if let Some((side, runs)) = profile {
+                profile_side(side, runs, warm_side);
+            }
             let mut hits = [0u64; 7];
             let spread = alternate(sides, config.corpus_rounds, 0, |side| {
-                let r = match side {
-                    0 => run(Plain, w, isa, Persistent::None),
-                    1 => run(
-                        CraneliftCache,
-                        w,
-                        isa,
-                        Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
-                    ),
-                    2 => run(eager, w, isa, Persistent::Jitfold(dir_store())),
-                    3 => run(batch, w, isa, Persistent::Jitfold(dir_store())),
-                    4 => run(eager, w, isa, Persistent::Jitfold(pack_store())),
-                    5 => run(batch, w, isa, Persistent::Jitfold(pack_store())),
-                    _ => run(
-                        batch,
-                        w,
-                        isa,
-                        Persistent::Jitfold(
-                            fleet_store().expect("a fleet side only with a server"),
-                        ),
-                    ),
-                };
+                let r = warm_side(side);
                 hits[side] = r.stats.as_ref().map_or(r.merged, |s| s.loaded);
                 r.time
             });

@@ -53,9 +53,9 @@
 //!    outlives the flush: it is in the flush's records and the ids'
 //!    states, and every id of the flush ends defined or undefined.
 //! 9. Every loop of a flush is bounded in code: each round that plans
-//!    again fails one more function, leaves one more alone or marks one
-//!    more as having its own address, so none takes more rounds than the
-//!    flush has functions, and one more.
+//!    again fails one more function, leaves one more alone, marks one
+//!    more as having its own address or plans one more as a duplicate, so
+//!    none takes more rounds than the flush has functions, and one more.
 
 use super::duplicates::{self, Canonical, Keyed, Round};
 use super::flush::{Record, Role};

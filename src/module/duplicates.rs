@@ -28,8 +28,10 @@
 //!    compiled class's function, are not counted on (the first is defined
 //!    as its own plan says, the second is defined already).
 //! 5. Deciding again with the key of a function counted on taken away
-//!    decides the same for every key it did not share; of its key's other
-//!    functions, the next in definition order takes its place.
+//!    decides the same for every key it did not share; if it was the
+//!    first with its key (no compiled class has that key), the next
+//!    function with its key in definition order takes its place, and the
+//!    key's other functions are its duplicates.
 
 use cranelift_module::FuncId;
 use hashbrown::HashMap;
@@ -248,6 +250,25 @@ mod tests {
                     .collect()
             };
             prop_assert_eq!(other(&round), other(&again));
+            // Its key's functions: a first taken away makes way for the
+            // next; anything else leaves the rest as they were.
+            let same = |r: &Round| -> Vec<(usize, Canonical)> {
+                r.duplicates.iter().copied()
+                    .filter(|(i, _)| *i != gone && keys[*i].as_ref().is_some_and(|k| k.key == key))
+                    .collect()
+            };
+            let was_first = round.duplicates.iter().any(|(_, c)| *c == Canonical::First(gone));
+            if was_first {
+                let members: Vec<usize> = (gone + 1..keys.len())
+                    .filter(|&i| keys[i].as_ref().is_some_and(|k| k.key == key))
+                    .collect();
+                let next = members[0];
+                let expected: Vec<(usize, Canonical)> =
+                    members[1..].iter().map(|&i| (i, Canonical::First(next))).collect();
+                prop_assert_eq!(same(&again), expected);
+            } else {
+                prop_assert_eq!(same(&round), same(&again));
+            }
         }
     }
 }

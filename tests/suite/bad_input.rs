@@ -448,6 +448,53 @@ fn a_failed_twin_takes_nothing_down_with_it() {
     }
 }
 
+/// A twin found only by an exact round after refinement, whose first
+/// fails to verify: `g1` compiled by one flush; in the next, `g2` (its
+/// duplicate), `c_bad` calling `g1` with a defect in a block no branch
+/// reaches, then `c_good` calling `g2`, equal to `c_bad` only once its
+/// call of `g2` is rewritten to `g1` (a second exact round). `c_bad`,
+/// counted on as the first of the pair, fails; `c_good` is defined on its
+/// own and calls `g1`'s code; the flush reports `c_bad` alone.
+#[test]
+fn a_first_failing_in_an_exact_round_leaves_its_twin_defined() {
+    for options in batch_options() {
+        let mut m = dedup(options);
+        let conv = m.isa().default_call_conv();
+        let [g1, g2, c_bad, c_good] =
+            ["g1", "g2", "c_bad", "c_good"].map(|n| declare(&mut m, n, conv));
+        let twin = |b: &mut FunctionBuilder, _: &mut DedupModule<JITModule>, p: &[ir::Value]| {
+            let v = chain(b, p[0]);
+            b.ins().return_(&[v]);
+        };
+        define(&mut m, g1, twin).unwrap();
+        m.flush().unwrap();
+        define(&mut m, g2, twin).unwrap();
+        for (c, g) in [(c_bad, g1), (c_good, g2)] {
+            define(&mut m, c, |b, m, p| {
+                let r = emit_call(b, m, g, p[0]);
+                let r = b.ins().iadd_imm_s(r, 5);
+                if c == c_bad {
+                    return_with_dead_defect(b, r);
+                } else {
+                    b.ins().return_(&[r]);
+                }
+            })
+            .unwrap();
+        }
+        let error = m.flush();
+        assert!(is_verifier_error(&error), "{options:?}: {error:?}");
+        let failed: Vec<FuncId> = m.failed_definitions().iter().map(|f| f.0).collect();
+        assert_eq!(failed, [c_bad], "{options:?}");
+        define(&mut m, c_bad, add(100)).unwrap();
+        m.finalize_definitions().unwrap();
+        let run = |id| call1(m.get_finalized_function(id), 1);
+        let g_of_1 = run(g1);
+        assert_eq!(run(g2), g_of_1, "{options:?}");
+        assert_eq!(run(c_good), g_of_1 + 5, "{options:?}");
+        assert_eq!(run(c_bad), 101, "{options:?}");
+    }
+}
+
 /// A function the verifier accepts but Cranelift cannot compile (on
 /// x86-64, a `return_call` without `preserve_frame_pointers` panics at
 /// emission) and its twin in the same flush: the twin, planned as a
