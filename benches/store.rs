@@ -159,7 +159,9 @@ fn code_of(
         isa,
         needs_unwind: false,
     };
-    check(bytes, &checks, template, names).ok().map(|l| l.code)
+    check(bytes, &checks, template.key(), names)
+        .ok()
+        .map(|l| l.code)
 }
 
 /// A fresh, empty directory.

@@ -127,6 +127,12 @@ pub struct WalkRef<'a> {
 }
 
 impl<'a> WalkRef<'a> {
+    /// The key words of the function's template, borrowed
+    /// ([`BorrowedFingerprint::template_key`]).
+    pub fn template_key(&self) -> &'a [u32] {
+        self.fingerprint.template_key()
+    }
+
     /// Walks `func` with `walker`. (The one place that reads the walk's
     /// results.)
     pub fn of(walker: &'a mut Fingerprinter, func: &Function) -> WalkRef<'a> {

@@ -1219,9 +1219,9 @@ impl Compiling<'_> {
         let Some((store, context)) = &self.cache else {
             return compiled.time;
         };
-        let template = planned.walk.fingerprint.to_template();
+        let template = planned.walk.as_ref().template_key();
         let start = Instant::now();
-        let key = StoreKey::of(context, &template);
+        let key = StoreKey::of_words(context, template);
         // The one load path, as a JIT module's (no secret; no frame
         // descriptions are written).
         let checks = Checks {
@@ -1234,7 +1234,7 @@ impl Compiling<'_> {
             .get(&key)
             .ok()
             .flatten()
-            .map(|bytes| check(&bytes, &checks, &template, planned.names));
+            .map(|bytes| check(&bytes, &checks, template, planned.names));
         let lookup = start.elapsed();
         match loaded {
             Some(Ok(loaded)) if loaded.code == compiled.code => {
@@ -1247,7 +1247,7 @@ impl Compiling<'_> {
         let start = Instant::now();
         let unwind = compiled.unwind.as_ref();
         let entry = Entry::new(
-            &template,
+            &planned.walk.fingerprint.to_template(),
             planned.names,
             &compiled.code,
             compiled.time,

@@ -392,10 +392,11 @@ impl<'a> BorrowedFingerprint<'a> {
         self.instructions
     }
 
-    /// How many words of [`BorrowedFingerprint::key`] are its template's
-    /// (the names follow them).
-    pub(crate) fn template_len(&self) -> usize {
-        self.template_len as usize
+    /// The template's key words, borrowed: the start of
+    /// [`BorrowedFingerprint::key`] (the names follow them), equal to
+    /// [`BorrowedFingerprint::to_template`]'s [`Template::key`].
+    pub fn template_key(&self) -> &'a [u32] {
+        &self.words[..self.template_len as usize]
     }
 
     /// The owned fingerprint: equal to what

@@ -506,8 +506,7 @@ impl<M: Module> DedupModule<M> {
         let Some(stored) = &mut self.stored else {
             return Ok(None);
         };
-        let template = walk.fingerprint.to_template();
-        let key = StoreKey::of(&stored.context, &template);
+        let key = store_key(&stored.context, walk);
         // Claimed by this flush ahead of its turn: this module compiles it.
         if let Some(reservation) = stored.claimed.remove(&key) {
             stored.reserved = Some(reservation);
@@ -536,7 +535,7 @@ impl<M: Module> DedupModule<M> {
                     key,
                     Source::Fetched(Some(value)),
                     &checks,
-                    &template,
+                    walk.template_key(),
                     walk.names,
                 ),
                 Ok(Claimed::Reserved(reservation)) => Err(Miss::Reserved(reservation)),
@@ -544,7 +543,14 @@ impl<M: Module> DedupModule<M> {
                 Err(e) => Err(Miss::Store(e)),
             }
         } else {
-            load(&stored.store, key, source, &checks, &template, walk.names)
+            load(
+                &stored.store,
+                key,
+                source,
+                &checks,
+                walk.template_key(),
+                walk.names,
+            )
         };
         let Loaded {
             code,
@@ -645,6 +651,11 @@ impl<M: Module> DedupModule<M> {
             self.frames.push_own(id, unwind.clone());
         }
         if let Some(code) = CodeTemplate::from_parts(id, code, walk.names, saved, unwind) {
+            // The plan's copy of the template (the plan is of this walk),
+            // where it made one.
+            let planned = plan.keep_template.as_ref();
+            debug_assert!(planned.is_none_or(|t| t.key() == walk.template_key()));
+            let template = planned.map_or_else(|| walk.fingerprint.to_template(), Clone::clone);
             self.compiled.keep_template(template, code);
         }
         let facts = ClassFacts {
@@ -933,10 +944,7 @@ impl Stored {
 
 /// The store key of the template of a function walked as `walk`.
 fn store_key(context: &CodeContext, walk: &WalkRef<'_>) -> StoreKey {
-    StoreKey::of_words(
-        context,
-        &walk.fingerprint.key()[..walk.fingerprint.template_len()],
-    )
+    StoreKey::of_words(context, walk.template_key())
 }
 
 #[cfg(test)]

@@ -188,11 +188,11 @@ impl Shaper {
                 self.names_used_by(func, inst);
             }
         }
-        let key = walk.key().key();
+        let key = walk.key().template_key();
         self.words.clear();
         // The template part of the key; the names follow it.
-        let template_len = walk.key().template_len();
-        self.words.extend_from_slice(&key[..template_len]);
+        let template_len = key.len();
+        self.words.extend_from_slice(key);
         let mut masked = Vec::new();
         let mut sites = Vec::new();
         let mut values = Vec::new();

@@ -33,7 +33,7 @@ use super::{
     Claim, CodeContext, CodeStore, Entry, EntryRejected, EntryUnwind, Secret, StoreError, StoreKey,
 };
 use crate::code::MachineCode;
-use crate::fingerprint::{SymbolName, Template};
+use crate::fingerprint::SymbolName;
 use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::isa::unwind::UnwindInfo;
@@ -260,18 +260,20 @@ pub enum Source {
     Fetched(Option<Vec<u8>>),
 }
 
-/// The code stored under `key` (`template`'s: [`StoreKey::of`] in
+/// The code stored under `key` (that of the template whose key words are
+/// `template`, [`Template::key`](crate::Template::key): [`StoreKey::of_words`] in
 /// `checks.context`) in `store` for a function whose names are `names`,
-/// checked (see [`check`]), or why there is none.
+/// checked (see [`check`]), or why there is none. (The words are
+/// borrowed, from the function's walk: a lookup copies nothing of them.)
 pub fn load(
     store: &Arc<dyn CodeStore>,
     key: StoreKey,
     source: Source,
     checks: &Checks<'_>,
-    template: &Template,
+    template: &[u32],
     names: &[SymbolName],
 ) -> Result<Loaded, Miss> {
-    debug_assert!(key == StoreKey::of(checks.context, template));
+    debug_assert!(key == StoreKey::of_words(checks.context, template));
     let fetched = match source {
         Source::Fetched(Some(bytes)) => {
             return check(&bytes, checks, template, names).map_err(Miss::Rejected);
@@ -292,16 +294,17 @@ pub fn load(
     }
 }
 
-/// The code of the entry in `bytes` for `template`, retargeted to `names`,
-/// if it passes every check of 1 above.
+/// The code of the entry in `bytes` for the template whose key words are
+/// `template` ([`Template::key`](crate::Template::key)), retargeted to `names`, if it passes
+/// every check of 1 above.
 pub fn check(
     bytes: &[u8],
     checks: &Checks<'_>,
-    template: &Template,
+    template: &[u32],
     names: &[SymbolName],
 ) -> Result<Loaded, Rejection> {
-    let entry =
-        Entry::decode(bytes, checks.context, template, checks.secret).map_err(Rejection::Entry)?;
+    let entry = Entry::decode_words(bytes, checks.context, template, checks.secret)
+        .map_err(Rejection::Entry)?;
     let unwind = match entry.unwind() {
         EntryUnwind::None => None,
         EntryUnwind::Info(info) => Some(info.clone()),
@@ -398,11 +401,11 @@ pub fn emitted_on(isa: &dyn TargetIsa, kind: Reloc) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Fingerprinter;
     use crate::code::{RelocTarget, Relocation};
     use crate::compile::compile;
     use crate::plan::Walk;
     use crate::store::MemoryStore;
+    use crate::{Fingerprinter, Template};
     use cranelift_codegen::isa::OwnedTargetIsa;
     use cranelift_codegen::settings;
     use std::sync::Mutex;
@@ -471,7 +474,7 @@ block0(v0: i64):
     #[test]
     fn an_entry_that_passes_every_check_is_its_code() {
         let f = fixture();
-        let loaded = check(&f.entry(&f.code), &f.checks(), &f.template, &f.names).unwrap();
+        let loaded = check(&f.entry(&f.code), &f.checks(), f.template.key(), &f.names).unwrap();
         assert_eq!(loaded.code, f.code);
     }
 
@@ -480,7 +483,7 @@ block0(v0: i64):
         let f = fixture();
         let mut code = f.code.clone();
         code.alignment = 4096;
-        let result = check(&f.entry(&code), &f.checks(), &f.template, &f.names);
+        let result = check(&f.entry(&code), &f.checks(), f.template.key(), &f.names);
         assert_eq!(result.unwrap_err(), Rejection::Alignment(4096));
     }
 
@@ -496,7 +499,7 @@ block0(v0: i64):
             addend: 0,
             target: RelocTarget::Name(f.names[0].clone()),
         });
-        let result = check(&f.entry(&code), &f.checks(), &f.template, &f.names);
+        let result = check(&f.entry(&code), &f.checks(), f.template.key(), &f.names);
         assert_eq!(
             result.unwrap_err(),
             Rejection::RelocationKind(Reloc::X86GOTPCRel4)
@@ -506,7 +509,7 @@ block0(v0: i64):
     #[test]
     fn names_other_than_the_entrys_are_rejected() {
         let f = fixture();
-        let result = check(&f.entry(&f.code), &f.checks(), &f.template, &[]);
+        let result = check(&f.entry(&f.code), &f.checks(), f.template.key(), &[]);
         assert_eq!(result.unwrap_err(), Rejection::Names);
     }
 
@@ -519,7 +522,7 @@ block0(v0: i64):
             context: &other,
             ..f.checks()
         };
-        let result = check(&f.entry(&f.code), &checks, &f.template, &f.names);
+        let result = check(&f.entry(&f.code), &checks, f.template.key(), &f.names);
         assert_eq!(
             result.unwrap_err(),
             Rejection::Entry(EntryRejected::OtherContext)
@@ -556,7 +559,7 @@ block0(v0: i64):
         let reserving = Arc::new(Reserving::default());
         let store: Arc<dyn CodeStore> = reserving.clone();
         let key = StoreKey::of(&f.context, &f.template);
-        let miss = |source| load(&store, key, source, &f.checks(), &f.template, &f.names);
+        let miss = |source| load(&store, key, source, &f.checks(), f.template.key(), &f.names);
         // Dropped unused: released.
         let Err(Miss::Reserved(reservation)) = miss(Source::Ask) else {
             panic!("reserved");
@@ -618,7 +621,17 @@ block0(v0: i64):
         assert_eq!(write(&store, entries(&store)).unwrap(), 2);
         // Two puts, no release.
         assert_eq!(*reserving.ended.lock().unwrap(), ["put", "put"]);
-        assert!(load(&store, key, Source::Ask, &f.checks(), &f.template, &f.names).is_ok());
+        assert!(
+            load(
+                &store,
+                key,
+                Source::Ask,
+                &f.checks(),
+                f.template.key(),
+                &f.names
+            )
+            .is_ok()
+        );
         let unwritable = Arc::new(Unwritable(Reserving::default()));
         let store: Arc<dyn CodeStore> = unwritable.clone();
         assert!(write(&store, entries(&store)).is_err());
@@ -635,17 +648,31 @@ block0(v0: i64):
             key,
             Source::Fetched(None),
             &f.checks(),
-            &f.template,
+            f.template.key(),
             &f.names,
         );
         assert!(matches!(result, Err(Miss::Absent)), "{result:?}");
         // Asked, it may have reserved (dropping the guard releases: a
         // no-op here).
-        let result = load(&store, key, Source::Ask, &f.checks(), &f.template, &f.names);
+        let result = load(
+            &store,
+            key,
+            Source::Ask,
+            &f.checks(),
+            f.template.key(),
+            &f.names,
+        );
         assert!(matches!(result, Err(Miss::Reserved(_))), "{result:?}");
         // Bytes a batch fetched are checked as any others.
         let fetched = Source::Fetched(Some(b"not an entry".to_vec()));
-        let result = load(&store, key, fetched, &f.checks(), &f.template, &f.names);
+        let result = load(
+            &store,
+            key,
+            fetched,
+            &f.checks(),
+            f.template.key(),
+            &f.names,
+        );
         assert!(
             matches!(result, Err(Miss::Rejected(Rejection::Entry(_)))),
             "{result:?}"
