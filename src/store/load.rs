@@ -260,11 +260,12 @@ pub enum Source {
     Fetched(Option<Vec<u8>>),
 }
 
-/// The code stored under `key` (that of the template whose key words are
-/// `template`, [`Template::key`](crate::Template::key): [`StoreKey::of_words`] in
-/// `checks.context`) in `store` for a function whose names are `names`,
-/// checked (see [`check`]), or why there is none. (The words are
-/// borrowed, from the function's walk: a lookup copies nothing of them.)
+/// The code stored under `key` (the [`StoreKey::of_words`] of `template`
+/// in `checks.context`) in `store` for a function whose template has the
+/// key words `template` ([`Template::key`](crate::Template::key)) and
+/// whose names are `names`, checked (see [`check`]), or why there is none.
+/// The words are borrowed from the function's walk: a lookup copies none
+/// of them.
 pub fn load(
     store: &Arc<dyn CodeStore>,
     key: StoreKey,
@@ -295,8 +296,8 @@ pub fn load(
 }
 
 /// The code of the entry in `bytes` for the template whose key words are
-/// `template` ([`Template::key`](crate::Template::key)), retargeted to `names`, if it passes
-/// every check of 1 above.
+/// `template` ([`Template::key`](crate::Template::key)), retargeted to
+/// `names`, if it passes every check of 1 above.
 pub fn check(
     bytes: &[u8],
     checks: &Checks<'_>,
