@@ -601,6 +601,44 @@ fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) -> !
     std::process::exit(0)
 }
 
+/// Where the sides of table 4 keep their code: Cranelift's cache in a
+/// directory, and jitfold's in a store made afresh for each run, as by a
+/// new process (a directory store, a pack, a Redis server if any).
+struct Stores<'a> {
+    cranelift: &'a std::path::Path,
+    dir: &'a dyn Fn() -> Arc<dyn CodeStore>,
+    pack: &'a dyn Fn() -> Arc<dyn CodeStore>,
+    fleet: &'a dyn Fn() -> Option<Arc<dyn CodeStore>>,
+}
+
+/// Runs side `side` of table 4 on `w` with `stores`: 0 plain, 1
+/// Cranelift's cache, 2 and 3 jitfold eager and batch on the directory
+/// store, 4 and 5 on the pack, 6 batch on Redis.
+fn run_side(side: usize, w: &Workload, isa: &OwnedTargetIsa, stores: &Stores<'_>) -> Run {
+    let (eager, batch) = (
+        Jitfold(DedupOptions::eager(), ""),
+        Jitfold(DedupOptions::batch(), ""),
+    );
+    let cranelift = || crate::common::DirKv(stores.cranelift.to_path_buf());
+    match side {
+        0 => run(Plain, w, isa, Persistent::None),
+        1 => run(
+            CraneliftCache,
+            w,
+            isa,
+            Persistent::Cranelift(&mut cranelift()),
+        ),
+        2 => run(eager, w, isa, Persistent::Jitfold((stores.dir)())),
+        3 => run(batch, w, isa, Persistent::Jitfold((stores.dir)())),
+        4 => run(eager, w, isa, Persistent::Jitfold((stores.pack)())),
+        5 => run(batch, w, isa, Persistent::Jitfold((stores.pack)())),
+        _ => {
+            let store = (stores.fleet)().expect("a fleet side only with a server");
+            run(batch, w, isa, Persistent::Jitfold(store))
+        }
+    }
+}
+
 /// A fresh, empty directory.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -647,68 +685,40 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                 Arc::new(PackStore::new(&pack_dir).unwrap().with_limit(u64::MAX / 2))
             };
             let fleet_store = || fleet.as_ref().map(|server| server.store(&w.name));
-            let eager = Jitfold(DedupOptions::eager(), "");
-            let batch = Jitfold(DedupOptions::batch(), "");
             // Cold: each side filling an empty directory, alternating
             // with plain round after round.
             let cold_dir = scratch("cold");
+            let cold_store =
+                || -> Arc<dyn CodeStore> { Arc::new(DirectoryStore::new(&cold_dir).unwrap()) };
+            let cold_pack =
+                || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&cold_dir).unwrap()) };
+            let cold_stores = Stores {
+                cranelift: &cold_dir,
+                dir: &cold_store,
+                pack: &cold_pack,
+                fleet: &|| None,
+            };
             let cold = alternate(6, config.corpus_rounds, 0, |side| {
                 let _ = std::fs::remove_dir_all(&cold_dir);
                 std::fs::create_dir_all(&cold_dir).unwrap();
-                let dir =
-                    || -> Arc<dyn CodeStore> { Arc::new(DirectoryStore::new(&cold_dir).unwrap()) };
-                let pack =
-                    || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&cold_dir).unwrap()) };
-                let r = match side {
-                    0 => run(Plain, w, isa, Persistent::None),
-                    1 => run(
-                        CraneliftCache,
-                        w,
-                        isa,
-                        Persistent::Cranelift(&mut crate::common::DirKv(cold_dir.clone())),
-                    ),
-                    2 => run(eager, w, isa, Persistent::Jitfold(dir())),
-                    3 => run(batch, w, isa, Persistent::Jitfold(dir())),
-                    4 => run(eager, w, isa, Persistent::Jitfold(pack())),
-                    _ => run(batch, w, isa, Persistent::Jitfold(pack())),
-                };
-                r.time
+                run_side(side, w, isa, &cold_stores).time
             });
             let _ = std::fs::remove_dir_all(&cold_dir);
-            // The stores the warm runs read, filled.
-            run(
-                CraneliftCache,
-                w,
-                isa,
-                Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
-            );
-            run(eager, w, isa, Persistent::Jitfold(dir_store()));
-            run(eager, w, isa, Persistent::Jitfold(pack_store()));
-            if let Some(store) = fleet_store() {
-                run(batch, w, isa, Persistent::Jitfold(store));
-            }
+            // The stores the warm runs read, filled: Cranelift's, the
+            // directory, the pack and Redis.
+            let stores = Stores {
+                cranelift: &cl_dir,
+                dir: &dir_store,
+                pack: &pack_store,
+                fleet: &fleet_store,
+            };
             // Sides: plain, Cranelift, eager and batch on each embedded
             // store, batch on Redis.
             let sides = if fleet.is_some() { 7 } else { 6 };
-            let warm_side = |side: usize| match side {
-                0 => run(Plain, w, isa, Persistent::None),
-                1 => run(
-                    CraneliftCache,
-                    w,
-                    isa,
-                    Persistent::Cranelift(&mut crate::common::DirKv(cl_dir.clone())),
-                ),
-                2 => run(eager, w, isa, Persistent::Jitfold(dir_store())),
-                3 => run(batch, w, isa, Persistent::Jitfold(dir_store())),
-                4 => run(eager, w, isa, Persistent::Jitfold(pack_store())),
-                5 => run(batch, w, isa, Persistent::Jitfold(pack_store())),
-                _ => run(
-                    batch,
-                    w,
-                    isa,
-                    Persistent::Jitfold(fleet_store().expect("a fleet side only with a server")),
-                ),
-            };
+            for side in [1, 2, 4, 6].into_iter().filter(|&side| side < sides) {
+                run_side(side, w, isa, &stores);
+            }
+            let warm_side = |side: usize| run_side(side, w, isa, &stores);
             if let Some((side, runs)) = profile {
                 profile_side(side, runs, warm_side);
             }
