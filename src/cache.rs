@@ -12,7 +12,7 @@
 //! - The hash table is keyed per process (see [`crate::fingerprint`]), so
 //!   adversarial inputs cannot make lookups quadratic.
 
-use crate::fingerprint::{BorrowedFingerprint, CanonicalKey, Fingerprint, write_fast_hash};
+use crate::fingerprint::{BorrowedFingerprint, CanonicalKey, Fingerprint, Probe};
 use cranelift_codegen::entity::{PrimaryMap, entity_impl};
 use hashbrown::HashMap;
 
@@ -44,22 +44,6 @@ impl Lookup {
     }
 }
 
-/// A borrowed fingerprint as a key to look up: hashed and compared as the
-/// [`Fingerprint`] it stands for.
-struct Probe<'a, 'b>(&'a BorrowedFingerprint<'b>);
-
-impl core::hash::Hash for Probe<'_, '_> {
-    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        write_fast_hash(self.0.fast_hash(), state);
-    }
-}
-
-impl hashbrown::Equivalent<Fingerprint> for Probe<'_, '_> {
-    fn equivalent(&self, key: &Fingerprint) -> bool {
-        key.is(self.0)
-    }
-}
-
 /// A map from keys of one kind (exact fingerprints by default, or
 /// templates, or fingerprints with the calling convention erased) to
 /// classes, with hit and miss counts.
@@ -84,7 +68,18 @@ impl<K> Default for DedupCache<K> {
 impl DedupCache<Fingerprint> {
     /// [`DedupCache::get`] of a fingerprint whose key is borrowed.
     pub fn get_borrowed(&self, fp: &BorrowedFingerprint<'_>) -> Option<ClassId> {
-        self.classes.get(&Probe(fp)).copied()
+        self.get_probe(&fp.probe())
+    }
+}
+
+impl<K: CanonicalKey> DedupCache<K> {
+    /// [`DedupCache::get`] of the key `probe` stands for, whose words are
+    /// borrowed: nothing is copied.
+    pub fn get_probe<'p>(&self, probe: &Probe<'p, K>) -> Option<ClassId>
+    where
+        Probe<'p, K>: hashbrown::Equivalent<K>,
+    {
+        self.classes.get(probe).copied()
     }
 }
 

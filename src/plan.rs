@@ -63,7 +63,7 @@
 use crate::Mode;
 use crate::cache::{ClassId, DedupCache, Lookup};
 use crate::fingerprint::{
-    BorrowedFingerprint, ErasedConvention, Fingerprint, Fingerprinter, SymbolName, Template,
+    BorrowedFingerprint, ErasedConvention, Fingerprint, Fingerprinter, Probe, SymbolName, Template,
 };
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
 use cranelift_codegen::ir::Function;
@@ -304,6 +304,35 @@ pub struct Plan {
     pub similar: bool,
 }
 
+/// A [`Plan`] whose kept keys are still borrowed from the walk (see
+/// [`CompiledCache::decide`]).
+struct Decided<'a> {
+    duplicate_of: Option<ClassId>,
+    reuse: Option<ClassId>,
+    adapter_for: Option<ClassId>,
+    keep_template: Option<Probe<'a, Template>>,
+    keep_body: Option<Probe<'a, ErasedConvention>>,
+    load: bool,
+    similar: bool,
+}
+
+impl Decided<'_> {
+    /// As [`Plan::needs_code`].
+    fn needs_code(&self) -> bool {
+        needs_code(self.duplicate_of, self.reuse, self.adapter_for)
+    }
+}
+
+/// Whether a function planned as a duplicate of `duplicate_of`, reusing
+/// `reuse` and adapting `adapter_for` needs code: none of them is planned.
+fn needs_code(
+    duplicate_of: Option<ClassId>,
+    reuse: Option<ClassId>,
+    adapter_for: Option<ClassId>,
+) -> bool {
+    duplicate_of.is_none() && reuse.is_none() && adapter_for.is_none()
+}
+
 impl Plan {
     /// The steps to try, in order; the last is [`Step::Compile`].
     pub fn steps(&self) -> impl Iterator<Item = Step> + use<> {
@@ -322,7 +351,7 @@ impl Plan {
     /// Whether no code of this module serves it (no duplicate, reuse or
     /// adapter step): it is loaded from the code store or compiled.
     pub fn needs_code(&self) -> bool {
-        self.duplicate_of.is_none() && self.reuse.is_none() && self.adapter_for.is_none()
+        needs_code(self.duplicate_of, self.reuse, self.adapter_for)
     }
 }
 
@@ -441,9 +470,28 @@ impl<T> CompiledCache<T> {
 
     /// The plan for the function `f` under `policy` (see the module docs).
     pub fn plan(&self, f: &Planned<'_>, policy: Policy) -> Plan {
+        let decided = self.decide(f, policy);
+        // The keys kept, copied out of the walk.
+        Plan {
+            duplicate_of: decided.duplicate_of,
+            reuse: decided.reuse,
+            adapter_for: decided.adapter_for,
+            keep_template: decided.keep_template.map(|_| f.fingerprint.to_template()),
+            keep_body: decided
+                .keep_body
+                .map(|_| f.fingerprint.to_fingerprint().erase_call_conv()),
+            load: decided.load,
+            similar: decided.similar,
+        }
+    }
+
+    /// What [`CompiledCache::plan`] decides for `f`, the keys it keeps
+    /// still borrowed from the walk: every lookup is by a probe, so
+    /// deciding copies no key.
+    fn decide<'a>(&self, f: &Planned<'a>, policy: Policy) -> Decided<'a> {
         let duplicate_of = self.exact.get_borrowed(&f.fingerprint);
         if duplicate_of.is_some() && policy.machine_trampolines {
-            return Plan {
+            return Decided {
                 duplicate_of,
                 reuse: None,
                 adapter_for: None,
@@ -453,22 +501,17 @@ impl<T> CompiledCache<T> {
                 similar: false,
             };
         }
-        // Not a cache hit: the keys derived from this one are copied out
-        // of the walk, and only those the policy needs.
         let reusable = policy.reuse
             && !f.compiled_only(policy)
             && (!f.names.is_empty() || !policy.machine_trampolines);
-        let template = reusable.then(|| f.fingerprint.to_template());
-        let reuse = template.as_ref().and_then(|t| self.templates.get(t));
-        let body = f
-            .adaptable
-            .then(|| f.fingerprint.to_fingerprint().erase_call_conv());
+        let template = reusable.then(|| f.fingerprint.template_probe());
+        let reuse = template.and_then(|t| self.templates.get_probe(&t));
+        let body = f.adaptable.then(|| f.fingerprint.erased_probe());
         let adapter_for = body
-            .as_ref()
-            .and_then(|b| self.bodies.get(b))
+            .and_then(|b| self.bodies.get(&b))
             .filter(|(_, call_conv)| *call_conv != f.call_conv)
             .map(|(class, _)| *class);
-        Plan {
+        Decided {
             duplicate_of,
             reuse,
             adapter_for,
@@ -483,7 +526,7 @@ impl<T> CompiledCache<T> {
     /// functions, in definition order, what the define pass will need
     /// ([`Foreseen`]); `None` where `flush` gives `None` (a function not
     /// planned here: defined already, or not walkable). Pure, as
-    /// [`CompiledCache::plan`] is.
+    /// [`CompiledCache::plan`] is, and copies no key.
     pub fn forecast<'a>(
         &self,
         flush: impl IntoIterator<Item = Option<Planned<'a>>>,
@@ -497,14 +540,14 @@ impl<T> CompiledCache<T> {
             .into_iter()
             .map(|f| {
                 let f = f?;
-                let plan = self.plan(&f, policy);
-                let (needs_code, load) = (plan.needs_code(), plan.load);
-                let new_key = exact.insert(f.fingerprint.to_fingerprint());
-                let new_template = plan.keep_template.is_none_or(|t| templates.insert(t));
-                let new_body = plan.keep_body.is_none_or(|b| bodies.insert(b));
+                let decided = self.decide(&f, policy);
+                let needs_code = decided.needs_code();
+                let new_key = exact.insert(f.fingerprint.probe());
+                let new_template = decided.keep_template.is_none_or(|t| templates.insert(t));
+                let new_body = decided.keep_body.is_none_or(|b| bodies.insert(b));
                 Some(Foreseen {
                     needs_code,
-                    load,
+                    load: decided.load,
                     first: new_key && new_template && new_body,
                 })
             })

@@ -575,16 +575,17 @@ pub fn print_warm(corpora: &[Corpus], config: &Config) {
 
 /// `JITFOLD_WARM_PROFILE=SIDE:RUNS`, read: the warm side (1 Cranelift's
 /// cache, 2 and 3 jitfold eager and batch on a directory, 4 and 5 on a
-/// pack, 6 batch on Redis) to run `RUNS` times alone, for a profiler.
+/// pack, 6 batch on two threads on a pack, 7 batch on Redis) to run
+/// `RUNS` times alone, for a profiler.
 fn profiled_side() -> Option<(usize, usize)> {
     let text = std::env::var("JITFOLD_WARM_PROFILE").ok()?;
     let parsed = text
         .split_once(':')
         .and_then(|(side, runs)| Some((side.parse().ok()?, runs.parse().ok()?)))
-        .filter(|&(side, _)| (1..=6).contains(&side));
+        .filter(|&(side, _)| (1..=7).contains(&side));
     assert!(
         parsed.is_some(),
-        "JITFOLD_WARM_PROFILE={text}: SIDE:RUNS, SIDE from 1 to 6"
+        "JITFOLD_WARM_PROFILE={text}: SIDE:RUNS, SIDE from 1 to 7"
     );
     parsed
 }
@@ -613,7 +614,8 @@ struct Stores<'a> {
 
 /// Runs side `side` of table 4 on `w` with `stores`: 0 plain, 1
 /// Cranelift's cache, 2 and 3 jitfold eager and batch on the directory
-/// store, 4 and 5 on the pack, 6 batch on Redis.
+/// store, 4 and 5 on the pack, 6 batch on two threads on the pack, 7
+/// batch on Redis.
 fn run_side(side: usize, w: &Workload, isa: &OwnedTargetIsa, stores: &Stores<'_>) -> Run {
     let (eager, batch) = (
         Jitfold(DedupOptions::eager(), ""),
@@ -632,6 +634,12 @@ fn run_side(side: usize, w: &Workload, isa: &OwnedTargetIsa, stores: &Stores<'_>
         3 => run(batch, w, isa, Persistent::Jitfold((stores.dir)())),
         4 => run(eager, w, isa, Persistent::Jitfold((stores.pack)())),
         5 => run(batch, w, isa, Persistent::Jitfold((stores.pack)())),
+        6 => run(
+            Jitfold(DedupOptions::batch().with_threads(2), ""),
+            w,
+            isa,
+            Persistent::Jitfold((stores.pack)()),
+        ),
         _ => {
             let store = (stores.fleet)().expect("a fleet side only with a server");
             run(batch, w, isa, Persistent::Jitfold(store))
@@ -713,16 +721,16 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                 fleet: &fleet_store,
             };
             // Sides: plain, Cranelift, eager and batch on each embedded
-            // store, batch on Redis.
-            let sides = if fleet.is_some() { 7 } else { 6 };
-            for side in [1, 2, 4, 6].into_iter().filter(|&side| side < sides) {
+            // store, batch on two threads on the pack, batch on Redis.
+            let sides = if fleet.is_some() { 8 } else { 7 };
+            for side in [1, 2, 4, 7].into_iter().filter(|&side| side < sides) {
                 run_side(side, w, isa, &stores);
             }
             let warm_side = |side: usize| run_side(side, w, isa, &stores);
             if let Some((side, runs)) = profile {
                 profile_side(side, runs, warm_side);
             }
-            let mut hits = [0u64; 7];
+            let mut hits = [0u64; 8];
             let spread = alternate(sides, config.corpus_rounds, 0, |side| {
                 let r = warm_side(side);
                 hits[side] = r.stats.as_ref().map_or(r.merged, |s| s.loaded);
@@ -757,8 +765,9 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                 jitfold(3),
                 format!("{}; {} B/function", jitfold(4), per_fn(&pack_dir)),
                 jitfold(5),
+                jitfold(6),
                 if fleet.is_some() {
-                    jitfold(6)
+                    jitfold(7)
                 } else {
                     fleet::MISSING.to_string()
                 },
@@ -775,8 +784,8 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
          on the filled one each run, as a new process: Cranelift's `compile_with_cache` on a \
          directory-backed `CacheKvStore` (one file per key); jitfold (`DedupModule::with_store`) \
          eager and batch with a `DirectoryStore` (one file per entry) and with a `PackStore` \
-         (entries appended to pack files), and batch with a `RedisStore` on a \
-         `redis-server` on loopback (a batch flush asks for all its entries at once). \
+         (entries appended to pack files), batch on two threads with the `PackStore`, \
+         and batch with a `RedisStore` on a `redis-server` on loopback (a batch flush asks for all its entries at once). \
          Cranelift's verifier on and off (wasmtime ships with it off). Cold: Cranelift's \
          cache, then jitfold eager and batch on a directory store, then on a pack store, each \
          filling an empty directory, as time relative to plain, best (median of rounds), \
@@ -796,6 +805,7 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             "jitfold batch warm (directory)",
             "jitfold eager warm (pack)",
             "jitfold batch warm (pack)",
+            "jitfold batch, 2 threads, warm (pack)",
             "jitfold batch warm (Redis)",
         ],
         &rows,

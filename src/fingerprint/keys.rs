@@ -266,11 +266,6 @@ impl Fingerprint {
         super::Fingerprinter::new().fingerprint(func)
     }
 
-    /// Whether `borrowed` is this fingerprint (the same key, not erased).
-    pub(crate) fn is(&self, borrowed: &BorrowedFingerprint<'_>) -> bool {
-        self.0.hash == borrowed.hashes.hash && self.0.start == 0 && self.key() == borrowed.words
-    }
-
     /// This fingerprint as a [`BorrowedFingerprint`], which looks it up
     /// the same way.
     pub fn borrowed(&self) -> BorrowedFingerprint<'_> {
@@ -424,6 +419,94 @@ impl<'a> BorrowedFingerprint<'a> {
     }
 }
 
+impl<'a> BorrowedFingerprint<'a> {
+    /// This fingerprint, as a [`Probe`] of tables of [`Fingerprint`]s.
+    pub fn probe(&self) -> Probe<'a, Fingerprint> {
+        Probe::new(self.words, 0, self.hashes.hash)
+    }
+
+    /// Its template, as a [`Probe`] of tables of [`Template`]s: found
+    /// where [`BorrowedFingerprint::to_template`] is, copying nothing.
+    pub fn template_probe(&self) -> Probe<'a, Template> {
+        Probe::new(self.template_key(), 0, self.hashes.template_hash)
+    }
+
+    /// This fingerprint with its calling convention erased, as a
+    /// [`Probe`] of tables of [`ErasedConvention`]s: found where
+    /// [`Fingerprint::erase_call_conv`] of
+    /// [`BorrowedFingerprint::to_fingerprint`] is, copying nothing.
+    pub fn erased_probe(&self) -> Probe<'a, ErasedConvention> {
+        // As `Key::erased`: the words after the calling convention, and
+        // the hash of the names continued from the body's.
+        let names = &self.words[self.template_len as usize..];
+        let (_, hash) = key_hashes(None, self.hashes.body_hash, names);
+        Probe::new(self.words.get(1..).unwrap_or_default(), 1, hash)
+    }
+}
+
+/// A key of kind `K` whose words stay where a walk left them: a table of
+/// `K` finds it where it finds the owned key with the same words (its
+/// `Hash` is the owned key's, and it is equivalent to exactly the keys
+/// equal to that one), and probes of one kind compare as their owned keys
+/// do. Made by [`BorrowedFingerprint::probe`],
+/// [`BorrowedFingerprint::template_probe`] and
+/// [`BorrowedFingerprint::erased_probe`].
+pub struct Probe<'a, K> {
+    /// The key's words (from `start` on, in the owned key's words).
+    words: &'a [u32],
+    start: u32,
+    hash: u64,
+    kind: core::marker::PhantomData<fn() -> K>,
+}
+
+impl<'a, K> Probe<'a, K> {
+    fn new(words: &'a [u32], start: u32, hash: u64) -> Self {
+        Self {
+            words,
+            start,
+            hash,
+            kind: core::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> Clone for Probe<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Probe<'_, K> {}
+
+impl<K> PartialEq for Probe<'_, K> {
+    fn eq(&self, other: &Self) -> bool {
+        // As `Key`'s equality.
+        self.hash == other.hash && self.start == other.start && self.words == other.words
+    }
+}
+
+impl<K> Eq for Probe<'_, K> {}
+
+impl<K> Hash for Probe<'_, K> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        write_fast_hash(self.hash, state);
+    }
+}
+
+/// A probe of a kind is equivalent to a key of that kind alone.
+macro_rules! probe_of {
+    ($($name:ident),*) => {$(
+        impl hashbrown::Equivalent<$name> for Probe<'_, $name> {
+            fn equivalent(&self, key: &$name) -> bool {
+                // As `Key`'s equality.
+                key.0.hash == self.hash && key.0.start == self.start && key.0.words() == self.words
+            }
+        }
+    )*};
+}
+
+probe_of!(Fingerprint, Template, ErasedConvention);
+
 /// The in-memory hashes of a key given as its calling convention (`None`
 /// when erased), the hash of the rest of its template part, and its names:
 /// the template's hash, and the whole key's, which continues from it.
@@ -444,6 +527,97 @@ pub(super) fn process_hasher() -> &'static hashbrown::DefaultHashBuilder {
 
 /// What `Hash` feeds a hasher for a key whose fast hash is `fast_hash`; a
 /// borrowed key looked up in a table of fingerprints must hash the same way.
-pub(crate) fn write_fast_hash<H: Hasher>(fast_hash: u64, state: &mut H) {
+fn write_fast_hash<H: Hasher>(fast_hash: u64, state: &mut H) {
     state.write_u64(fast_hash);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ErasedConvention, Fingerprint, Template};
+    use core::hash::BuildHasher;
+    use hashbrown::{Equivalent, HashSet};
+
+    /// Functions whose keys are equal in some kinds and not in others:
+    /// the same body calling another name (one template), in another
+    /// calling convention (one key with the convention erased), and
+    /// another body.
+    fn fingerprints() -> Vec<Fingerprint> {
+        let text = |conv: &str, callee: u32, k: i64| {
+            format!(
+                "function %f(i64) -> i64 {conv} {{
+                     sig0 = (i64) -> i64 system_v
+                     fn0 = u0:{callee} sig0
+                 block0(v0: i64):
+                     v1 = iconst.i64 {k}
+                     v2 = iadd v0, v1
+                     v3 = call fn0(v2)
+                     return v3
+                 }}"
+            )
+        };
+        [
+            text("system_v", 1, 7),
+            text("system_v", 2, 7),
+            text("fast", 1, 7),
+            text("fast", 2, 7),
+            text("system_v", 1, 8),
+            text("system_v", 1, 7),
+        ]
+        .iter()
+        .map(|text| Fingerprint::of(&cranelift_reader::parse_functions(text).unwrap()[0]))
+        .collect()
+    }
+
+    /// A probe of each kind is found, hashed and compared exactly as the
+    /// owned key of that kind it stands for.
+    #[test]
+    fn a_probe_is_its_owned_key_without_the_copy() {
+        let fps = fingerprints();
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let mut alike = [0; 3];
+        for a in &fps {
+            let borrowed = a.borrowed();
+            let (exact, template, erased) = (
+                borrowed.probe(),
+                borrowed.template_probe(),
+                borrowed.erased_probe(),
+            );
+            let owned_template: Template = borrowed.to_template();
+            let owned_erased: ErasedConvention = borrowed.to_fingerprint().erase_call_conv();
+            assert_eq!(hasher.hash_one(exact), hasher.hash_one(a));
+            assert_eq!(hasher.hash_one(template), hasher.hash_one(&owned_template));
+            assert_eq!(hasher.hash_one(erased), hasher.hash_one(&owned_erased));
+            for b in &fps {
+                let other = b.borrowed();
+                let (b_template, b_erased) = (b.to_template(), b.erase_call_conv());
+                assert_eq!(exact.equivalent(b), a == b);
+                assert_eq!(exact == other.probe(), a == b);
+                assert_eq!(
+                    template.equivalent(&b_template),
+                    owned_template == b_template
+                );
+                assert_eq!(
+                    template == other.template_probe(),
+                    owned_template == b_template
+                );
+                assert_eq!(erased.equivalent(&b_erased), owned_erased == b_erased);
+                assert_eq!(erased == other.erased_probe(), owned_erased == b_erased);
+                alike[0] += usize::from(a == b);
+                alike[1] += usize::from(owned_template == b_template);
+                alike[2] += usize::from(owned_erased == b_erased);
+            }
+        }
+        // Pairs alike (ordered, each with itself too): the first and the
+        // last are one function (8 exact); the template leaves the
+        // callee out ({0, 1, 5}, {2, 3}, {4}: 14); erasing the convention
+        // leaves it in ({0, 2, 5}, {1, 3}, {4}: 14).
+        assert_eq!(alike, [8, 14, 14]);
+        // A table of owned keys finds each probe where it finds the key.
+        let templates: HashSet<Template> = fps.iter().map(Fingerprint::to_template).collect();
+        let found = fps
+            .iter()
+            .filter(|a| templates.contains(&a.borrowed().template_probe()))
+            .count();
+        assert_eq!((templates.len(), found), (3, fps.len()));
+    }
 }

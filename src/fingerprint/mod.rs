@@ -147,8 +147,9 @@ mod walk;
 
 use cranelift_codegen::ir::{self, ExternalName, Function, UserExternalName, UserExternalNameRef};
 
-pub(crate) use keys::write_fast_hash;
-pub use keys::{BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Shape, Template};
+pub use keys::{
+    BorrowedFingerprint, CanonicalKey, ErasedConvention, Fingerprint, Probe, Shape, Template,
+};
 use keys::{KeyHashes, process_hasher};
 pub(crate) use walk::encode_names;
 pub use walk::{Fingerprinter, ImmediateSite, Walk};

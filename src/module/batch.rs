@@ -58,7 +58,7 @@
 //!    none takes more rounds than the flush has functions, and one more.
 
 use super::duplicates::{self, Canonical, Keyed, Round};
-use super::flush::{Record, Role};
+use super::flush::{Ahead, Record, Role};
 use super::ids::State;
 use super::parallel::Precompiled;
 use super::{DedupError, DedupModule, verify};
@@ -127,8 +127,9 @@ impl<M: Module> DedupModule<M> {
     /// the definitions left to it (see 8 in `stored.rs`), if any.
     ///
     /// With more than one [thread](super::DedupOptions::threads), the
-    /// functions it compiles are compiled on that many threads first, then
-    /// every function is defined in the order one thread defines them
+    /// functions are walked, the code store's entries for them checked
+    /// and the functions it compiles compiled on that many threads first,
+    /// then every function is defined in the order one thread defines them
     /// (what planned duplicates run first, then the duplicates, then the
     /// rest, each in definition order):
     /// the inner module gets the same code in the same order (the same
@@ -239,7 +240,9 @@ impl<M: Module> DedupModule<M> {
     /// Defines every function of `flush` (see 3 and 4 above), adding each
     /// failure to `failures`: the flush's phases, in order.
     fn define_pending(&mut self, flush: &mut [Record], failures: &mut Failures) {
-        // 1. Plan duplicates; put the roots back as the user wrote them.
+        // 1. Plan duplicates (walking on the flush's threads first, see
+        //    `parallel.rs`); put the roots back as the user wrote them.
+        self.walk_in_parallel(flush);
         self.plan_and_put_back(flush, failures);
         // 2. One round trip to the code store for the whole flush.
         self.prefetch_stored(flush);
@@ -415,8 +418,10 @@ impl<M: Module> DedupModule<M> {
     /// Defines the function of `record` as `define_now` does in eager
     /// mode (the function is taken), with the code compiled for it on
     /// another thread, if any (used only if the function is still what
-    /// was compiled, see `parallel.rs`), and its walk kept from planning,
-    /// if any; its references to duplicates are rewritten first if
+    /// was compiled, see `parallel.rs`), the store entry checked for it on
+    /// another thread, if any (likewise, see `stored.rs`), and its walk
+    /// kept from planning, if any; its references to duplicates are
+    /// rewritten first if
     /// `rewrite` (not for a root put back as the user wrote it, see
     /// `roots.rs`).
     pub(super) fn define_own(
@@ -427,22 +432,26 @@ impl<M: Module> DedupModule<M> {
     ) {
         let id = record.id;
         self.ids.plan(id, State::Undefined);
-        let mut code = record.code.take();
+        let mut ahead = Ahead {
+            code: record.code.take(),
+            entry: record.entry.take(),
+        };
         let mut walk = record.walk.take();
         // Planning may have found duplicates since the function was last
         // rewritten (a failed class's members are defined here too).
         if rewrite && self.canonicalize_references(&mut record.func) {
-            // Not the function that was compiled, nor walked.
-            self.discard_precompiled(id, code.take());
+            // Not the function that was compiled, walked or checked.
+            self.discard_precompiled(id, ahead.code.take());
+            ahead.entry = None;
             walk = None;
         }
         let mut ctx = Context::for_function(record.take_func());
         // The control plane the caller defined it with, as it was then.
         let mut ctrl_plane = std::mem::take(&mut record.control);
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut code, walk.as_ref()) {
+        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut ahead, walk.as_ref()) {
             failures.push((id, e));
         }
-        self.discard_precompiled(id, code);
+        self.discard_precompiled(id, ahead.code);
     }
 
     /// Drops `code`, compiled for `id` on another thread, if any: `id` was

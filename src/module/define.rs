@@ -18,6 +18,7 @@
 //! 4. Only a compiled function keeps what its plan says to keep (its code
 //!    for reuse, its body for adapters), after it was defined.
 
+use super::flush::Ahead;
 use super::frames::Frame;
 use super::ids::State;
 use super::join::ClassNames;
@@ -40,24 +41,26 @@ use std::time::{Duration, Instant};
 impl<M: Module> DedupModule<M> {
     /// Defines `id` now, as [the planner](crate::plan) says: the first
     /// step of its plan that works (a duplicate, reused code, an adapter,
-    /// or compiling it: in the inner module, or, if `precompiled` holds the
-    /// result of compiling `ctx.func` on another thread, by taking that).
+    /// or compiling it: in the inner module, or, if `ahead` holds the
+    /// result of compiling `ctx.func` on another thread, by taking that;
+    /// code it leaves there was not used).
     /// Counts the outcome. `known` is the walk of `ctx.func` as it is,
     /// if the caller has it (batch mode keeps the walks of a flush's
-    /// planning); `None` walks it here.
+    /// planning); `None` walks it here. `ahead` also holds the store's
+    /// entry for `ctx.func` as it is, checked on a flush's thread, if any.
     pub(super) fn define_now(
         &mut self,
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
-        precompiled: &mut Option<Precompiled>,
+        ahead: &mut Ahead,
         known: Option<&Walk>,
     ) -> ModuleResult<()> {
         // The walk's results stay where the walk left them, so that a
         // cache hit copies nothing; the fingerprinter is out of `self`
         // meanwhile.
         let mut walker = std::mem::take(&mut self.fingerprinter);
-        let result = self.define_walked(id, ctx, ctrl_plane, precompiled, &mut walker, known);
+        let result = self.define_walked(id, ctx, ctrl_plane, ahead, &mut walker, known);
         self.fingerprinter = walker;
         result
     }
@@ -68,7 +71,7 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
-        precompiled: &mut Option<Precompiled>,
+        ahead: &mut Ahead,
         walker: &mut Fingerprinter,
         known: Option<&Walk>,
     ) -> ModuleResult<()> {
@@ -96,7 +99,10 @@ impl<M: Module> DedupModule<M> {
                 // Code compiled on another thread that the store makes
                 // unneeded is left in `precompiled`, and discarded by the
                 // caller.
-                Step::Load => self.define_stored(id, &walk, &ctx.func, &plan, &mut verified)?,
+                Step::Load => {
+                    let entry = ahead.entry.take();
+                    self.define_stored(id, &walk, &ctx.func, &plan, entry, &mut verified)?
+                }
                 // A thunk of a merged body (see `similar.rs`), defined as
                 // a function of its own, which counts its outcome.
                 Step::Similar => {
@@ -121,7 +127,7 @@ impl<M: Module> DedupModule<M> {
         }
         // The first compile of a module is the inner module's (see 5 in
         // `parallel.rs`).
-        let precompiled = precompiled.take_if(|_| self.frames.inner_compiled());
+        let precompiled = ahead.code.take_if(|_| self.frames.inner_compiled());
         let compiled = self.compile(id, ctx, ctrl_plane, &walk, plan, precompiled);
         // A template the store reserved for this module is released if the
         // compile did not store it.

@@ -27,13 +27,14 @@
 //! 2. A record's walk is of its function as it is: every method that
 //!    changes the function ([`Record::rewritten`], [`Record::undo`],
 //!    [`Record::put_back_as_written`], [`Record::replace`]) drops the
-//!    walk, and drops code compiled for the function before (returned, for
-//!    the statistics).
+//!    walk and the entry checked for the function, and drops code
+//!    compiled for the function before (returned, for the statistics).
 //! 3. [`Record::original`] is the function as the user defined it, kept
 //!    from the first rewrite the flush makes until the flush ends or puts
 //!    it back.
 
 use super::parallel::Precompiled;
+use super::stored::CheckedEntry;
 use crate::plan::Walk;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
@@ -55,6 +56,17 @@ pub(super) enum Role {
     Alone,
 }
 
+/// What a flush's threads made for a function ahead of its turn, each
+/// used only if the function is still what it was made for: its code,
+/// compiled on another thread (`parallel.rs`; left here when it is not
+/// used, for the caller to count as discarded), and the code store's entry
+/// for it, checked on another thread (`stored.rs`).
+#[derive(Default)]
+pub(super) struct Ahead {
+    pub(super) code: Option<Precompiled>,
+    pub(super) entry: Option<CheckedEntry>,
+}
+
 /// One function recorded for a flush.
 pub(super) struct Record {
     /// Its id.
@@ -67,6 +79,9 @@ pub(super) struct Record {
     pub(super) walk: Option<Walk>,
     /// Code compiled for it on another thread (see `parallel.rs`).
     pub(super) code: Option<Precompiled>,
+    /// The store's entry for it, checked on another thread, with the
+    /// checks of the function that loading it needs (see `stored.rs`).
+    pub(super) entry: Option<CheckedEntry>,
     /// The function as the user wrote it, once the flush rewrote it (see
     /// 3 above).
     original: Option<Function>,
@@ -83,6 +98,7 @@ impl Record {
             control,
             walk: None,
             code: None,
+            entry: None,
             original: None,
             role: Role::Open,
         }
@@ -112,10 +128,12 @@ impl Record {
         }
     }
 
-    /// Notes that the function was changed in place: its walk and any
-    /// code compiled for it are of the function as it was (see 2 above).
+    /// Notes that the function was changed in place: its walk, its
+    /// checked entry and any code compiled for it are of the function as
+    /// it was (see 2 above).
     pub(super) fn rewritten(&mut self) -> Option<Precompiled> {
         self.walk = None;
+        self.entry = None;
         self.code.take()
     }
 
@@ -149,6 +167,7 @@ impl Record {
         if let Some(original) = self.original.take() {
             self.func = original;
             self.walk = None;
+            self.entry = None;
         }
         self.code.take()
     }

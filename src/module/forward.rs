@@ -12,6 +12,7 @@
 //!    address every other reference to the same id gets (see
 //!    `address.rs`).
 
+use super::flush::Ahead;
 use super::ids::State;
 use super::retired::Named;
 use super::{DedupError, DedupModule};
@@ -235,7 +236,8 @@ impl<M: Module> Module for DedupModule<M> {
                     self.record_pending(id, ctx, ctrl_plane);
                     return Ok(());
                 }
-                let defined = self.define_now(id, ctx, ctrl_plane, &mut None, walk.as_ref());
+                let defined =
+                    self.define_now(id, ctx, ctrl_plane, &mut Ahead::default(), walk.as_ref());
                 // A claim the define did not take (it failed first) is
                 // given up.
                 self.end_prefetch();

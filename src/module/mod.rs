@@ -174,11 +174,13 @@
 //! and copying code between twins with one template (2). The entry point
 //! of a compiled id never changes afterwards.
 //!
-//! In batch mode, [`DedupOptions::threads`] above 1 compiles the functions
-//! a flush compiles on that many threads, then defines them in the order
-//! a flush on one thread does: the module is the same, byte for byte, as with one
-//! thread (see `parallel.rs` for what else differs: where object files
-//! keep their frame descriptions, and the statistics of time).
+//! In batch mode, [`DedupOptions::threads`] above 1 walks a flush's
+//! functions, checks the store entries it fetched and compiles the
+//! functions it compiles on that many threads, then defines them in the
+//! order a flush on one thread does: the module is the same, byte for
+//! byte, as with one thread (see `parallel.rs` for what else differs:
+//! where object files keep their frame descriptions, and the statistics
+//! of time).
 //!
 //! # Lifecycle of an id, and of a flush
 //!
@@ -202,13 +204,14 @@
 //!
 //! A flush (`batch.rs`, `define_pending`) runs these phases:
 //!
-//! 1. plan: refine over the call graph, then plan exact duplicates
+//! 1. plan: walk the functions (on the flush's threads, `parallel.rs`),
+//!    refine over the call graph, then plan exact duplicates
 //!    round by round, rewriting references to them (each round one pure
 //!    decision, `duplicates.rs`, applied once what it counts on is
 //!    verified); put the roots back as the user wrote them, and plan again
 //!    while that would change an address (`roots.rs`);
-//! 2. fetch the store's entries for what needs code, in one round trip
-//!    (`stored.rs`);
+//! 2. fetch the store's entries for what needs code, in one round trip,
+//!    and check them on the flush's threads (`stored.rs`);
 //! 3. merge similar functions among those that need code into bodies and
 //!    thunks (`similar.rs`);
 //! 4. compile what gets code of its own on the flush's threads
@@ -244,13 +247,14 @@
 //! | `batch.rs` | batch mode: refine, plan duplicates round by round (verifying what each round counts on), define, report failures | `Batch` |
 //! | `roots.rs` | batch mode: what planned duplicates run is defined first; undoing the plan when it fails | |
 //! | `aliases.rs` | checks of the value aliases compiling would resolve, before a function is defined without compiling | |
-//! | `parallel.rs` | batch mode on several threads: compiling what a flush will compile, before it defines | |
+//! | `parallel.rs` | batch mode on several threads: walking a flush's functions before it plans, compiling what it will compile before it defines | |
+//! | `pool.rs` | a flush's threads, each taking the next job | |
 //! | `join.rs` | eager mode's late merges of callers of twins | `Joins` |
 //! | `retired.rs` | classes whose code a JIT bound to a host symbol the module may still define | `Retired` |
 //! | `address.rs` | one address per id, rewriting references to duplicates | |
 //! | `check.rs` | check mode's comparison with separately compiled code | `ReferenceCode` |
 //! | `similar.rs` | merging similar functions into a body and thunks (both modes) | `EagerShapes` |
-//! | `stored.rs` | a code store consulted before compiling (through [`crate::store::load`]), written after | `Stored` |
+//! | `stored.rs` | a code store consulted before compiling (through [`crate::store::load`]; in batch mode on several threads, the entries a flush fetched checked on its threads), written after | `Stored`, `CheckedEntry` |
 //! | [`reuse`], [`adapter`], [`trampoline`] | the code a step defines | |
 //! | `jit.rs`, `object.rs` | the inherent methods of `JITModule` and `ObjectModule` (features `jit`, `object`) | |
 //! | `code_map.rs` | which ids run the code at an address | `CodeMap` |
@@ -278,6 +282,7 @@ mod join;
 mod object;
 mod options;
 mod parallel;
+mod pool;
 mod retired;
 pub mod reuse;
 mod roots;

@@ -63,13 +63,14 @@ pub struct DedupOptions {
     /// How many threads compile the functions of a batch flush (in
     /// [`Mode::Batch`]; eager mode compiles on the caller's thread). With
     /// 1, the default, everything happens on the caller's thread, one
-    /// function after the other; 0 counts as 1. With more, the functions a
-    /// flush compiles are compiled on that many threads (the caller's and
-    /// `threads - 1` scoped threads started for the flush), then defined
-    /// in the inner module in the order one thread defines them, so that
-    /// the module is the
-    /// same, byte for byte, as with one thread; see
-    /// [`DedupModule::flush`] for what differs (nothing in the code).
+    /// function after the other; 0 counts as 1. With more, a flush walks
+    /// its functions, checks the code store entries it fetched and
+    /// compiles what it compiles on that many threads (the caller's and
+    /// `threads - 1` scoped threads started for each of these), then
+    /// defines them in the inner module in the order one thread defines
+    /// them, so that the module is the same, byte for byte, as with one
+    /// thread; see [`DedupModule::flush`] for what differs (nothing in the
+    /// code).
     pub threads: usize,
     /// Similar-function merging ([`crate::similar`]): functions that
     /// differ only in the values of a few integer or float constants, or

@@ -1,9 +1,11 @@
 //! Parallel compilation in batch mode: with more than one
-//! [thread](super::DedupOptions::threads), a flush compiles the functions
-//! it is going to compile on that many threads first, then defines every
-//! function in the inner module in the order a flush on one thread does
-//! (see 7 in `batch.rs`: what planned duplicates run first, then the
-//! duplicates, then the rest, each in definition order).
+//! [thread](super::DedupOptions::threads), a flush walks its functions
+//! on that many threads before it plans (see 6), compiles the functions it
+//! is going to compile on them, then defines every function in the inner
+//! module in the order a flush on one thread does (see 7 in `batch.rs`:
+//! what planned duplicates run first, then the duplicates, then the rest,
+//! each in definition order). The entries it fetched from a code store
+//! are checked on them too (see 5 in `stored.rs`).
 //!
 //! # How
 //!
@@ -22,10 +24,9 @@
 //! module whose inner module has compiled nothing yet, the first selected
 //! function (see 5).
 //!
-//! The selected functions are compiled on a pool: the flushing thread and
-//! `threads - 1` scoped threads (with the 8 MiB stack of a main thread),
-//! each taking the next function from an atomic counter, each with its own
-//! `Context`, reused from one function to the next. Then the define pass
+//! The selected functions are compiled on the flush's pool (`pool.rs`:
+//! the flushing thread and `threads - 1` scoped threads), each thread with
+//! its own `Context`, reused from one function to the next. Then the define pass
 //! (`batch.rs`) goes through the functions in its order as before,
 //! and where a function's plan is to compile it, defines the code compiled
 //! for it instead of compiling it in the inner module.
@@ -78,12 +79,21 @@
 //!    - [`Stats::compile_time`](super::Stats) counts each function's
 //!      compile on its thread (without the inner module's defining); the
 //!      phase's wall time is [`Stats::parallel_time`](super::Stats).
+//! 6. Before planning, the pending functions not walked yet are walked on
+//!    the pool, each by a fingerprinter of its thread's: a walk reads the
+//!    function alone (the fingerprinter is scratch memory, reset at every
+//!    walk), so it is the walk a one-thread flush makes, and planning
+//!    keeps it only while its function is unchanged (6 in `batch.rs`). A
+//!    walk that panics, or that got no result (its thread died), is left
+//!    to planning, which walks the function again and fails it with the
+//!    error a one-thread flush gives.
 
 use super::flush::Record;
 use super::ids::State;
-use super::{DedupError, DedupModule, verify};
+use super::{DedupError, DedupModule, pool, verify};
 use crate::code::MachineCode;
-use crate::plan::Foreseen;
+use crate::fingerprint::Fingerprinter;
+use crate::plan::{Foreseen, Walk};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -91,12 +101,7 @@ use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{FuncId, Module, ModuleError, ModuleReloc};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// The stack of each thread started for a flush: a main thread's, so that
-/// a function that compiles on the flushing thread compiles on any.
-const STACK_BYTES: usize = 8 << 20;
 
 /// A function compiled on a thread of a flush: what defining it needs.
 pub(super) struct Compiled {
@@ -141,14 +146,39 @@ impl Failure {
 
 /// One function to compile on a thread.
 struct Job<'a> {
-    /// Its index among the pending functions.
-    index: usize,
     id: FuncId,
     func: &'a Function,
     ctrl_plane: ControlPlane,
 }
 
 impl<M: Module> DedupModule<M> {
+    /// Walks the pending functions of `flush` that hold no walk on the
+    /// flush's threads (see 6 in the module docs), each walk kept in its
+    /// record; nothing with one thread.
+    pub(super) fn walk_in_parallel(&mut self, flush: &mut [Record]) {
+        let threads = self.options.threads.max(1);
+        if threads == 1 {
+            return;
+        }
+        let unwalked: Vec<usize> = (0..flush.len())
+            .filter(|&i| flush[i].walk.is_none() && self.ids.state(flush[i].id) == State::Pending)
+            .collect();
+        if unwalked.is_empty() {
+            return;
+        }
+        let funcs: Vec<&Function> = unwalked.iter().map(|&i| &flush[i].func).collect();
+        // A walk that panics is left to the function's turn, where
+        // `walk_checked` makes its error (the walk resets its scratch
+        // memory, so the walker stays usable).
+        let done = pool::run(threads, &funcs, Fingerprinter::default, |walker, func| {
+            catch_unwind(AssertUnwindSafe(|| Walk::of(walker, func))).ok()
+        });
+        drop(funcs);
+        for (job, walk) in done.results {
+            flush[unwalked[job]].walk = walk;
+        }
+    }
+
     /// Compiles the functions of `flush` (planned, in definition order)
     /// that the define pass is going to compile, on
     /// [`DedupOptions::threads`](super::DedupOptions::threads) threads (see
@@ -166,60 +196,34 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let jobs: Vec<Job<'_>> = selected
-            .into_iter()
-            .map(|index| {
+            .iter()
+            .map(|&index| {
                 let record = &flush[index];
                 Job {
-                    index,
                     id: record.id,
                     func: &record.func,
                     ctrl_plane: record.control.clone(),
                 }
             })
             .collect();
-        let threads = threads.min(jobs.len());
         let isa = self.inner.isa();
-        let next = AtomicUsize::new(0);
-        let start = Instant::now();
-        // Each thread's results, the flushing thread's first.
-        let done: Vec<Vec<(usize, Precompiled)>> = std::thread::scope(|scope| {
-            let (jobs, next) = (&jobs, &next);
-            let work = move || {
-                let mut ctx = Context::new();
-                let mut done = Vec::new();
-                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    done.push((job.index, compile_job(&mut ctx, job, isa)));
-                }
-                done
-            };
-            let started: Vec<_> = (1..threads)
-                .filter_map(|t| {
-                    std::thread::Builder::new()
-                        .name(format!("jitfold-flush-{t}"))
-                        .stack_size(STACK_BYTES)
-                        .spawn_scoped(scope, work)
-                        .ok()
-                })
-                .collect();
-            let mut done = vec![work()];
-            // A thread that died (outside the compiles, which catch
-            // panics) gave nothing: its functions are compiled in turn.
-            done.extend(started.into_iter().map(|t| t.join().unwrap_or_default()));
-            done
+        let done = pool::run(threads, &jobs, Context::new, |ctx, job| {
+            compile_job(ctx, job, isa)
         });
-        let wall_time = start.elapsed();
-        let per_thread: Vec<u64> = done.iter().map(|d| d.len() as u64).collect();
         log::debug!(
-            "batch flush: {} functions compiled on {} threads ({per_thread:?}) in {wall_time:?}",
+            "batch flush: {} functions compiled on {} threads ({:?}) in {:?}",
             jobs.len(),
-            done.len()
+            done.per_thread.len(),
+            done.per_thread,
+            done.wall_time
         );
-        self.stats.count_parallel_phase(&per_thread, wall_time);
+        self.stats
+            .count_parallel_phase(&done.per_thread, done.wall_time);
         // The jobs borrow the functions: done with, before the records
         // take their results.
         drop(jobs);
-        for (index, result) in done.into_iter().flatten() {
-            flush[index].code = Some(result);
+        for (job, result) in done.results {
+            flush[selected[job]].code = Some(result);
         }
     }
 

@@ -105,7 +105,7 @@
 //! compiled functions stay as they are.
 
 use super::define::compile_panic;
-use super::flush::Record;
+use super::flush::{Ahead, Record};
 use super::ids::State;
 use super::{DedupModule, verify};
 use crate::fingerprint::{Fingerprinter, Shape};
@@ -368,7 +368,7 @@ impl<M: Module> DedupModule<M> {
         // In eager mode a member is being defined, and holds the store's
         // reservation of its template until it is the body's thunk.
         let member_reservation = self.take_reservation();
-        let defined = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut None, None);
+        let defined = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut Ahead::default(), None);
         self.restore_reservation(member_reservation);
         if let Err(e) = defined {
             log::debug!(
@@ -596,7 +596,7 @@ impl<M: Module> DedupModule<M> {
         );
         ctx.func = thunk;
         self.eager_shapes.busy = true;
-        let defined = self.define_now(id, ctx, ctrl_plane, &mut None, None);
+        let defined = self.define_now(id, ctx, ctrl_plane, &mut Ahead::default(), None);
         self.eager_shapes.busy = false;
         defined
     }

@@ -39,7 +39,17 @@
 //!    in eager mode. The keys are asked [`GET_MANY_CHUNK`] at a time; if a
 //!    call fails, each function of its chunk asks on its own, and what the
 //!    other calls fetched is used. What was fetched is dropped when the
-//!    flush ends.
+//!    flush ends. On several [threads](super::DedupOptions::threads), each
+//!    entry fetched is checked on the flush's pool (`pool.rs`), for the
+//!    first function of the flush it was fetched for, with the checks
+//!    that function needs to be defined from it ([`verify::checks_for_entry`]):
+//!    [`check`](crate::store::load::check) and those checks are functions
+//!    of the entry's bytes, the function, its walk and the module's ISA
+//!    and store alone, so the function's turn takes their outcome as its
+//!    own when it loads that entry (an entry fetched is never fetched
+//!    again in a flush), and its record drops it whenever the function
+//!    changes (`flush.rs`). What is counted, logged and kept is as on one
+//!    thread.
 //! 6. A module whose first [`REJECTED_ALIKE_TO_WARN`] entries found are
 //!    all rejected for one reason (another secret, another build, entries
 //!    without unwind information where they are needed), none used, says
@@ -99,8 +109,8 @@
 use super::flush::Record;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
-use super::verify::Unverified;
-use super::{DedupModule, parallel, verify};
+use super::verify::{Checked, Unverified};
+use super::{DedupModule, parallel, pool, verify};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
@@ -252,18 +262,62 @@ impl<M: Module> DedupModule<M> {
         let foreseen = self.forecast(flush);
         let stored = self.stored.as_ref().expect("checked above");
         let mut asked = HashSet::new();
-        let mut keys = Vec::new();
-        for (record, foreseen) in flush.iter().zip(foreseen) {
+        // The first function each key is asked for.
+        let mut firsts = Vec::new();
+        for (index, (record, foreseen)) in flush.iter().zip(foreseen).enumerate() {
             if !foreseen.is_some_and(|f| f.load && f.needs_code) {
                 continue;
             }
             let walk = record.walk.as_ref().expect("planned").as_ref();
             let key = store_key(&stored.context, &walk);
             if asked.insert(key) {
-                keys.push(key);
+                firsts.push((index, key));
             }
         }
-        self.fetch(keys);
+        self.fetch(firsts.iter().map(|&(_, key)| key).collect());
+        self.check_fetched(flush, &firsts);
+    }
+
+    /// On several threads, checks on the flush's pool the entry fetched
+    /// for each of `firsts` (a record's index, and its template's key) and
+    /// the function's checks for it (see 5 above), each outcome kept in
+    /// its record; nothing on one thread.
+    fn check_fetched(&mut self, flush: &mut [Record], firsts: &[(usize, StoreKey)]) {
+        let threads = self.options.threads.max(1);
+        let Some(stored) = self.stored.as_ref().filter(|_| threads > 1) else {
+            return;
+        };
+        let jobs: Vec<EntryJob<'_>> = firsts
+            .iter()
+            .filter_map(|&(index, key)| {
+                let Some(Some(bytes)) = stored.prefetched.get(&key) else {
+                    return None;
+                };
+                let record = &flush[index];
+                Some(EntryJob {
+                    index,
+                    key,
+                    bytes,
+                    func: &record.func,
+                    walk: record.walk.as_ref()?.as_ref(),
+                })
+            })
+            .collect();
+        if jobs.is_empty() {
+            return;
+        }
+        let checks = Checks {
+            context: &stored.context,
+            secret: stored.secret.as_ref(),
+            isa: self.inner.isa(),
+            needs_unwind: stored.needs_frames,
+        };
+        let done = pool::run(threads, &jobs, || (), |(), job| job.check(&checks));
+        let indices: Vec<usize> = jobs.iter().map(|job| job.index).collect();
+        drop(jobs);
+        for (job, entry) in done.results {
+            flush[indices[job]].entry = Some(entry);
+        }
     }
 
     /// Fetches the entries of `keys` (see 5 above) into what the flush
@@ -488,6 +542,7 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         func: &Function,
         plan: &Plan,
+        entry: Option<CheckedEntry>,
         verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
         // A reservation left by a definition that unwound is given up.
@@ -524,7 +579,14 @@ impl<M: Module> DedupModule<M> {
             needs_unwind: stored.needs_frames,
         };
         let asks = matches!(source, Source::Ask | Source::Fetched(None));
-        let loaded = if asks && !stored.claimed.is_empty() && stored.store.reserves() {
+        // Checked on a flush's thread, from the bytes fetched for this key
+        // (see 5 above).
+        let entry = entry.filter(|entry| entry.key == key && !asks);
+        let mut function_checks = None;
+        let loaded = if let Some(entry) = entry {
+            function_checks = entry.checks;
+            entry.loaded.map_err(Miss::Rejected)
+        } else if asks && !stored.claimed.is_empty() && stored.store.reserves() {
             // A module that holds claims never waits for another (which
             // may be waiting for one of them): a template another module
             // is compiling is compiled here too, a compile more, never
@@ -601,8 +663,7 @@ impl<M: Module> DedupModule<M> {
         };
         // A function read alike to the one the entry was compiled from
         // passed the checks in that compile (see 6 in `verify.rs`).
-        self.verified_by_entry(func, read_digest.as_ref(), verified);
-        self.verify_once(func, verified)?;
+        self.verify_for_entry(func, read_digest.as_ref(), function_checks, verified)?;
         let own = if self.options.check {
             let own = self.compile_for_check(id, func)?;
             if own != code {
@@ -938,6 +999,49 @@ impl Stored {
                  this module compiles what they hold"
             );
             self.rejected_alike = None;
+        }
+    }
+}
+
+/// The store's entry for a function, checked on a flush's thread (see 5
+/// above), with the checks of the function that loading it needs.
+pub(super) struct CheckedEntry {
+    /// The key it was fetched under.
+    key: StoreKey,
+    /// What [`check`](crate::store::load::check) made of it.
+    loaded: Result<Loaded, Rejection>,
+    /// The function's checks ([`verify::checks_for_entry`]), run where
+    /// the entry passed.
+    checks: Option<ModuleResult<Checked>>,
+}
+
+/// An entry fetched by a flush, to check on its pool for a function.
+struct EntryJob<'a> {
+    /// The function's record's index in the flush.
+    index: usize,
+    key: StoreKey,
+    bytes: &'a [u8],
+    func: &'a Function,
+    walk: WalkRef<'a>,
+}
+
+impl EntryJob<'_> {
+    /// The entry checked as the function's turn would check it, and, if
+    /// it passes, the function's checks for it.
+    fn check(&self, checks: &Checks<'_>) -> CheckedEntry {
+        let loaded = crate::store::load::check(
+            self.bytes,
+            checks,
+            self.walk.template_key(),
+            self.walk.names,
+        );
+        let function_checks = loaded.as_ref().ok().map(|loaded| {
+            verify::checks_for_entry(self.func, checks.isa, loaded.verified.as_ref())
+        });
+        CheckedEntry {
+            key: self.key,
+            loaded,
+            checks: function_checks,
         }
     }
 }

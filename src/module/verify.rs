@@ -322,9 +322,7 @@ impl<M: Module> DedupModule<M> {
         key: Option<u64>,
     ) -> ModuleResult<()> {
         let isa = self.inner.isa();
-        let verifier = isa.flags().enable_verifier();
-        let nans = isa.flags().enable_nan_canonicalization();
-        if !verifier && !nans {
+        if !self.checks_uncompiled() {
             // Cheaper than keeping a copy to skip it next time.
             return super::aliases::check(func, isa);
         }
@@ -334,16 +332,35 @@ impl<M: Module> DedupModule<M> {
             self.stats.verified_by_equality += 1;
             return Ok(());
         }
-        if verifier {
-            verify(func, isa)?;
-        }
-        if nans {
-            canonicalize_nans(func, isa)?;
-        }
-        super::aliases::check(func, isa)?;
+        run_checks(func, isa)?;
         if let Some(key) = key {
             self.verified.keep(key, func);
         }
+        Ok(())
+    }
+
+    /// [`DedupModule::verified_by_entry`], then
+    /// [`DedupModule::verify_once`], for `func`, about to be defined from
+    /// a store entry that holds `digest`, or, where a flush's thread ran
+    /// them already on this function ([`checks_for_entry`]), their outcome
+    /// `found`.
+    pub(super) fn verify_for_entry(
+        &mut self,
+        func: &Function,
+        digest: Option<&[u8; 32]>,
+        found: Option<ModuleResult<Checked>>,
+        verified: &mut Unverified,
+    ) -> ModuleResult<()> {
+        let Some(found) = found.filter(|_| !verified.done) else {
+            self.verified_by_entry(func, digest, verified);
+            return self.verify_once(func, verified);
+        };
+        match found? {
+            Checked::ByEntry => self.stats.verified_by_equality += 1,
+            Checked::Ran if self.checks_uncompiled() => self.verified.keep(verified.key, func),
+            Checked::Ran => {}
+        }
+        verified.done = true;
         Ok(())
     }
 
@@ -360,6 +377,52 @@ impl<M: Module> DedupModule<M> {
         }
         Ok(())
     }
+}
+
+/// What [`DedupModule::verify_uncompiled`] runs on `func` for `isa`
+/// when the flags enable the verifier or NaN canonicalization, whatever
+/// was verified before (see 1, 4 and 5 above), with its outcome.
+fn run_checks(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
+    let flags = isa.flags();
+    if flags.enable_verifier() {
+        verify(func, isa)?;
+    }
+    if flags.enable_nan_canonicalization() {
+        canonicalize_nans(func, isa)?;
+    }
+    super::aliases::check(func, isa)
+}
+
+/// How a function to be defined from a store entry passed the checks of
+/// 1, 4 and 5 above.
+pub(super) enum Checked {
+    /// Its read digest is the entry's (see 6 above): none ran.
+    ByEntry,
+    /// They ran.
+    Ran,
+}
+
+/// The checks `func`, about to be defined from a store entry that holds
+/// `digest`, goes through for `isa`, run here, whatever this module
+/// verified before: none where its read digest is `digest` (see 6 above),
+/// otherwise those of [`DedupModule::verify_uncompiled`] (the alias check
+/// alone where the flags enable neither the verifier nor NaN
+/// canonicalization). A function of `func` and `isa` alone, so a flush's
+/// thread may run it ahead of the function's turn (see `stored.rs`); the
+/// outcome is the one the turn would have.
+pub(super) fn checks_for_entry(
+    func: &Function,
+    isa: &dyn TargetIsa,
+    digest: Option<&[u8; 32]>,
+) -> ModuleResult<Checked> {
+    let flags = isa.flags();
+    if !flags.enable_verifier() && !flags.enable_nan_canonicalization() {
+        return super::aliases::check(func, isa).map(|()| Checked::Ran);
+    }
+    if digest.is_some_and(|digest| read_digest(func) == *digest) {
+        return Ok(Checked::ByEntry);
+    }
+    run_checks(func, isa).map(|()| Checked::Ran)
 }
 
 /// Whether a function being defined was verified yet, with the fast hash

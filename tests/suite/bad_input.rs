@@ -243,7 +243,9 @@ fn only_a_function_exactly_like_an_accepted_one_skips_the_verifier() {
 /// Cranelift rejects it, and the function itself is not verified again.
 #[test]
 fn a_store_entry_spares_the_verifier_only_to_the_function_it_was_compiled_from() {
-    for options in DedupOptions::ALL {
+    // (On two threads, a batch checks what it fetched ahead of each turn.)
+    let threads = DedupOptions::batch().with_threads(2);
+    for options in DedupOptions::ALL.into_iter().chain([threads]) {
         let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
         let module = || {
             DedupModule::with_options(JITBuilder::new(default_libcall_names()).unwrap(), options)
@@ -839,29 +841,8 @@ fn nan_canonicalization_fails_on_an_unreachable_block_as_it_does_in_cranelift() 
 /// compiles.
 #[test]
 fn an_alias_defect_outside_the_layout_fails_as_it_does_in_cranelift() {
-    let twin = crate::common::parse_valid(
-        "function %f(i64) -> i64 system_v {
-         block0(v0: i64):
-             v1 = iconst.i64 7
-             v2 = iadd v0, v1
-             return v2
-         }",
-    )
-    .remove(0);
-    // Two results of instructions that are not in the layout.
-    let dead_value = |func: &mut Function| {
-        let inst = func.dfg.make_inst(ir::InstructionData::UnaryImm {
-            opcode: ir::Opcode::Iconst,
-            imm: 0.into(),
-        });
-        func.dfg.make_inst_results(inst, I64);
-        func.dfg.first_result(inst)
-    };
-    let mut alias_loop = twin.clone();
-    let (a, b) = (dead_value(&mut alias_loop), dead_value(&mut alias_loop));
-    alias_loop.dfg.make_value_alias_for_serialization(a, b);
-    alias_loop.dfg.make_value_alias_for_serialization(b, a);
-    compiles_as_in_cranelift(&twin, &alias_loop, &[], "an alias loop", false);
+    let twin = plus(7);
+    compiles_as_in_cranelift(&twin, &with_alias_loop(&twin), &[], "an alias loop", false);
 
     let mut missing_argument = twin.clone();
     missing_argument.dfg.make_inst(ir::InstructionData::Unary {
@@ -939,6 +920,100 @@ fn an_alias_defect_outside_the_layout_fails_as_it_does_in_cranelift() {
     compiles_as_in_cranelift(&phi, &phi_label, &[], "a label on a constant phi", true);
 }
 
+/// `(i64) -> i64`: its argument plus `k`.
+fn plus(k: i64) -> Function {
+    crate::common::parse_valid(&format!(
+        "function %f(i64) -> i64 system_v {{
+         block0(v0: i64):
+             v1 = iconst.i64 {k}
+             v2 = iadd v0, v1
+             return v2
+         }}"
+    ))
+    .remove(0)
+}
+
+/// The result of a new instruction of `func` that is not in its layout.
+fn dead_value(func: &mut Function) -> ir::Value {
+    let inst = func.dfg.make_inst(ir::InstructionData::UnaryImm {
+        opcode: ir::Opcode::Iconst,
+        imm: 0.into(),
+    });
+    func.dfg.make_inst_results(inst, I64);
+    func.dfg.first_result(inst)
+}
+
+/// `twin` with two results outside the layout aliased to each other, a
+/// loop Cranelift's alias resolution panics on (the key never sees it).
+fn with_alias_loop(twin: &Function) -> Function {
+    let mut alias_loop = twin.clone();
+    let (a, b) = (dead_value(&mut alias_loop), dead_value(&mut alias_loop));
+    alias_loop.dfg.make_value_alias_for_serialization(a, b);
+    alias_loop.dfg.make_value_alias_for_serialization(b, a);
+    alias_loop
+}
+
+/// With the verifier off, as wasmtime ships, a function whose template's
+/// store entry passes every check but which compiling panics on (an alias
+/// loop outside the layout) gets the error compiling it gives, never the
+/// entry's code: in eager mode, and in batch mode whether the entry is
+/// checked in the function's turn or ahead of it on the flush's threads.
+#[test]
+fn an_alias_defect_is_found_before_a_store_entry_is_used() {
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    let module = |options: DedupOptions| {
+        let flags = [("enable_verifier", "false")];
+        let jit = JITModule::new(JITBuilder::with_flags(&flags, default_libcall_names()).unwrap());
+        DedupModule::wrap(jit, options).with_store(store.clone(), None)
+    };
+    let twin = plus(7);
+    let define_as = |m: &mut DedupModule<JITModule>, func: &Function| {
+        let id = declare(m, "f", CallConv::SystemV);
+        let mut ctx = m.make_context();
+        ctx.func = func.clone();
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let defined = m.define_function(id, &mut ctx).and_then(|()| m.flush());
+        (id, defined)
+    };
+    let mut cold = module(DedupOptions::eager());
+    define_as(&mut cold, &twin).1.unwrap();
+    assert_eq!(cold.stats().store_writes, 1);
+    for options in [
+        DedupOptions::eager(),
+        DedupOptions::batch(),
+        DedupOptions::batch().with_threads(2),
+    ] {
+        // The twin itself loads its entry...
+        let mut warm = module(options);
+        let (id, defined) = define_as(&mut warm, &twin);
+        defined.unwrap();
+        assert_eq!(warm.stats().loaded, 1, "{options}: {}", warm.stats());
+        warm.finalize_definitions().unwrap();
+        assert_eq!(call1(warm.get_finalized_function(id), 1), 8);
+        // ... and the function with the defect does not.
+        let mut warm = module(options);
+        let (id, defined) = define_as(&mut warm, &with_alias_loop(&twin));
+        let error = defined.expect_err("compiling it panics");
+        assert!(
+            matches!(
+                jitfold::DedupError::of(&error),
+                Some(jitfold::DedupError::CraneliftPanic { .. })
+            ),
+            "{options}: {error}"
+        );
+        let stats = warm.stats();
+        assert_eq!(
+            (stats.loaded, stats.store_rejected),
+            (0, 0),
+            "{options}: {stats}"
+        );
+        if options.mode == Mode::Batch {
+            let failed: Vec<FuncId> = warm.failed_definitions().iter().map(|f| f.0).collect();
+            assert_eq!(failed, [id], "{options}");
+        }
+    }
+}
+
 /// The verifier itself panics on some malformed functions (building the
 /// control-flow graph of a `br_table` whose table does not exist, here in
 /// a block no branch reaches); plain Cranelift panics, and jitfold gives
@@ -967,15 +1042,7 @@ fn a_verifier_panic_on_a_duplicate_is_an_error() {
 /// defined twice, it is compiled twice, in every mode, and runs.
 #[test]
 fn a_stale_constant_pool_is_compiled_every_time() {
-    let mut stale = crate::common::parse_valid(
-        "function %f(i64) -> i64 system_v {
-         block0(v0: i64):
-             v1 = iconst.i64 3
-             v2 = iadd v0, v1
-             return v2
-         }",
-    )
-    .remove(0);
+    let mut stale = plus(3);
     stale
         .dfg
         .constants
