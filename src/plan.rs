@@ -298,6 +298,10 @@ pub struct Plan {
     /// Its fingerprint with the calling convention erased, when it is to be
     /// found by adapters if compiled.
     pub keep_body: Option<ErasedConvention>,
+    /// Its fingerprint, copied out of the walk once where the plan keeps
+    /// its template or body, which share its words: what the class it
+    /// starts, if it starts one, holds as its key.
+    pub fingerprint: Option<Fingerprint>,
     /// Whether to try the code store before compiling.
     pub load: bool,
     /// Whether to try a thunk of a merged body before compiling.
@@ -471,17 +475,25 @@ impl<T> CompiledCache<T> {
     /// The plan for the function `f` under `policy` (see the module docs).
     pub fn plan(&self, f: &Planned<'_>, policy: Policy) -> Plan {
         let decided = self.decide(f, policy);
-        // The keys kept, copied out of the walk.
+        // The keys kept, copied out of the walk once.
+        let keeps = decided.keep_template.is_some() || decided.keep_body.is_some();
+        let fingerprint = keeps.then(|| f.fingerprint.to_fingerprint());
+        let owned = fingerprint.as_ref();
         Plan {
             duplicate_of: decided.duplicate_of,
             reuse: decided.reuse,
             adapter_for: decided.adapter_for,
-            keep_template: decided.keep_template.map(|_| f.fingerprint.to_template()),
+            keep_template: decided
+                .keep_template
+                .and(owned)
+                .map(Fingerprint::to_template),
             keep_body: decided
                 .keep_body
-                .map(|_| f.fingerprint.to_fingerprint().erase_call_conv()),
+                .and(owned)
+                .map(Fingerprint::erase_call_conv),
             load: decided.load,
             similar: decided.similar,
+            fingerprint,
         }
     }
 

@@ -28,7 +28,7 @@ use super::verify::Unverified;
 use super::{DedupError, DedupModule, adapter, trampoline, verify};
 use crate::cache::{ClassId, Lookup};
 use crate::code::MachineCode;
-use crate::fingerprint::Fingerprinter;
+use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::plan::{ClassFacts, Outcome, Plan, Step, Walk, WalkRef};
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::entity::EntityRef;
@@ -274,7 +274,7 @@ impl<M: Module> DedupModule<M> {
             code_bytes,
             compile_time: time,
         };
-        let class = self.start_class(id, walk, facts);
+        let class = self.start_class(id, walk, facts, plan.fingerprint);
         if let Some(body) = plan.keep_body {
             let call_conv = self.call_conv(id);
             self.compiled.keep_body(body, class, call_conv);
@@ -327,14 +327,22 @@ impl<M: Module> DedupModule<M> {
 
     /// Records `id`, just defined (walked as `walk`; its names kept for
     /// late merges), as the first of its class (unless the class exists
-    /// already, when the ISA has no trampolines). Returns the class.
+    /// already, when the ISA has no trampolines), with `owned` as the
+    /// class's key where the plan copied the walk's fingerprint already
+    /// (copied here otherwise). Returns the class.
     pub(super) fn start_class(
         &mut self,
         id: FuncId,
         walk: &WalkRef<'_>,
         facts: ClassFacts,
+        owned: Option<Fingerprint>,
     ) -> ClassId {
-        let fp = walk.fingerprint.to_fingerprint();
+        debug_assert!(
+            owned
+                .as_ref()
+                .is_none_or(|fp| fp.key() == walk.fingerprint.key())
+        );
+        let fp = owned.unwrap_or_else(|| walk.fingerprint.to_fingerprint());
         let names = ClassNames::of(&fp, walk.names, walk.address_taken);
         let class = match self.compiled.add_class(fp, facts) {
             // A retired class's next function takes its place (see
@@ -409,7 +417,7 @@ impl<M: Module> DedupModule<M> {
             code_bytes,
             compile_time: saved,
         };
-        self.start_class(id, walk, facts);
+        self.start_class(id, walk, facts, None);
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Reused { code_bytes, saved }))
     }
@@ -448,7 +456,7 @@ impl<M: Module> DedupModule<M> {
             code_bytes,
             compile_time: time,
         };
-        self.start_class(id, walk, facts);
+        self.start_class(id, walk, facts, None);
         self.keep_reference_code(id, func, own);
         Ok(Some(Outcome::Adapted {
             code_bytes,

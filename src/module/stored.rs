@@ -723,7 +723,7 @@ impl<M: Module> DedupModule<M> {
             code_bytes,
             compile_time: saved,
         };
-        let class = self.start_class(id, walk, facts);
+        let class = self.start_class(id, walk, facts, plan.fingerprint.clone());
         debug_assert!(matches!(self.ids.state(id), State::Compiled(_)));
         // Found by adapters, as compiled code is.
         if let Some(body) = &plan.keep_body {
