@@ -167,7 +167,9 @@ impl<K: CanonicalKey> DedupCache<K> {
         self.classes.iter().map(|(fp, &class)| (fp, class))
     }
 
-    /// Approximate heap bytes held: keys plus table overhead.
+    /// Approximate heap bytes held: keys plus table overhead (words a key
+    /// shares with keys elsewhere, a template's with its fingerprint's,
+    /// are counted here too).
     pub fn heap_bytes(&self) -> usize {
         let keys: usize = self.classes.keys().map(|fp| fp.key().len() * 4).sum();
         let table = self.classes.capacity()

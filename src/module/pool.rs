@@ -14,7 +14,9 @@
 //!    thread that dies (a panic `work` does not catch) loses only its own
 //!    results: the caller finds those jobs without a result, and does
 //!    them itself. A panic on the flushing thread's share is the
-//!    caller's, as it would be without the pool.
+//!    caller's; which thread does a job is not decided, so every `work`
+//!    of a flush catches its own panics (a walk, an entry's checks and a
+//!    compile each make a panic that job's result).
 //! 3. With one thread, or one job, nothing is started: the flushing
 //!    thread does every job.
 

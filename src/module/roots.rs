@@ -189,6 +189,9 @@ impl<M: Module> DedupModule<M> {
         }
         record.keep_original();
         rewrite_references(&mut record.func, &rewrites);
+        // Its walk, checked entry and code are of the function as it was.
+        let code = record.rewritten();
+        self.discard_precompiled(record.id, code);
         true
     }
 }

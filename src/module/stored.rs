@@ -46,10 +46,13 @@
 //!    [`check`](crate::store::load::check) and those checks are functions
 //!    of the entry's bytes, the function, its walk and the module's ISA
 //!    and store alone, so the function's turn takes their outcome as its
-//!    own when it loads that entry (an entry fetched is never fetched
-//!    again in a flush), and its record drops it whenever the function
-//!    changes (`flush.rs`). What is counted, logged and kept is as on one
-//!    thread.
+//!    own when it loads an entry the flush fetched for that key (the one
+//!    checked: a value the store held for the key during the flush, which
+//!    passed every check of 1 for this function). Its record drops it
+//!    whenever the function changes (`flush.rs`), and the turn uses it
+//!    only for the key and the exact key's hash (template and names) it
+//!    was checked for. What is counted, logged and kept is as on one
+//!    thread; a check that panics on a thread is left to the turn.
 //! 6. A module whose first [`REJECTED_ALIKE_TO_WARN`] entries found are
 //!    all rejected for one reason (another secret, another build, entries
 //!    without unwind information where they are needed), none used, says
@@ -316,7 +319,7 @@ impl<M: Module> DedupModule<M> {
         let indices: Vec<usize> = jobs.iter().map(|job| job.index).collect();
         drop(jobs);
         for (job, entry) in done.results {
-            flush[indices[job]].entry = Some(entry);
+            flush[indices[job]].entry = entry;
         }
     }
 
@@ -581,7 +584,8 @@ impl<M: Module> DedupModule<M> {
         let asks = matches!(source, Source::Ask | Source::Fetched(None));
         // Checked on a flush's thread, from the bytes fetched for this key
         // (see 5 above).
-        let entry = entry.filter(|entry| entry.key == key && !asks);
+        let exact = walk.fingerprint.fast_hash();
+        let entry = entry.filter(|entry| entry.key == key && entry.exact == exact && !asks);
         let mut function_checks = None;
         let loaded = if let Some(entry) = entry {
             function_checks = entry.checks;
@@ -1008,6 +1012,9 @@ impl Stored {
 pub(super) struct CheckedEntry {
     /// The key it was fetched under.
     key: StoreKey,
+    /// The fast hash of the exact key of the function it was checked for
+    /// (its template and names), checked again at its use.
+    exact: u64,
     /// What [`check`](crate::store::load::check) made of it.
     loaded: Result<Loaded, Rejection>,
     /// The function's checks ([`verify::checks_for_entry`]), run where
@@ -1027,22 +1034,27 @@ struct EntryJob<'a> {
 
 impl EntryJob<'_> {
     /// The entry checked as the function's turn would check it, and, if
-    /// it passes, the function's checks for it.
-    fn check(&self, checks: &Checks<'_>) -> CheckedEntry {
-        let loaded = crate::store::load::check(
-            self.bytes,
-            checks,
-            self.walk.template_key(),
-            self.walk.names,
-        );
-        let function_checks = loaded.as_ref().ok().map(|loaded| {
-            verify::checks_for_entry(self.func, checks.isa, loaded.verified.as_ref())
-        });
-        CheckedEntry {
-            key: self.key,
-            loaded,
-            checks: function_checks,
-        }
+    /// it passes, the function's checks for it; `None` should either
+    /// panic (the turn then checks it again).
+    fn check(&self, checks: &Checks<'_>) -> Option<CheckedEntry> {
+        catch_unwind(AssertUnwindSafe(|| {
+            let loaded = crate::store::load::check(
+                self.bytes,
+                checks,
+                self.walk.template_key(),
+                self.walk.names,
+            );
+            let function_checks = loaded.as_ref().ok().map(|loaded| {
+                verify::checks_for_entry(self.func, checks.isa, loaded.verified.as_ref())
+            });
+            CheckedEntry {
+                key: self.key,
+                exact: self.walk.fingerprint.fast_hash(),
+                loaded,
+                checks: function_checks,
+            }
+        }))
+        .ok()
     }
 }
 

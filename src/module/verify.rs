@@ -355,10 +355,21 @@ impl<M: Module> DedupModule<M> {
             self.verified_by_entry(func, digest, verified);
             return self.verify_once(func, verified);
         };
-        match found? {
-            Checked::ByEntry => self.stats.verified_by_equality += 1,
-            Checked::Ran if self.checks_uncompiled() => self.verified.keep(verified.key, func),
-            Checked::Ran => {}
+        // As the two would decide, in their order: the entry's digest, a
+        // function read alike to one accepted (which the checks pass
+        // alike, see 3 above), then the checks' outcome.
+        let checks = self.checks_uncompiled();
+        match found {
+            Ok(Checked::ByEntry) => self.stats.verified_by_equality += 1,
+            _ if checks && self.verified.holds(verified.key, func) => {
+                self.stats.verified_by_equality += 1;
+            }
+            found => {
+                found?;
+                if checks {
+                    self.verified.keep(verified.key, func);
+                }
+            }
         }
         verified.done = true;
         Ok(())

@@ -319,6 +319,59 @@ fn a_store_entry_spares_the_verifier_only_to_the_function_it_was_compiled_from()
     assert_eq!(loaded, u64::from(cfg!(feature = "store-unwind")));
 }
 
+/// A batch on two threads, which checks what it loads ahead of each
+/// function's turn, counts what it verifies as one thread does: a function
+/// loaded from an entry compiled from one read otherwise (other value
+/// numbers, so the entry's digest is not its own), whose twin planning
+/// verified with it first, passes by equality in either.
+#[test]
+fn threads_count_verification_skips_as_one_thread_does() {
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    let module = |options: DedupOptions| {
+        DedupModule::with_options(JITBuilder::new(default_libcall_names()).unwrap(), options)
+            .with_store(store.clone(), None)
+    };
+    let body = |renumbered: bool| {
+        move |b: &mut FunctionBuilder, _: &mut DedupModule<JITModule>, p: &[ir::Value]| {
+            if renumbered {
+                let dead = b.ins().iconst(I64, 1234);
+                let inst = b.func.dfg.value_def(dead).unwrap_inst();
+                b.func.layout.remove_inst(inst);
+            }
+            let v = chain(b, p[0]);
+            b.ins().return_(&[v]);
+        }
+    };
+    let mut cold = module(DedupOptions::eager());
+    let conv = cold.isa().default_call_conv();
+    let f = declare(&mut cold, "f", conv);
+    define_flushed(&mut cold, f, body(false)).unwrap();
+    let mut counts = Vec::new();
+    for threads in [1, 2] {
+        let mut m = module(DedupOptions::batch().with_threads(threads));
+        let ids = ["f", "g"].map(|name| declare(&mut m, name, conv));
+        for id in ids {
+            define(&mut m, id, body(true)).unwrap();
+        }
+        m.flush().unwrap();
+        let stats = m.stats();
+        assert_eq!(
+            (stats.loaded, stats.trampolined),
+            (1, 1),
+            "{threads}: {stats}"
+        );
+        counts.push(stats.verified_by_equality);
+        m.finalize_definitions().unwrap();
+        assert_eq!(
+            call1(m.get_finalized_function(ids[1]), 2),
+            call1(m.get_finalized_function(ids[0]), 2)
+        );
+    }
+    // Planning verifies `f` and finds `g` read alike; `f`'s load finds
+    // it read alike to what was verified.
+    assert_eq!(counts, [2, 2]);
+}
+
 fn batch_options() -> impl Iterator<Item = DedupOptions> {
     DedupOptions::ALL
         .into_iter()
