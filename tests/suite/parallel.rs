@@ -2,7 +2,8 @@
 //! many functions (distinct ones, callers of each other, exact twins,
 //! callers of twins, functions with one template, recursive twins,
 //! adapters) flushed on 1, 2 and 4 threads gives the same object file,
-//! byte for byte, and the same JIT results as plain `JITModule`; each
+//! byte for byte (cold, and warm from a code store), and the same JIT
+//! results as plain `JITModule`; each
 //! function is compiled once; failures (a verifier error, a Cranelift
 //! panic) among them are reported as on one thread, and the others are
 //! defined. `JITFOLD_STRESS=1` runs a longer stress test.
@@ -24,8 +25,10 @@ use cranelift_module::{FuncId, Linkage, Module, ModuleError, default_libcall_nam
 use cranelift_object::object::read::elf::ElfFile64;
 use cranelift_object::object::{self, Object as _, ObjectSection as _, ObjectSymbol as _};
 use cranelift_object::{ObjectBuilder, ObjectModule};
+use jitfold::store::{CodeStore, MemoryStore};
 use jitfold::{DedupError, DedupModule, DedupOptions, Stats};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What function `i` of the program is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,7 +307,20 @@ fn object_run(
     options: DedupOptions,
     unwind_info: bool,
 ) -> (Vec<u8>, Stats, Flushes, Vec<(FuncId, String)>) {
+    object_run_on(program, options, unwind_info, None)
+}
+
+/// [`object_run`] with a code store, if any.
+fn object_run_on(
+    program: &Program,
+    options: DedupOptions,
+    unwind_info: bool,
+    store: Option<Arc<dyn CodeStore>>,
+) -> (Vec<u8>, Stats, Flushes, Vec<(FuncId, String)>) {
     let mut d = DedupModule::wrap(object_module(unwind_info), options);
+    if let Some(store) = store {
+        d = d.with_store(store, None);
+    }
     let mut flushes = Vec::new();
     program.define(&mut d, |d| {
         flushes.push(d.flush().map_err(|e| error_text(&e)))
@@ -366,6 +382,46 @@ fn object_files_are_identical_on_any_number_of_threads() {
         assert!(flushes.iter().all(Result::is_ok), "{flushes:?}");
         assert_eq!(outcome_counts(&stats), outcome_counts(&serial_stats));
         assert_compiled_once(&stats, threads, &format!("{threads} threads"));
+        assert!(
+            bytes == serial,
+            "{threads} threads: the object differs from one thread's ({}: {:?})",
+            bytes.len(),
+            first_difference(&bytes, &serial)
+        );
+    }
+}
+
+/// A warm start from a code store gives the same object file on 1, 2 and
+/// 4 threads, byte for byte, where the threads walk the functions and
+/// check the entries a flush fetched ahead of each function's turn; the
+/// same functions are loaded, and nothing is compiled.
+#[test]
+fn warm_starts_give_identical_objects_on_any_number_of_threads() {
+    let program = Program::new(400);
+    let store: Arc<dyn CodeStore> = Arc::new(MemoryStore::new());
+    let (_, cold, flushes, _) = object_run_on(&program, batch(1), true, Some(store.clone()));
+    assert!(flushes.iter().all(Result::is_ok), "{flushes:?}");
+    assert!(cold.store_writes > 100, "{cold:?}");
+    let warm = |threads| object_run_on(&program, batch(threads), true, Some(store.clone()));
+    let (serial, serial_stats, flushes, _) = warm(1);
+    assert!(flushes.iter().all(Result::is_ok), "{flushes:?}");
+    // Entries serve an object module only with their unwind information.
+    if cfg!(feature = "store-unwind") {
+        assert_eq!(serial_stats.loaded, cold.store_writes, "{serial_stats:?}");
+    }
+    let loads = |s: &Stats| {
+        [
+            s.loaded,
+            s.store_rejected,
+            s.verified_by_equality,
+            s.compiled,
+        ]
+    };
+    for threads in [2, 4] {
+        let (bytes, stats, flushes, _) = warm(threads);
+        assert!(flushes.iter().all(Result::is_ok), "{flushes:?}");
+        assert_eq!(outcome_counts(&stats), outcome_counts(&serial_stats));
+        assert_eq!(loads(&stats), loads(&serial_stats), "{threads} threads");
         assert!(
             bytes == serial,
             "{threads} threads: the object differs from one thread's ({}: {:?})",
