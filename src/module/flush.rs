@@ -5,7 +5,8 @@
 //! `State` (`ids.rs`), since references to it are resolved by that state.
 //! What a *record* is to its flush, beyond that, is its [`Role`], and the
 //! rest of what the flush keeps about it (its walk, the function as the
-//! user wrote it, code compiled for it on another thread) is in the record:
+//! user wrote it, code compiled and the store's entry checked for it on
+//! another thread) is in the record:
 //! no container is indexed by position beside the records, and nothing of
 //! a flush outlives it.
 //!
@@ -29,6 +30,9 @@
 //!    [`Record::put_back_as_written`], [`Record::replace`]) drops the
 //!    walk and the entry checked for the function, and drops code
 //!    compiled for the function before (returned, for the statistics).
+//!    A rewrite of the function in place (its references to duplicates,
+//!    `roots.rs`) ends with [`Record::rewritten`]; its definition takes
+//!    all three out first, and drops them if it rewrites (`batch.rs`).
 //! 3. [`Record::original`] is the function as the user defined it, kept
 //!    from the first rewrite the flush makes until the flush ends or puts
 //!    it back.
