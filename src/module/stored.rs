@@ -46,12 +46,11 @@
 //!    [`check`](crate::store::load::check) and those checks are functions
 //!    of the entry's bytes, the function, its walk and the module's ISA
 //!    and store alone, so the function's turn takes their outcome as its
-//!    own when it loads an entry the flush fetched for that key (the one
-//!    checked: a value the store held for the key during the flush, which
-//!    passed every check of 1 for this function). Its record drops it
-//!    whenever the function changes (`flush.rs`), and the turn uses it
-//!    only for the key and the exact key's hash (template and names) it
-//!    was checked for. What is counted, logged and kept is as on one
+//!    own when it loads the entry the flush holds for that key. Its
+//!    record drops it whenever the function changes (`flush.rs`), and the
+//!    turn uses it only for the key, the exact key's hash (template and
+//!    names) and the hash of the bytes it was checked for (a store that
+//!    reserves keys may hand the flush another value for the key later). What is counted, logged and kept is as on one
 //!    thread; a check that panics on a thread is left to the turn.
 //! 6. A module whose first [`REJECTED_ALIKE_TO_WARN`] entries found are
 //!    all rejected for one reason (another secret, another build, entries
@@ -131,6 +130,7 @@ use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
+use xxhash_rust::xxh3::xxh3_64;
 
 /// A module's code store, with what its entries are checked against.
 /// Dropping it gives up its reservation, if any (see [`Reservation`]).
@@ -582,10 +582,15 @@ impl<M: Module> DedupModule<M> {
             needs_unwind: stored.needs_frames,
         };
         let asks = matches!(source, Source::Ask | Source::Fetched(None));
-        // Checked on a flush's thread, from the bytes fetched for this key
-        // (see 5 above).
+        // Checked on a flush's thread, from the bytes the flush holds for
+        // this key, for this function (see 5 above).
         let exact = walk.fingerprint.fast_hash();
-        let entry = entry.filter(|entry| entry.key == key && entry.exact == exact && !asks);
+        let entry = entry.filter(|entry| {
+            let Source::Fetched(Some(bytes)) = &source else {
+                return false;
+            };
+            entry.key == key && entry.exact == exact && entry.bytes == xxh3_64(bytes)
+        });
         let mut function_checks = None;
         let loaded = if let Some(entry) = entry {
             function_checks = entry.checks;
@@ -1015,6 +1020,9 @@ pub(super) struct CheckedEntry {
     /// The fast hash of the exact key of the function it was checked for
     /// (its template and names), checked again at its use.
     exact: u64,
+    /// A hash of the bytes checked, checked again against the bytes the
+    /// flush holds for the key at its use.
+    bytes: u64,
     /// What [`check`](crate::store::load::check) made of it.
     loaded: Result<Loaded, Rejection>,
     /// The function's checks ([`verify::checks_for_entry`]), run where
@@ -1050,6 +1058,7 @@ impl EntryJob<'_> {
             CheckedEntry {
                 key: self.key,
                 exact: self.walk.fingerprint.fast_hash(),
+                bytes: xxh3_64(self.bytes),
                 loaded,
                 checks: function_checks,
             }
