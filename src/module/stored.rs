@@ -50,8 +50,9 @@
 //!    record drops it whenever the function changes (`flush.rs`), and the
 //!    turn uses it only for the key, the exact key's hash (template and
 //!    names) and the hash of the bytes it was checked for (a store that
-//!    reserves keys may hand the flush another value for the key later). What is counted, logged and kept is as on one
-//!    thread; a check that panics on a thread is left to the turn.
+//!    reserves keys may hand the flush another value for the key later).
+//!    What is counted, logged and kept is as on one thread; a check that
+//!    panics on a thread is left to the turn.
 //! 6. A module whose first [`REJECTED_ALIKE_TO_WARN`] entries found are
 //!    all rejected for one reason (another secret, another build, entries
 //!    without unwind information where they are needed), none used, says
