@@ -1,7 +1,7 @@
 //! A batch flush's pool of threads: the flushing thread and `threads - 1`
 //! scoped threads (with the 8 MiB stack of a main thread), each taking the
 //! next job from an atomic counter and keeping scratch state of its own
-//! from one job to the next. A flush runs its walks (`batch.rs`), the
+//! from one job to the next. A flush runs its walks (`parallel.rs`), the
 //! checks of the entries it fetched (`stored.rs`) and its compiles
 //! (`parallel.rs`) here.
 //!
