@@ -85,6 +85,9 @@ pub struct Walk {
     pub observes_own_frame: bool,
     /// Whether its key is unique ([`crate::Walk::key_is_unique`]).
     pub key_is_unique: bool,
+    /// Whether every value its instructions name exists
+    /// ([`crate::Walk::named_values_exist`]).
+    pub named_values_exist: bool,
 }
 
 impl Walk {
@@ -101,6 +104,7 @@ impl Walk {
             address_taken: &self.address_taken,
             observes_own_frame: self.observes_own_frame,
             key_is_unique: self.key_is_unique,
+            named_values_exist: self.named_values_exist,
         }
     }
 
@@ -124,6 +128,9 @@ pub struct WalkRef<'a> {
     pub observes_own_frame: bool,
     /// Whether its key is unique ([`crate::Walk::key_is_unique`]).
     pub key_is_unique: bool,
+    /// Whether every value its instructions name exists
+    /// ([`crate::Walk::named_values_exist`]).
+    pub named_values_exist: bool,
 }
 
 impl<'a> WalkRef<'a> {
@@ -143,6 +150,7 @@ impl<'a> WalkRef<'a> {
             address_taken: walk.address_taken(),
             observes_own_frame: walk.observes_own_frame(),
             key_is_unique: walk.key_is_unique(),
+            named_values_exist: walk.named_values_exist(),
         }
     }
 
@@ -154,6 +162,7 @@ impl<'a> WalkRef<'a> {
             address_taken: self.address_taken.to_vec(),
             observes_own_frame: self.observes_own_frame,
             key_is_unique: self.key_is_unique,
+            named_values_exist: self.named_values_exist,
         }
     }
 

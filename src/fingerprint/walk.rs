@@ -174,6 +174,10 @@ pub struct Fingerprinter {
     /// Whether the key is to hold a number no other key of this process
     /// has (see [`Walk::key_is_unique`]).
     unique_key: bool,
+    /// Whether an instruction encoded named a value, block, jump table or
+    /// exception table that is not in its table (see
+    /// [`Walk::named_values_exist`]).
+    named_missing: bool,
     /// What the last walk found beside the key in `out`.
     last: LastKey,
 }
@@ -198,6 +202,7 @@ struct LastKey {
     instructions: u32,
     template_len: u32,
     hashes: KeyHashes,
+    named_values_exist: bool,
 }
 
 /// What one walk of a function found: its key, still in the
@@ -210,6 +215,7 @@ pub struct Walk<'a> {
     address_taken: &'a [bool],
     observes_own_frame: bool,
     key_is_unique: bool,
+    named_values_exist: bool,
     constant_sites: &'a [ImmediateSite],
 }
 
@@ -272,6 +278,18 @@ impl<'a> Walk<'a> {
         self.key_is_unique
     }
 
+    /// Whether the walk encoded every instruction the function holds (all
+    /// are in reachable blocks) and met no value, block, jump table or
+    /// exception table they name that is not in its table: their
+    /// arguments, every entry of their jump tables and exception tables,
+    /// and the tables' contexts. Then every value lookup compiling makes
+    /// for the instructions' sake finds its value, which is the half of
+    /// the check of a function defined without compiling it that reads
+    /// every instruction (see `module/aliases.rs`); `false` says nothing.
+    pub fn named_values_exist(&self) -> bool {
+        self.named_values_exist
+    }
+
     /// Every reachable `iconst`, `f32const` and `f64const` instruction, in
     /// walk order, with the position of its immediate in the exact key.
     /// Recording them is the walk's only work for similar-function merging
@@ -320,6 +338,7 @@ impl Fingerprinter {
             list_stamps: Vec::new(),
             stamp: 0,
             unique_key: false,
+            named_missing: false,
             last: LastKey::default(),
         }
     }
@@ -331,6 +350,8 @@ impl Fingerprinter {
             instructions,
             template_len,
             hashes: KeyHashes::of(&self.out, template_len),
+            named_values_exist: !self.named_missing
+                && instructions as usize == func.dfg.num_insts(),
         };
         self.last_walk()
     }
@@ -356,6 +377,7 @@ impl Fingerprinter {
             address_taken: &self.address_taken,
             observes_own_frame: self.observes_frame,
             key_is_unique: self.unique_key,
+            named_values_exist: self.last.named_values_exist,
             constant_sites: &self.constant_sites,
         }
     }
@@ -389,6 +411,7 @@ impl Fingerprinter {
         self.declarations.clear();
         self.observes_frame = false;
         self.unique_key = false;
+        self.named_missing = false;
         self.stamp = self.stamp.wrapping_add(1);
         if self.stamp == 0 {
             self.list_stamps.fill(0);
@@ -652,6 +675,7 @@ impl Fingerprinter {
     fn value_use_first(&mut self, func: &Function, value: Value) {
         if !func.dfg.value_is_valid(value) {
             // Only in functions that fail the verifier.
+            self.named_missing = true;
             self.out.push(u32::MAX);
             return;
         }
@@ -719,6 +743,7 @@ impl Fingerprinter {
             self.successors.push(block);
         } else {
             // Only in functions that fail the verifier.
+            self.named_missing = true;
             self.out.push(u32::MAX);
         }
         let args = call.args(pool);
@@ -1145,7 +1170,10 @@ impl Fingerprinter {
                         self.out.push(n);
                         self.branch_table(func, jt.all_branches(), new);
                     }
-                    None => self.out.push(u32::MAX),
+                    None => {
+                        self.named_missing = true;
+                        self.out.push(u32::MAX);
+                    }
                 }
             }
             InstructionData::Brif {
@@ -1442,6 +1470,7 @@ impl Fingerprinter {
     /// signature, normal return and items.
     fn exception_table(&mut self, func: &Function, table: ir::ExceptionTable) {
         let Some(et) = func.dfg.exception_tables.get(table) else {
+            self.named_missing = true;
             self.out.push(u32::MAX);
             return;
         };

@@ -57,6 +57,7 @@
 //!    more as having its own address or plans one more as a duplicate, so
 //!    none takes more rounds than the flush has functions, and one more.
 
+use super::aliases::Named;
 use super::duplicates::{self, Canonical, Keyed, Round};
 use super::flush::{Ahead, Record, Role};
 use super::ids::State;
@@ -652,7 +653,8 @@ impl<M: Module> DedupModule<M> {
         let round = duplicates::decide(keys);
         for &i in &round.counts_on {
             let record = &flush[i];
-            if let Err(e) = self.verify_uncompiled(&record.func, key_hash(&record.walk)) {
+            let (key, named) = walk_facts(&record.walk);
+            if let Err(e) = self.verify_uncompiled(&record.func, key, named) {
                 self.fail(record.id, e, failures);
                 return None;
             }
@@ -709,9 +711,16 @@ impl<M: Module> DedupModule<M> {
     }
 }
 
-/// The fast hash of the exact key of `walk`, if walked.
-fn key_hash(walk: &Option<Walk>) -> Option<u64> {
-    walk.as_ref().map(|walk| walk.fingerprint.fast_hash())
+/// The fast hash of the exact key of `walk`, if walked, and what it showed
+/// of the values the function's instructions name.
+fn walk_facts(walk: &Option<Walk>) -> (Option<u64>, Named) {
+    match walk {
+        Some(walk) => (
+            Some(walk.fingerprint.fast_hash()),
+            Named::of(&walk.as_ref()),
+        ),
+        None => (None, Named::Unknown),
+    }
 }
 
 /// The text of `e`, with the verifier's errors when it has them.

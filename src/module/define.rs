@@ -84,7 +84,7 @@ impl<M: Module> DedupModule<M> {
         self.note_addresses_taken(&walk);
         let plan = self.compiled.plan(&walk.planned(&ctx.func), self.policy());
         // Whatever is defined without compiling it is verified first, once.
-        let mut verified = Unverified::new(walk.fingerprint.fast_hash());
+        let mut verified = Unverified::new(&walk);
         for step in plan.steps() {
             let outcome = match step {
                 Step::Duplicate(class) => {

@@ -109,6 +109,7 @@
 //!    no module. A write that fails is counted in `store_errors` and loses
 //!    the entries of that write (their keys are released).
 
+use super::aliases::Named;
 use super::flush::Record;
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
@@ -1054,7 +1055,12 @@ impl EntryJob<'_> {
                 self.walk.names,
             );
             let function_checks = loaded.as_ref().ok().map(|loaded| {
-                verify::checks_for_entry(self.func, checks.isa, loaded.verified.as_ref())
+                verify::checks_for_entry(
+                    self.func,
+                    checks.isa,
+                    loaded.verified.as_ref(),
+                    Named::of(&self.walk),
+                )
             });
             CheckedEntry {
                 key: self.key,

@@ -96,6 +96,7 @@
 //! Functions that are compiled are not verified here: the inner module
 //! does that (verifying them twice would cost a third of a compile).
 
+use super::aliases::Named;
 use super::define::panic_as_error;
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
@@ -320,11 +321,12 @@ impl<M: Module> DedupModule<M> {
         &mut self,
         func: &Function,
         key: Option<u64>,
+        named: Named,
     ) -> ModuleResult<()> {
         let isa = self.inner.isa();
         if !self.checks_uncompiled() {
             // Cheaper than keeping a copy to skip it next time.
-            return super::aliases::check(func, isa);
+            return super::aliases::check(func, isa, named);
         }
         if let Some(key) = key
             && self.verified.holds(key, func)
@@ -332,7 +334,7 @@ impl<M: Module> DedupModule<M> {
             self.stats.verified_by_equality += 1;
             return Ok(());
         }
-        run_checks(func, isa)?;
+        run_checks(func, isa, named)?;
         if let Some(key) = key {
             self.verified.keep(key, func);
         }
@@ -383,7 +385,7 @@ impl<M: Module> DedupModule<M> {
         verified: &mut Unverified,
     ) -> ModuleResult<()> {
         if !verified.done {
-            self.verify_uncompiled(func, Some(verified.key))?;
+            self.verify_uncompiled(func, Some(verified.key), verified.named)?;
             verified.done = true;
         }
         Ok(())
@@ -393,7 +395,7 @@ impl<M: Module> DedupModule<M> {
 /// What [`DedupModule::verify_uncompiled`] runs on `func` for `isa`
 /// when the flags enable the verifier or NaN canonicalization, whatever
 /// was verified before (see 1, 4 and 5 above), with its outcome.
-fn run_checks(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
+fn run_checks(func: &Function, isa: &dyn TargetIsa, named: Named) -> ModuleResult<()> {
     let flags = isa.flags();
     if flags.enable_verifier() {
         verify(func, isa)?;
@@ -401,7 +403,7 @@ fn run_checks(func: &Function, isa: &dyn TargetIsa) -> ModuleResult<()> {
     if flags.enable_nan_canonicalization() {
         canonicalize_nans(func, isa)?;
     }
-    super::aliases::check(func, isa)
+    super::aliases::check(func, isa, named)
 }
 
 /// How a function to be defined from a store entry passed the checks of
@@ -425,28 +427,34 @@ pub(super) fn checks_for_entry(
     func: &Function,
     isa: &dyn TargetIsa,
     digest: Option<&[u8; 32]>,
+    named: Named,
 ) -> ModuleResult<Checked> {
     let flags = isa.flags();
     if !flags.enable_verifier() && !flags.enable_nan_canonicalization() {
-        return super::aliases::check(func, isa).map(|()| Checked::Ran);
+        return super::aliases::check(func, isa, named).map(|()| Checked::Ran);
     }
     if digest.is_some_and(|digest| read_digest(func) == *digest) {
         return Ok(Checked::ByEntry);
     }
-    run_checks(func, isa).map(|()| Checked::Ran)
+    run_checks(func, isa, named).map(|()| Checked::Ran)
 }
 
 /// Whether a function being defined was verified yet, with the fast hash
 /// of its exact key.
 pub(super) struct Unverified {
     key: u64,
+    named: Named,
     done: bool,
 }
 
 impl Unverified {
-    /// A function with exact key hash `key`, not verified yet.
-    pub(super) fn new(key: u64) -> Self {
-        Self { key, done: false }
+    /// The function `walk` walked (as it is now), not verified yet.
+    pub(super) fn new(walk: &WalkRef<'_>) -> Self {
+        Self {
+            key: walk.fingerprint.fast_hash(),
+            named: Named::of(walk),
+            done: false,
+        }
     }
 }
 
