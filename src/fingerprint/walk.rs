@@ -279,8 +279,10 @@ impl<'a> Walk<'a> {
     }
 
     /// Whether the walk encoded every instruction the function holds (all
-    /// are in reachable blocks) and met no value, block, jump table or
-    /// exception table they name that is not in its table: their
+    /// are in reachable blocks: as many as the function holds were met,
+    /// each in the block the layout says it is in, each block once) and met
+    /// no value, block, jump table or exception table they name that is
+    /// not in its table: their
     /// arguments, every entry of their jump tables and exception tables,
     /// and the tables' contexts. Then every value lookup compiling makes
     /// for the instructions' sake finds its value, which is the half of
@@ -459,6 +461,12 @@ impl Fingerprinter {
             let mut next = func.layout.first_inst(block);
             while let Some(inst) = next {
                 instructions += 1;
+                // An instruction in two blocks' lists (which only the
+                // verifier and Cranelift's debug assertions reject) would
+                // be counted twice here: the count then proves nothing
+                // about the instructions encoded (see
+                // `Walk::named_values_exist`).
+                self.named_missing |= func.layout.inst_block(inst) != Some(block);
                 // The next instruction first: its load is then under way
                 // while this one is encoded.
                 next = func.layout.next_inst(inst);

@@ -300,6 +300,43 @@ mod tests {
         .is_err()
     }
 
+    /// An instruction in two blocks' lists (which `Layout`'s debug
+    /// assertions reject, so this runs only in builds without them: `cargo
+    /// test --release`) counts twice in a walk, as many encoded
+    /// instructions as the function holds when one outside the layout
+    /// names a value not in the table: the walk must not take that count
+    /// for every instruction encoded. (Found in review: the walk once did,
+    /// and the check then passed a function whose compile panics.)
+    #[cfg(not(debug_assertions))]
+    #[test]
+    fn an_instruction_in_two_blocks_does_not_stand_for_one_outside_the_layout() {
+        let mut sig = ir::Signature::new(CallConv::SystemV);
+        sig.params.push(AbiParam::new(I64));
+        let mut func = Function::with_name_signature(ir::UserFuncName::user(0, 0), sig);
+        let [entry, then, other] = [(); 3].map(|()| func.dfg.make_block());
+        let x = func.dfg.append_block_param(entry, I64);
+        let mut pos = FuncCursor::new(&mut func);
+        for block in [entry, then, other] {
+            pos.insert_block(block);
+        }
+        pos.goto_bottom(entry);
+        pos.ins().brif(x, then, &[], other, &[]);
+        let ret = func.dfg.make_inst(ir::InstructionData::MultiAry {
+            opcode: ir::Opcode::Return,
+            args: ir::ValueList::new(),
+        });
+        func.layout.append_inst(ret, then);
+        func.layout.append_inst(ret, other);
+        func.dfg.make_inst(ir::InstructionData::Unary {
+            opcode: ir::Opcode::Ineg,
+            arg: ir::Value::from_u32(1000),
+        });
+        assert_eq!(func.dfg.num_insts(), 3);
+        let named = named_by_walk(&func);
+        assert_eq!(named, Named::Unknown);
+        assert!(check(&func, &*isa(), named).is_err());
+    }
+
     /// What a walk of `func` shows of the values its instructions name.
     fn named_by_walk(func: &Function) -> Named {
         let mut walker = crate::fingerprint::Fingerprinter::new();
