@@ -66,7 +66,10 @@
 //!    dangling argument elsewhere would otherwise take its twin's code,
 //!    where compiling it panics. It gets the error compiling it gives
 //!    ([`DedupError::CraneliftPanic`], with Cranelift's own message); see
-//!    [`aliases`](super::aliases). The equality of 3 skips it too.
+//!    [`aliases`](super::aliases), which reads every instruction only
+//!    where the function's walk did not show that all the values they
+//!    name exist ([`crate::Walk::named_values_exist`]). The equality of 3
+//!    skips it too.
 //!
 //! 6. A function defined from a store entry is not run through 1, 4 and
 //!    5 when its [read digest](read_digest) is the one the entry holds
