@@ -57,11 +57,11 @@
 //!    more as having its own address or plans one more as a duplicate, so
 //!    none takes more rounds than the flush has functions, and one more.
 
-use super::aliases::Named;
 use super::duplicates::{self, Canonical, Keyed, Round};
 use super::flush::{Ahead, Record, Role};
 use super::ids::State;
 use super::parallel::Precompiled;
+use super::verify::Walked;
 use super::{DedupError, DedupModule, verify};
 use crate::cache::DedupCache;
 use crate::fingerprint::SymbolName;
@@ -653,8 +653,8 @@ impl<M: Module> DedupModule<M> {
         let round = duplicates::decide(keys);
         for &i in &round.counts_on {
             let record = &flush[i];
-            let (key, named) = walk_facts(&record.walk);
-            if let Err(e) = self.verify_uncompiled(&record.func, key, named) {
+            let walked = record.walk.as_ref().map(|walk| Walked::of(&walk.as_ref()));
+            if let Err(e) = self.verify_uncompiled(&record.func, walked) {
                 self.fail(record.id, e, failures);
                 return None;
             }
@@ -708,18 +708,6 @@ impl<M: Module> DedupModule<M> {
                 .map(|w| w.planned(&r.func))
         });
         self.compiled.forecast(planned, self.policy())
-    }
-}
-
-/// The fast hash of the exact key of `walk`, if walked, and what it showed
-/// of the values the function's instructions name.
-fn walk_facts(walk: &Option<Walk>) -> (Option<u64>, Named) {
-    match walk {
-        Some(walk) => (
-            Some(walk.fingerprint.fast_hash()),
-            Named::of(&walk.as_ref()),
-        ),
-        None => (None, Named::Unknown),
     }
 }
 

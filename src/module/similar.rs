@@ -104,7 +104,6 @@
 //! outside the flush's pending ones are never merged: an earlier flush's
 //! compiled functions stay as they are.
 
-use super::aliases::Named;
 use super::define::compile_panic;
 use super::flush::{Ahead, Record};
 use super::ids::State;
@@ -291,7 +290,7 @@ impl<M: Module> DedupModule<M> {
         // The members the body's compile does not verify.
         for &c in &merge.members[1..] {
             let record = &flush[candidates[c].index];
-            if let Err(e) = self.verify_uncompiled(&record.func, None, Named::Unknown) {
+            if let Err(e) = self.verify_uncompiled(&record.func, None) {
                 log::debug!(
                     "{} ({}): not merged with similar functions, fails to verify: {e}",
                     self.function_name(record.id),
@@ -542,7 +541,7 @@ impl<M: Module> DedupModule<M> {
                 let body = body.clone();
                 // Its own code is never compiled: it is verified as code
                 // that is not compiled always is.
-                self.verify_uncompiled(func, None, Named::Unknown).ok()?;
+                self.verify_uncompiled(func, None).ok()?;
                 self.stats.similar_merged += 1;
                 return Some(self.thunk(func, &body, values));
             }
@@ -561,7 +560,7 @@ impl<M: Module> DedupModule<M> {
         let fits = plan.decision == Decision::Merge;
         let derived = plan.derived;
         // (Verified, as above; the shape is left alone if it fails.)
-        let body = if fits && self.verify_uncompiled(func, None, Named::Unknown).is_ok() {
+        let body = if fits && self.verify_uncompiled(func, None).is_ok() {
             self.define_body(id, func, &shape, &derived, ctrl_plane.clone())
         } else {
             None

@@ -317,29 +317,30 @@ impl<M: Module> DedupModule<M> {
 
     /// Verifies `func`, which is about to be defined without being
     /// compiled, if the ISA's flags enable the verifier (see 1 above).
-    /// `key` is the fast hash of its exact key, if known: then a function
-    /// the verifier accepted with that key and reads alike passes without
-    /// the verifier, and one it accepts now is kept (see 3 above).
+    /// `walked` is what a walk of it as it is now found, if walked: then a
+    /// function the verifier accepted with the same exact key and reads
+    /// alike passes without the verifier, and one it accepts now is kept
+    /// (see 3 above).
     pub(super) fn verify_uncompiled(
         &mut self,
         func: &Function,
-        key: Option<u64>,
-        named: Named,
+        walked: Option<Walked>,
     ) -> ModuleResult<()> {
         let isa = self.inner.isa();
+        let named = walked.map_or(Named::Unknown, |walked| walked.named);
         if !self.checks_uncompiled() {
             // Cheaper than keeping a copy to skip it next time.
             return super::aliases::check(func, isa, named);
         }
-        if let Some(key) = key
-            && self.verified.holds(key, func)
+        if let Some(walked) = walked
+            && self.verified.holds(walked.key, func)
         {
             self.stats.verified_by_equality += 1;
             return Ok(());
         }
         run_checks(func, isa, named)?;
-        if let Some(key) = key {
-            self.verified.keep(key, func);
+        if let Some(walked) = walked {
+            self.verified.keep(walked.key, func);
         }
         Ok(())
     }
@@ -366,13 +367,13 @@ impl<M: Module> DedupModule<M> {
         let checks = self.checks_uncompiled();
         match found {
             Ok(Checked::ByEntry) => self.stats.verified_by_equality += 1,
-            _ if checks && self.verified.holds(verified.key, func) => {
+            _ if checks && self.verified.holds(verified.walked.key, func) => {
                 self.stats.verified_by_equality += 1;
             }
             found => {
                 found?;
                 if checks {
-                    self.verified.keep(verified.key, func);
+                    self.verified.keep(verified.walked.key, func);
                 }
             }
         }
@@ -388,7 +389,7 @@ impl<M: Module> DedupModule<M> {
         verified: &mut Unverified,
     ) -> ModuleResult<()> {
         if !verified.done {
-            self.verify_uncompiled(func, Some(verified.key), verified.named)?;
+            self.verify_uncompiled(func, Some(verified.walked))?;
             verified.done = true;
         }
         Ok(())
@@ -442,11 +443,29 @@ pub(super) fn checks_for_entry(
     run_checks(func, isa, named).map(|()| Checked::Ran)
 }
 
-/// Whether a function being defined was verified yet, with the fast hash
-/// of its exact key.
-pub(super) struct Unverified {
+/// What a walk of a function, as it is now, tells its checks: the fast
+/// hash of its exact key (see 3 above) and what it showed of the values
+/// its instructions name (see 5 above).
+#[derive(Clone, Copy)]
+pub(super) struct Walked {
     key: u64,
     named: Named,
+}
+
+impl Walked {
+    /// What `walk` tells.
+    pub(super) fn of(walk: &WalkRef<'_>) -> Self {
+        Self {
+            key: walk.fingerprint.fast_hash(),
+            named: Named::of(walk),
+        }
+    }
+}
+
+/// Whether a function being defined was verified yet, with what its walk
+/// tells its checks.
+pub(super) struct Unverified {
+    walked: Walked,
     done: bool,
 }
 
@@ -454,8 +473,7 @@ impl Unverified {
     /// The function `walk` walked (as it is now), not verified yet.
     pub(super) fn new(walk: &WalkRef<'_>) -> Self {
         Self {
-            key: walk.fingerprint.fast_hash(),
-            named: Named::of(walk),
+            walked: Walked::of(walk),
             done: false,
         }
     }
