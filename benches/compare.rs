@@ -21,6 +21,14 @@
 //! 6. N runtimes starting one program at once, on one `SharedStore`
 //!    against N plain modules (`runtimes.rs`).
 //!
+//! Tables 2 to 4 time each function from the moment a runtime would hand
+//! it over: copied from the workload just before it is defined, the clock
+//! stopped meanwhile, so that it is in the CPU's caches as a function a
+//! runtime just built is (`e2e::Funcs`; `JITFOLD_BENCH_COPY=ahead` copies
+//! every function before the clock starts instead, so that each is first
+//! read by the run, from memory). Table 6 times a whole program's start,
+//! its copy included, for every side.
+//!
 //! Every comparison runs all its sides in the same process, in rotating
 //! order, round after round; each reports the best time of every side and
 //! the median over rounds of its time relative to the baseline measured

@@ -230,17 +230,67 @@ pub enum Persistent<'a> {
     Jitfold(Arc<dyn CodeStore>),
 }
 
-/// Runs `way` on `w` in a fresh module.
-pub fn run(way: Way, w: &Workload, isa: &OwnedTargetIsa, cache: Persistent<'_>) -> Run {
-    run_with(way, w, w.funcs.clone(), isa, cache)
+/// Where a run's functions come from. Either way, copying them is the
+/// bench's work, not the runtime's, and is not timed.
+pub enum Funcs<'a> {
+    /// Copied by the caller beforehand, all of them: each function is
+    /// first read by the run, from memory (a whole corpus is more than
+    /// the CPU's caches hold).
+    Copied(Vec<Function>),
+    /// Each copied from these just before it is defined, the clock
+    /// stopped meanwhile: the function is in the CPU's caches, as a
+    /// function a runtime just built is.
+    JustBuilt(&'a [Function]),
 }
 
-/// [`run`], defining `funcs` (a copy of `w`'s functions the caller made
-/// beforehand: the copy is the bench's, not the runtime's work).
+impl Funcs<'_> {
+    /// The functions in order, and a count of the time spent copying them
+    /// (to take off the run's).
+    fn each(self) -> (impl Iterator<Item = Function>, CopyTime) {
+        let copying = CopyTime::default();
+        let counted = copying.clone();
+        let (copied, built) = match self {
+            Funcs::Copied(funcs) => (funcs, &[][..]),
+            Funcs::JustBuilt(funcs) => (Vec::new(), funcs),
+        };
+        let built = built.iter().map(move |f| {
+            let start = Instant::now();
+            let f = f.clone();
+            counted.0.set(counted.0.get() + start.elapsed());
+            f
+        });
+        (copied.into_iter().chain(built), copying)
+    }
+}
+
+/// Time spent copying functions inside a timed run (see [`Funcs::each`]).
+#[derive(Clone, Default)]
+struct CopyTime(std::rc::Rc<std::cell::Cell<Duration>>);
+
+impl CopyTime {
+    fn get(&self) -> Duration {
+        self.0.get()
+    }
+}
+
+/// Runs `way` on `w` in a fresh module, each function copied from `w`
+/// just before it is defined (see [`Funcs::JustBuilt`]), or, with
+/// `JITFOLD_BENCH_COPY=ahead`, all of them before the run starts
+/// ([`Funcs::Copied`]).
+pub fn run(way: Way, w: &Workload, isa: &OwnedTargetIsa, cache: Persistent<'_>) -> Run {
+    let funcs = if std::env::var("JITFOLD_BENCH_COPY").is_ok_and(|v| v == "ahead") {
+        Funcs::Copied(w.funcs.clone())
+    } else {
+        Funcs::JustBuilt(&w.funcs)
+    };
+    run_with(way, w, funcs, isa, cache)
+}
+
+/// [`run`], defining `funcs`.
 pub fn run_with(
     way: Way,
     w: &Workload,
-    funcs: Vec<Function>,
+    funcs: Funcs<'_>,
     isa: &OwnedTargetIsa,
     cache: Persistent<'_>,
 ) -> Run {
@@ -263,9 +313,10 @@ pub fn run_with(
                 m = m.with_store(store, None);
             }
             declare(&mut m, w, isa);
+            let (funcs, copying) = funcs.each();
             let start = Instant::now();
             let mut ctx = Context::new();
-            for (i, f) in funcs.into_iter().enumerate() {
+            for (i, f) in funcs.enumerate() {
                 ctx.clear();
                 ctx.func = f;
                 m.define_function(FuncId::from_u32(i as u32), &mut ctx)
@@ -275,7 +326,7 @@ pub fn run_with(
             for i in 0..w.funcs.len() {
                 black_box(m.get_finalized_function(FuncId::from_u32(i as u32)));
             }
-            let time = start.elapsed();
+            let time = start.elapsed() - copying.get();
             let stats = m.stats().clone();
             // SAFETY: no pointer into this module's code is used after.
             unsafe { m.into_inner().free_memory() };
@@ -298,13 +349,14 @@ pub fn run_with(
                 Persistent::Cranelift(store) => store,
                 _ => &mut memory,
             };
+            let (funcs, copying) = funcs.each();
             let start = Instant::now();
             let (merged, code_bytes) = define_all(way, &mut m, funcs, isa, store);
             m.finalize_definitions().unwrap();
             for i in 0..w.funcs.len() {
                 black_box(m.get_finalized_function(FuncId::from_u32(i as u32)));
             }
-            let time = start.elapsed();
+            let time = start.elapsed() - copying.get();
             // SAFETY: no pointer into this module's code is used after.
             unsafe { m.free_memory() };
             Run {
@@ -358,14 +410,14 @@ fn stub_code(isa: &dyn TargetIsa) -> Vec<u8> {
 fn define_all(
     way: Way,
     m: &mut JITModule,
-    funcs: Vec<Function>,
+    funcs: impl Iterator<Item = Function>,
     isa: &OwnedTargetIsa,
     store: &mut dyn CacheKvStore,
 ) -> (u64, u64) {
     let (mut merged, mut bytes) = (0, 0);
     let mut texts: HashMap<String, (u64, Vec<u8>, Vec<ModuleReloc>)> = HashMap::new();
     let mut ctx = Context::new();
-    for (i, mut f) in funcs.into_iter().enumerate() {
+    for (i, mut f) in funcs.enumerate() {
         let id = FuncId::from_u32(i as u32);
         let text = matches!(way, TextMap).then(|| text_of(&mut f));
         if let Some((align, code, relocs)) = text.as_ref().and_then(|t| texts.get(t)) {

@@ -18,7 +18,7 @@
 //! numbers of runtimes (a comma list) and `JITFOLD_RUNTIMES_VERIFIER`
 //! (`on` or `off`) one verifier setting.
 
-use crate::e2e::{Corpus, Persistent, Way, Workload, fleet, run, run_with};
+use crate::e2e::{Corpus, Funcs, Persistent, Way, Workload, fleet, run_with};
 use crate::{Config, ms, table};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use jitfold::DedupOptions;
@@ -53,8 +53,8 @@ pub fn run_as_child(config: &Config) -> bool {
     let isa = crate::isa_with_verifier(verifier);
     let corpus = Corpus::load(&dir, &*isa);
     let w = Workload::of_corpus(&corpus, &*isa, config.corpus_limit);
-    // Copied before the start, as the threads' runtimes copy theirs
-    // before their clocks start (`run`).
+    // Copied before the start (the threads' runtimes copy theirs inside
+    // the wall time, plain and jitfold alike).
     let funcs = w.funcs.clone();
     let mut out = std::io::stdout();
     writeln!(out, "ready")
@@ -72,14 +72,14 @@ pub fn run_as_child(config: &Config) -> bool {
             let r = run_with(
                 Way::Jitfold(DedupOptions::batch(), ""),
                 &w,
-                funcs,
+                Funcs::Copied(funcs),
                 &isa,
                 Persistent::Jitfold(store),
             );
             r.stats.map_or(0, |s| s.compiled)
         }
         None => {
-            run_with(Way::Plain, &w, funcs, &isa, Persistent::None);
+            run_with(Way::Plain, &w, Funcs::Copied(funcs), &isa, Persistent::None);
             w.funcs.len() as u64
         }
     };
@@ -221,17 +221,21 @@ fn runtimes(
         let handles: Vec<_> = (0..n)
             .map(|_| {
                 s.spawn(move || match jitfold {
+                    // Each runtime copies the whole program first, inside
+                    // the wall time, plain or not.
                     Some((options, store)) => {
-                        let r = run(
+                        let r = run_with(
                             Way::Jitfold(options, ""),
                             w,
+                            Funcs::Copied(w.funcs.clone()),
                             isa,
                             Persistent::Jitfold(store()),
                         );
                         r.stats.map_or(0, |s| s.compiled)
                     }
                     None => {
-                        run(Way::Plain, w, isa, Persistent::None);
+                        let funcs = Funcs::Copied(w.funcs.clone());
+                        run_with(Way::Plain, w, funcs, isa, Persistent::None);
                         w.funcs.len() as u64
                     }
                 })

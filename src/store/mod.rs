@@ -81,6 +81,7 @@
 
 pub mod directory;
 pub mod entry;
+mod kept;
 pub mod key;
 pub mod load;
 pub mod memory;

@@ -75,11 +75,18 @@
 //!    it writes as it writes it, and looks at the directory (new packs,
 //!    packs grown, packs gone) at a miss if it never did or last did
 //!    [`REFRESH_AFTER`] ago or more (`get_many`: at its first miss).
+//! 7. **A record is read from the file once.** The pieces a scan reads to
+//!    index a pack are kept in memory (at most [`KEPT_BYTES`], see
+//!    `kept.rs`), and a `get` of a record wholly in one copies it from
+//!    there, with the same checks; a piece is dropped once its records
+//!    were read, when its pack is closed, or after [`KEEP_FOR`].
 
 use super::directory::{
     GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, create_own_file, io_error, low_water,
     open_entry,
 };
+use super::kept::Kept;
+pub use super::kept::{KEEP_FOR, KEPT_BYTES};
 use super::{CodeStore, StoreError, StoreKey};
 use hashbrown::HashMap;
 use std::fs::{self, File};
@@ -152,6 +159,8 @@ struct Index {
     entries: HashMap<StoreKey, Location>,
     /// When the directory was last looked at.
     refreshed: Option<Instant>,
+    /// What scans read, kept for the reads that follow (see 7 above).
+    kept: Kept,
 }
 
 /// A pack this store reads.
@@ -269,6 +278,23 @@ impl PackStore {
         Some((at, pack.file.clone(), pack.touched.clone()))
     }
 
+    /// The record at `at`, copied from a piece kept from a scan if one
+    /// holds it (see 7 above), else read from `file`; `None` if it cannot
+    /// be read.
+    fn record(&self, at: Location, file: &File) -> Option<Vec<u8>> {
+        let len = RECORD_HEADER + at.len as usize;
+        let (kept, due) = self.read_index().kept.copy(at.pack, at.offset, len);
+        if due {
+            self.write_index().kept.drop_spent();
+        }
+        kept.or_else(|| {
+            let mut record = vec![0; len];
+            read_at(file, &mut record, at.offset)
+                .is_ok()
+                .then_some(record)
+        })
+    }
+
     /// Looks at the directory again, after a miss, if it never did or
     /// last did [`REFRESH_AFTER`] ago or more (see 6 above); whether it
     /// did.
@@ -335,9 +361,11 @@ impl PackStore {
             }
             kept
         });
+        index.kept.drop_spent();
         if !gone.is_empty() {
             for &number in &gone {
                 index.packs[number as usize] = None;
+                index.kept.drop_pack(number);
                 index.open -= 1;
             }
             index
@@ -357,11 +385,11 @@ impl PackStore {
         key: &StoreKey,
         (at, file, touched): (Location, Arc<File>, Arc<AtomicBool>),
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut record = vec![0; RECORD_HEADER + at.len as usize];
-        let whole = read_at(&file, &mut record, at.offset).is_ok() && {
+        let record = self.record(at, &file);
+        let whole = record.as_ref().is_some_and(|record| {
             let (header, value) = record.split_at(RECORD_HEADER);
             header == record_header(key, value)
-        };
+        });
         if !whole {
             log::debug!(
                 "code store: a record in `{}` is not what was indexed; dropped",
@@ -380,8 +408,9 @@ impl PackStore {
         if !touched.swap(true, Ordering::Relaxed) {
             let _ = file.set_modified(SystemTime::now());
         }
-        record.drain(..RECORD_HEADER);
-        Ok(Some(record))
+        let mut value = record.expect("whole");
+        value.drain(..RECORD_HEADER);
+        Ok(Some(value))
     }
 
     /// A new pack of this store's, its header written and registered in
@@ -630,9 +659,17 @@ impl Index {
         pack.scanned_len = len;
         let (file, own, from) = (pack.file.clone(), pack.own, pack.indexed);
         let mut found = Vec::new();
-        let end = scan_records(&file, from, len, |key, at, value_len| {
-            found.push((key, at, value_len));
-        });
+        let mut pieces = Vec::new();
+        let end = scan_records(
+            &file,
+            from,
+            len,
+            |key, at, value_len| found.push((key, at, value_len)),
+            |at, bytes, records| pieces.push((at, bytes, records)),
+        );
+        for (at, bytes, records) in pieces {
+            self.kept.keep(number, at, bytes, records);
+        }
         for (key, offset, len) in found {
             let location = Location {
                 pack: number,
@@ -654,13 +691,16 @@ impl Index {
 
 /// Calls `found` with the key, offset and value length of each whole
 /// record of `file` from `from` (0: the start, after checking the magic)
-/// to `len`, reading at most [`SCAN_BYTES`] at a time; returns where the
-/// last whole record ends (see 1 and 5 above).
+/// to `len`, reading at most [`SCAN_BYTES`] at a time, and `read` with each
+/// piece read (its offset, its bytes, and the bytes of the records wholly
+/// in it, which were checked); returns where the last whole record ends
+/// (see 1 and 5 above).
 fn scan_records(
     file: &File,
     from: u64,
     len: u64,
     mut found: impl FnMut(StoreKey, u64, u32),
+    mut read: impl FnMut(u64, Vec<u8>, u64),
 ) -> u64 {
     let mut at = from;
     if at == 0 {
@@ -672,11 +712,16 @@ fn scan_records(
     }
     let mut piece = Vec::new();
     let mut piece_at = at;
+    // Bytes of the records wholly in `piece`.
+    let mut in_piece = 0;
     while at + RECORD_HEADER as u64 <= len {
         let end = piece_at + piece.len() as u64;
         if at < piece_at || at + RECORD_HEADER as u64 > end {
-            piece.resize((len - at).min(SCAN_BYTES) as usize, 0);
+            let next = vec![0; (len - at).min(SCAN_BYTES) as usize];
+            read(piece_at, std::mem::replace(&mut piece, next), in_piece);
+            in_piece = 0;
             if read_at(file, &mut piece, at).is_err() {
+                piece.clear();
                 break;
             }
             piece_at = at;
@@ -693,12 +738,15 @@ fn scan_records(
         // or not a record, and ends the scan.
         let start = (at - piece_at) as usize;
         let value = piece.get(start + RECORD_HEADER..start + RECORD_HEADER + value_len as usize);
-        if value.is_some_and(|value| *header != record_header(&key, value)) {
-            break;
+        match value {
+            Some(value) if *header != record_header(&key, value) => break,
+            Some(_) => in_piece += record_end - at,
+            None => {}
         }
         found(key, at, value_len);
         at = record_end;
     }
+    read(piece_at, piece, in_piece);
     at
 }
 

@@ -134,6 +134,41 @@ fn a_partial_or_changed_record_is_never_part_of_a_value() {
     .unwrap();
 }
 
+/// What a store read to index a pack serves its first read of each record
+/// (the pack's bytes as they were: records are never rewritten in place);
+/// a record read once is read from the file after, and so is one a new
+/// store indexes.
+#[test]
+fn a_record_indexed_is_read_from_the_file_once_and_from_memory_first() {
+    let dir = TempDir::new("pack-kept");
+    let writer = PackStore::new(dir.path()).unwrap();
+    writer
+        .put_many(&[(key(1), value(1, 0, 500)), (key(2), value(2, 0, 700))])
+        .unwrap();
+    let [pack] = &packs(dir.path())[..] else {
+        panic!("one pack")
+    };
+    let reader = PackStore::new(dir.path()).unwrap();
+    assert_eq!(reader.get(&key(3)).unwrap(), None, "indexed now");
+    // Every value byte flipped in place, the pack's length the same.
+    let whole = std::fs::read(pack).unwrap();
+    let flipped: Vec<u8> = whole.iter().map(|b| !b).collect();
+    std::fs::write(
+        pack,
+        [&whole[..PACK_MAGIC.len()], &flipped[PACK_MAGIC.len()..]].concat(),
+    )
+    .unwrap();
+    check_value(1, &reader.get(&key(1)).unwrap().unwrap()).unwrap();
+    check_value(2, &reader.get(&key(2)).unwrap().unwrap()).unwrap();
+    // Both read once: the piece is dropped, and the file is read.
+    assert_eq!(reader.get(&key(1)).unwrap(), None);
+    assert_eq!(reader.get(&key(2)).unwrap(), None);
+    assert_eq!(
+        PackStore::new(dir.path()).unwrap().get(&key(1)).unwrap(),
+        None
+    );
+}
+
 /// A key written to several packs: a store reads its own last write, and
 /// a store that wrote none of them the record of the newest pack.
 #[test]
