@@ -32,9 +32,11 @@
 //!    function is neither defined again nor given up
 //!    ([`DedupModule::take_failed_definitions`]), every later flush (and so
 //!    `finalize_definitions`) fails, listing it.
-//! 6. Each function is walked once per flush unless it changes: its walk
-//!    is kept in its record (`flush.rs`) from planning to the selection for
-//!    other threads and to its definition, and dropped whenever a pass
+//! 6. Each function is walked once per flush unless it changes (when it
+//!    is recorded with one thread, on the flush's threads with more): its
+//!    walk is kept in its record (`flush.rs`) from planning to the
+//!    selection for other threads and to its definition, and dropped
+//!    whenever a pass
 //!    rewrites the function (its references to duplicates, or the function
 //!    itself into a thunk), so every pass plans the function as it is.
 //!    (Similar merging walks its candidates again for their shapes.)
@@ -116,9 +118,17 @@ impl<M: Module> DedupModule<M> {
         self.ids.plan(id, State::Pending);
         let rest = Function::with_name_signature(ctx.func.name.clone(), ctx.func.signature.clone());
         let func = std::mem::replace(&mut ctx.func, rest);
-        self.batch
-            .pending
-            .push(Record::new(id, func, ctrl_plane.clone()));
+        let mut record = Record::new(id, func, ctrl_plane.clone());
+        // On one thread, the walk the flush needs is made now, while the
+        // function is in the CPU's caches (a flush reads every function
+        // recorded since the last, long after it was built); on more, the
+        // flush's threads make it (see 6 above). A walk that panics is
+        // left to the flush, where `walk_checked` makes its error.
+        if self.options.threads <= 1 {
+            let walker = &mut self.fingerprinter;
+            record.walk = catch_unwind(AssertUnwindSafe(|| Walk::of(walker, &record.func))).ok();
+        }
+        self.batch.pending.push(record);
     }
 
     /// Compiles the definitions recorded in batch mode: groups them by

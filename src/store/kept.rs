@@ -11,12 +11,14 @@
 //!    the pack holds at those offsets for as long as the pack is indexed
 //!    (the store's checks of a record apply to bytes from a piece as to
 //!    bytes read from the file).
-//! 2. **Bounded.** At most [`KEPT_BYTES`] in all: keeping a piece drops
-//!    the oldest ones past that.
+//! 2. **Bounded.** At most [`KEPT_BYTES`] in all: a piece that would pass
+//!    it is not kept (a warm start reads records in the order they were
+//!    written, and packs are scanned oldest first).
 //! 3. **Not held for long.** A piece is dropped once as many bytes of
 //!    records were read from it as it holds whole records of (each record
 //!    is expected to be read once), when its pack is closed, or once it is
-//!    older than [`KEEP_FOR`], at the next [`Kept::drop_spent`].
+//!    older than [`KEEP_FOR`], at the next [`Kept::drop_spent`] (which the
+//!    store calls at a `get` and when it looks at its directory).
 //! 4. A record is copied from a piece only if it lies wholly within it;
 //!    otherwise [`Kept::copy`] is `None` and the caller reads the file.
 
@@ -58,9 +60,9 @@ impl Piece {
 impl Kept {
     /// Keeps `bytes`, read from pack `pack` at offset `at`, which hold
     /// whole records of `records` bytes in all (headers included); nothing
-    /// if they hold none. Drops the oldest pieces past [`KEPT_BYTES`].
+    /// if they hold none, or if the pieces kept would pass [`KEPT_BYTES`].
     pub(super) fn keep(&mut self, pack: u32, at: u64, bytes: Vec<u8>, records: u64) {
-        if records == 0 || bytes.len() > KEPT_BYTES {
+        if records == 0 || self.bytes + bytes.len() > KEPT_BYTES {
             return;
         }
         self.bytes += bytes.len();
@@ -71,10 +73,6 @@ impl Kept {
             unread: AtomicU64::new(records),
             kept_at: Instant::now(),
         });
-        while self.bytes > KEPT_BYTES {
-            let oldest = self.pieces.pop_front().expect("bytes count pieces");
-            self.bytes -= oldest.bytes.len();
-        }
     }
 
     /// A copy of the `len` bytes of pack `pack` at offset `at`, if a piece
@@ -157,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn pieces_past_the_bound_are_dropped_oldest_first_and_none_without_records() {
+    fn pieces_past_the_bound_are_not_kept_nor_any_without_records() {
         let mut kept = Kept::default();
         let piece = KEPT_BYTES / 4;
         for i in 0..6u64 {
@@ -165,8 +163,12 @@ mod tests {
         }
         kept.keep(1, 0, counting(10), 0);
         assert_eq!(kept.bytes(), KEPT_BYTES);
-        assert_eq!(kept.copy(0, piece as u64, 1).0, None, "the second is gone");
-        assert!(kept.copy(0, 2 * piece as u64, 1).0.is_some());
+        assert!(kept.copy(0, 3 * piece as u64, 1).0.is_some());
+        assert_eq!(
+            kept.copy(0, 4 * piece as u64, 1).0,
+            None,
+            "the fifth was not kept"
+        );
         assert_eq!(kept.copy(1, 0, 1).0, None, "no records, not kept");
         kept.drop_pack(0);
         assert_eq!(kept.bytes(), 0);

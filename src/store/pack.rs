@@ -30,7 +30,8 @@
 //!    cut short by a writer that died, or by a power loss: nothing is
 //!    synced) is not indexed until it is whole, and one changed since it
 //!    was indexed is dropped from the index (a miss, which the caller's
-//!    `put` mends), never part of a value. A store whose write failed
+//!    `put` mends), never part of a value (unless a `get` finds it kept
+//!    in memory, see 7: then it is the whole record the scan checked). A store whose write failed
 //!    leaves that pack (it may end in a partial record) and starts
 //!    another; so does a forked child, and a store whose pack was evicted.
 //! 2. **Races are misses, not errors.** Several threads and processes may
@@ -75,11 +76,13 @@
 //!    it writes as it writes it, and looks at the directory (new packs,
 //!    packs grown, packs gone) at a miss if it never did or last did
 //!    [`REFRESH_AFTER`] ago or more (`get_many`: at its first miss).
-//! 7. **A record is read from the file once.** The pieces a scan reads to
-//!    index a pack are kept in memory (at most [`KEPT_BYTES`], see
-//!    `kept.rs`), and a `get` of a record wholly in one copies it from
-//!    there, with the same checks; a piece is dropped once its records
-//!    were read, when its pack is closed, or after [`KEEP_FOR`].
+//! 7. **A record is read from the file once.** What a scan read to index
+//!    a pack, cut to the whole records it checked, is kept in memory (at
+//!    most [`KEPT_BYTES`]: what would pass it is not kept; see
+//!    `kept.rs`), and a `get` of a record kept copies it from there, with
+//!    the same checks. Kept records are dropped once read, when their pack
+//!    is closed, or at the first `get` or look at the directory
+//!    [`KEEP_FOR`] after they were read from the file.
 
 use super::directory::{
     GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, create_own_file, io_error, low_water,
@@ -659,17 +662,14 @@ impl Index {
         pack.scanned_len = len;
         let (file, own, from) = (pack.file.clone(), pack.own, pack.indexed);
         let mut found = Vec::new();
-        let mut pieces = Vec::new();
+        let kept = &mut self.kept;
         let end = scan_records(
             &file,
             from,
             len,
             |key, at, value_len| found.push((key, at, value_len)),
-            |at, bytes, records| pieces.push((at, bytes, records)),
+            |at, bytes, records| kept.keep(number, at, bytes, records),
         );
-        for (at, bytes, records) in pieces {
-            self.kept.keep(number, at, bytes, records);
-        }
         for (key, offset, len) in found {
             let location = Location {
                 pack: number,
@@ -692,9 +692,10 @@ impl Index {
 /// Calls `found` with the key, offset and value length of each whole
 /// record of `file` from `from` (0: the start, after checking the magic)
 /// to `len`, reading at most [`SCAN_BYTES`] at a time, and `read` with each
-/// piece read (its offset, its bytes, and the bytes of the records wholly
-/// in it, which were checked); returns where the last whole record ends
-/// (see 1 and 5 above).
+/// piece read that holds whole records, cut where the last of them ends
+/// (its offset, its bytes, which are those records, all checked, and
+/// their length); returns where the last whole record ends (see 1 and 5
+/// above).
 fn scan_records(
     file: &File,
     from: u64,
@@ -712,16 +713,23 @@ fn scan_records(
     }
     let mut piece = Vec::new();
     let mut piece_at = at;
-    // Bytes of the records wholly in `piece`.
+    // Bytes of the records wholly in `piece`, which start at `piece_at`
+    // (a record only partly in it comes after them, and is the last).
     let mut in_piece = 0;
+    let mut hand = |piece_at: u64, mut piece: Vec<u8>, in_piece: u64| {
+        if in_piece > 0 {
+            piece.truncate(in_piece as usize);
+            piece.shrink_to_fit();
+            read(piece_at, piece, in_piece);
+        }
+    };
     while at + RECORD_HEADER as u64 <= len {
         let end = piece_at + piece.len() as u64;
         if at < piece_at || at + RECORD_HEADER as u64 > end {
             let next = vec![0; (len - at).min(SCAN_BYTES) as usize];
-            read(piece_at, std::mem::replace(&mut piece, next), in_piece);
+            hand(piece_at, std::mem::replace(&mut piece, next), in_piece);
             in_piece = 0;
             if read_at(file, &mut piece, at).is_err() {
-                piece.clear();
                 break;
             }
             piece_at = at;
@@ -746,7 +754,7 @@ fn scan_records(
         found(key, at, value_len);
         at = record_end;
     }
-    read(piece_at, piece, in_piece);
+    hand(piece_at, piece, in_piece);
     at
 }
 
@@ -918,5 +926,77 @@ fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     {
         let _ = (file, buf, offset);
         Err(ErrorKind::Unsupported.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PACK_MAGIC, RECORD_HEADER, record_header, scan_records};
+    use crate::store::StoreKey;
+
+    /// A pack file holding `records` (key byte, value length), each whole
+    /// and with its hash, in a file of this process's own.
+    fn pack_of(name: &str, records: &[(u8, usize)]) -> (std::path::PathBuf, std::fs::File) {
+        let mut bytes = PACK_MAGIC.to_vec();
+        for &(k, len) in records {
+            let value = vec![k; len];
+            bytes.extend_from_slice(&record_header(&StoreKey::from_bytes([k; 16]), &value));
+            bytes.extend_from_slice(&value);
+        }
+        let path = std::env::temp_dir().join(format!("jitfold-{name}-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        (path, file)
+    }
+
+    /// Each piece a scan hands over is the whole records it checked, and
+    /// nothing more: none that holds no whole record (a planted pack of
+    /// records longer than a piece costs one piece at a time, not the
+    /// pack), and no bytes past the last whole record.
+    #[test]
+    fn a_scan_hands_over_only_whole_records_it_checked() {
+        let big = super::SCAN_BYTES as usize;
+        let (path, file) = pack_of("scan-big", &[(1, big), (2, big), (3, 10)]);
+        let len = file.metadata().unwrap().len();
+        let mut pieces = Vec::new();
+        let mut found = 0;
+        let end = scan_records(
+            &file,
+            0,
+            len,
+            |_, _, _| found += 1,
+            |at, b, r| pieces.push((at, b.len(), r)),
+        );
+        assert_eq!((found, end), (3, len));
+        // Only the last record fits a piece.
+        let last = len - (RECORD_HEADER as u64 + 10);
+        assert_eq!(
+            pieces,
+            [(last, RECORD_HEADER + 10, RECORD_HEADER as u64 + 10)]
+        );
+        std::fs::remove_file(path).unwrap();
+
+        let (path, file) = pack_of("scan-small", &[(1, 100), (2, 50)]);
+        let len = file.metadata().unwrap().len();
+        // The pack one byte shorter: the second record is not whole.
+        let mut pieces = Vec::new();
+        let end = scan_records(
+            &file,
+            0,
+            len - 1,
+            |_, _, _| {},
+            |at, b, r| pieces.push((at, b, r)),
+        );
+        let first = (PACK_MAGIC.len() + RECORD_HEADER + 100) as u64;
+        assert_eq!(end, first, "the second is not whole");
+        let [(at, bytes, records)] = &pieces[..] else {
+            panic!("one piece: {pieces:?}")
+        };
+        assert_eq!(
+            (*at, bytes.len() as u64, *records),
+            (PACK_MAGIC.len() as u64, first - 16, first - 16)
+        );
+        assert_eq!(bytes[RECORD_HEADER..], [1; 100]);
+        std::fs::remove_file(path).unwrap();
     }
 }

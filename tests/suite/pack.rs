@@ -169,6 +169,39 @@ fn a_record_indexed_is_read_from_the_file_once_and_from_memory_first() {
     );
 }
 
+/// A scan that found a record not whole yet keeps none of its bytes: once
+/// the record is whole and the pack has grown, it is read whole, as often
+/// as asked, though the scan that indexed it read the pack where the old
+/// scan stopped.
+#[test]
+fn a_record_not_whole_when_first_scanned_is_read_whole_later() {
+    let dir = TempDir::new("pack-kept-stale");
+    let writer = PackStore::new(dir.path()).unwrap();
+    writer
+        .put_many(&[(key(1), value(1, 0, 100)), (key(2), value(2, 0, 100))])
+        .unwrap();
+    let [pack] = &packs(dir.path())[..] else {
+        panic!("one pack")
+    };
+    let whole = std::fs::read(pack).unwrap();
+    // The second record's value not written yet (zeros).
+    let second = PACK_MAGIC.len() + 28 + 100 + 28;
+    let mut torn = whole.clone();
+    torn[second..second + 100].fill(0);
+    std::fs::write(pack, &torn).unwrap();
+    let reader = PackStore::new(dir.path()).unwrap();
+    assert_eq!(reader.get(&key(9)).unwrap(), None);
+    assert_eq!(reader.indexed(), 1);
+    // Whole now, and the pack grows.
+    std::fs::write(pack, &whole).unwrap();
+    writer.put(&key(3), &value(3, 0, 100)).unwrap();
+    std::thread::sleep(REFRESH_AFTER);
+    assert_eq!(reader.get(&key(9)).unwrap(), None);
+    for id in [2, 3, 2, 1, 2, 3, 1] {
+        check_value(id, &reader.get(&key(id)).unwrap().unwrap()).unwrap();
+    }
+}
+
 /// A key written to several packs: a store reads its own last write, and
 /// a store that wrote none of them the record of the newest pack.
 #[test]
