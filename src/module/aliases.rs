@@ -26,7 +26,11 @@
 //! # What this module guarantees
 //!
 //! [`check`] fails exactly when compiling the function panics in that
-//! pass, with Cranelift's own panic, and never otherwise. It works in two
+//! pass, with Cranelift's own panic, and never otherwise, for any function
+//! built through Cranelift's API or parser. (A function deserialized with
+//! serde can hold what neither makes: a placeholder whose packed entry has
+//! a nonzero first word, which `values()` skips as a placeholder and the
+//! pass does not; the public API cannot see that word.) It works in two
 //! steps:
 //!
 //! 1. A filter that makes every table lookup the pass makes, and more

@@ -110,6 +110,7 @@ impl<M: Module> DedupModule<M> {
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &ControlPlane,
+        walked: Option<Walk>,
     ) {
         log::trace!(
             "{} ({id}): recorded for the next flush",
@@ -119,12 +120,14 @@ impl<M: Module> DedupModule<M> {
         let rest = Function::with_name_signature(ctx.func.name.clone(), ctx.func.signature.clone());
         let func = std::mem::replace(&mut ctx.func, rest);
         let mut record = Record::new(id, func, ctrl_plane.clone());
-        // On one thread, the walk the flush needs is made now, while the
-        // function is in the CPU's caches (a flush reads every function
+        // `walked` is the caller's walk of the function as it is, if any.
+        // Else, on one thread, the walk the flush needs is made now, while
+        // the function is in the CPU's caches (a flush reads every function
         // recorded since the last, long after it was built); on more, the
         // flush's threads make it (see 6 above). A walk that panics is
         // left to the flush, where `walk_checked` makes its error.
-        if self.options.threads <= 1 {
+        record.walk = walked;
+        if record.walk.is_none() && self.options.threads <= 1 {
             let walker = &mut self.fingerprinter;
             record.walk = catch_unwind(AssertUnwindSafe(|| Walk::of(walker, &record.func))).ok();
         }

@@ -233,7 +233,7 @@ impl<M: Module> Module for DedupModule<M> {
                 let mut walk = None;
                 if self.defers_to_flush(&ctx.func, &mut walk) {
                     self.stats.store_deferred += 1;
-                    self.record_pending(id, ctx, ctrl_plane);
+                    self.record_pending(id, ctx, ctrl_plane, walk);
                     return Ok(());
                 }
                 let defined =
@@ -246,7 +246,7 @@ impl<M: Module> Module for DedupModule<M> {
                 })
             }
             Admission::Flush => {
-                self.record_pending(id, ctx, ctrl_plane);
+                self.record_pending(id, ctx, ctrl_plane, None);
                 Ok(())
             }
         }
