@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 /// The most bytes of pieces a store keeps: 16 MiB (two packs' worth).
 pub const KEPT_BYTES: usize = 16 << 20;
 
-/// A piece is dropped at the first [`Kept::drop_spent`] after it has been
-/// kept this long (10 seconds), read or not.
+/// A kept piece of a pack is dropped at the store's first `get` (or look
+/// at its directory) after it has been kept this long (10 seconds), read
+/// or not.
 pub const KEEP_FOR: Duration = Duration::from_secs(10);
 
 /// The pieces a store keeps, oldest first.
