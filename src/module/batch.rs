@@ -36,9 +36,9 @@
 //!    is recorded with one thread, on the flush's threads with more): its
 //!    walk is kept in its record (`flush.rs`) from planning to the
 //!    selection for other threads and to its definition, and dropped
-//!    whenever a pass
-//!    rewrites the function (its references to duplicates, or the function
-//!    itself into a thunk), so every pass plans the function as it is.
+//!    whenever a pass rewrites the function (its references to
+//!    duplicates, or the function itself into a thunk), so every pass
+//!    plans the function as it is.
 //!    (Similar merging walks its candidates again for their shapes.)
 //! 7. What a planned duplicate runs is defined before anything that
 //!    counts on it, and a failure of it undoes the plan that counted on

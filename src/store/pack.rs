@@ -31,9 +31,10 @@
 //!    synced) is not indexed until it is whole, and one changed since it
 //!    was indexed is dropped from the index (a miss, which the caller's
 //!    `put` mends), never part of a value (unless a `get` finds it kept
-//!    in memory, see 7: then it is the whole record the scan checked). A store whose write failed
-//!    leaves that pack (it may end in a partial record) and starts
-//!    another; so does a forked child, and a store whose pack was evicted.
+//!    in memory, see 7: then it is the whole record the scan checked). A
+//!    store whose write failed leaves that pack (it may end in a partial
+//!    record) and starts another; so does a forked child, and a store
+//!    whose pack was evicted.
 //! 2. **Races are misses, not errors.** Several threads and processes may
 //!    put, get and evict at once. A key written to several packs is read
 //!    from one of them (each a complete value `put` under it): this
