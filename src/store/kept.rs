@@ -5,12 +5,14 @@
 //!
 //! # What this module guarantees
 //!
-//! 1. **The bytes of the pack.** A piece is a copy of what was read from a
-//!    pack at an offset, and is never written to. Records in a pack are
-//!    only ever appended, never rewritten in place, so a piece holds what
-//!    the pack holds at those offsets for as long as the pack is indexed
-//!    (the store's checks of a record apply to bytes from a piece as to
-//!    bytes read from the file).
+//! 1. **The bytes of the pack.** A piece is a copy of whole records a
+//!    scan read from a pack at an offset and checked, and is never written
+//!    to. Records in a pack are only ever appended, never rewritten in
+//!    place, so a piece holds what the pack holds at those offsets for as
+//!    long as the pack is indexed (the store's checks of a record apply to
+//!    bytes from a piece as to bytes read from the file). A record read
+//!    twice counts twice: the piece is then dropped early, and the file
+//!    read instead.
 //! 2. **Bounded.** At most [`KEPT_BYTES`] in all: a piece that would pass
 //!    it is not kept (a warm start reads records in the order they were
 //!    written, and packs are scanned oldest first).
