@@ -282,9 +282,8 @@ impl<'a> Walk<'a> {
     /// are in reachable blocks: as many as the function holds were met,
     /// each in the block the layout says it is in, each block once) and met
     /// no value, block, jump table or exception table they name that is
-    /// not in its table: their
-    /// arguments, every entry of their jump tables and exception tables,
-    /// and the tables' contexts. Then every value lookup compiling makes
+    /// not in its table: their arguments, every entry of their jump tables
+    /// and exception tables, and the tables' contexts. Then every value lookup compiling makes
     /// for the instructions' sake finds its value, which is the half of
     /// the check of a function defined without compiling it that reads
     /// every instruction (see `module/aliases.rs`); `false` says nothing.

@@ -124,12 +124,10 @@ impl<M: Module> DedupModule<M> {
         // Else, on one thread, the walk the flush needs is made now, while
         // the function is in the CPU's caches (a flush reads every function
         // recorded since the last, long after it was built); on more, the
-        // flush's threads make it (see 6 above). A walk that panics is
-        // left to the flush, where `walk_checked` makes its error.
+        // flush's threads make it (see 6 above).
         record.walk = walked;
         if record.walk.is_none() && self.options.threads <= 1 {
-            let walker = &mut self.fingerprinter;
-            record.walk = catch_unwind(AssertUnwindSafe(|| Walk::of(walker, &record.func))).ok();
+            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func);
         }
         self.batch.pending.push(record);
     }

@@ -93,7 +93,7 @@ use super::ids::State;
 use super::{DedupError, DedupModule, pool, verify};
 use crate::code::MachineCode;
 use crate::fingerprint::Fingerprinter;
-use crate::plan::{Foreseen, Walk};
+use crate::plan::Foreseen;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::TargetIsa;
@@ -167,11 +167,8 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let funcs: Vec<&Function> = unwalked.iter().map(|&i| &flush[i].func).collect();
-        // A walk that panics is left to the function's turn, where
-        // `walk_checked` makes its error (the walk resets its scratch
-        // memory, so the walker stays usable).
         let done = pool::run(threads, &funcs, Fingerprinter::default, |walker, func| {
-            catch_unwind(AssertUnwindSafe(|| Walk::of(walker, func))).ok()
+            verify::walk_ahead(walker, func)
         });
         drop(funcs);
         for (job, walk) in done.results {

@@ -103,7 +103,7 @@ use super::aliases::Named;
 use super::define::panic_as_error;
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
-use crate::plan::WalkRef;
+use crate::plan::{Walk, WalkRef};
 use cranelift_codegen::entity::PrimaryMap;
 use cranelift_codegen::ir::function::FunctionStencil;
 use cranelift_codegen::ir::{self, Function};
@@ -497,6 +497,14 @@ pub(super) fn walk_checked<'w>(
         verify(func, isa)?;
         Err(DedupError::FingerprintPanic { message }.into())
     })
+}
+
+/// Walks `func` ahead of its turn (when it is recorded for a flush, or on
+/// a flush's threads): `None` if the walk panics, which leaves the error
+/// to [`walk_checked`] at its turn. (The walk's only state is scratch
+/// memory that every walk resets, so the walker stays usable.)
+pub(super) fn walk_ahead(walker: &mut Fingerprinter, func: &Function) -> Option<Walk> {
+    catch_unwind(AssertUnwindSafe(|| Walk::of(walker, func))).ok()
 }
 
 /// Runs Cranelift's NaN canonicalization on a copy of `func` (the flags

@@ -150,7 +150,8 @@ fn a_record_indexed_is_read_from_the_file_once_and_from_memory_first() {
     };
     let reader = PackStore::new(dir.path()).unwrap();
     assert_eq!(reader.get(&key(3)).unwrap(), None, "indexed now");
-    // Every value byte flipped in place, the pack's length the same.
+    // Every byte after the magic flipped in place, the pack's length the
+    // same.
     let whole = std::fs::read(pack).unwrap();
     let flipped: Vec<u8> = whole.iter().map(|b| !b).collect();
     std::fs::write(
