@@ -41,7 +41,8 @@
 //! corpora; `JITFOLD_COMPARE=warm` table 4 alone, on whole corpora
 //! (`JITFOLD_WARM_ROUNDS` rounds, 11 by default; with
 //! `JITFOLD_WARM_PROFILE=SIDE:RUNS`, one of its warm sides alone, on the
-//! first corpus with the verifier off, `RUNS` times after the stores are
+//! first corpus with the verifier off (on with
+//! `JITFOLD_WARM_PROFILE_VERIFIER=on`), `RUNS` times after the stores are
 //! filled, for a profiler: see `e2e::profiled_side`).
 //! `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
 //! unpacked (one folder each), for a machine without `../shared`.

@@ -642,13 +642,20 @@ fn profiled_side() -> Option<(usize, usize)> {
     parsed
 }
 
+/// Whether a profiled side runs with the verifier on
+/// (`JITFOLD_WARM_PROFILE_VERIFIER=on`; off otherwise).
+fn profile_verifier() -> bool {
+    std::env::var("JITFOLD_WARM_PROFILE_VERIFIER").is_ok_and(|v| v == "on")
+}
+
 /// Runs warm side `side` `runs` times, prints its mean time (what the
 /// table's column measures) and ends the process: the profile holds the
 /// store's filling, then these runs alone.
 fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) -> ! {
     let total: Duration = (0..runs).map(|_| warm_side(side).time).sum();
+    let setting = if profile_verifier() { "on" } else { "off" };
     eprintln!(
-        "warm side {side}, verifier off: {:.2} ms a run, mean of {runs}",
+        "warm side {side}, verifier {setting}: {:.2} ms a run, mean of {runs}",
         total.as_secs_f64() * 1e3 / runs as f64
     );
     std::process::exit(0)
@@ -721,8 +728,9 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
     let mut rows = Vec::new();
     let profile = profiled_side();
     for verifier in [true, false] {
-        // A profile runs with the verifier off, as embedders ship.
-        if profile.is_some() && verifier {
+        // A profile runs with the verifier off, as embedders ship, unless
+        // `JITFOLD_WARM_PROFILE_VERIFIER=on`.
+        if profile.is_some() && verifier != profile_verifier() {
             continue;
         }
         let isa = &crate::isa_with_verifier(verifier);

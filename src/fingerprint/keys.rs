@@ -271,16 +271,20 @@ impl Fingerprint {
     pub fn borrowed(&self) -> BorrowedFingerprint<'_> {
         // An exact key starts at the first word (only `ErasedConvention`
         // holds a key that does not).
-        BorrowedFingerprint::new(
-            &self.0.words[..self.0.len as usize],
-            self.0.instructions,
-            self.0.template_len,
-            KeyHashes {
-                hash: self.0.hash,
-                template_hash: self.0.template_hash,
-                body_hash: self.0.body_hash,
-            },
-        )
+        let words = &self.0.words[..self.0.len as usize];
+        BorrowedFingerprint {
+            shared: (words.len() == self.0.words.len()).then_some(&self.0.words),
+            ..BorrowedFingerprint::new(
+                words,
+                self.0.instructions,
+                self.0.template_len,
+                KeyHashes {
+                    hash: self.0.hash,
+                    template_hash: self.0.template_hash,
+                    body_hash: self.0.body_hash,
+                },
+            )
+        }
     }
 
     /// This function's [`Template`]. Shares the key words.
@@ -348,10 +352,17 @@ impl KeyHashes {
 /// [`Fingerprinter`](super::Fingerprinter) that computed it
 /// ([`Walk::key`](super::Walk::key)): the same key and hashes, without the
 /// copy. [`DedupCache::get_borrowed`](crate::DedupCache::get_borrowed)
-/// takes it, so a cache hit allocates nothing.
+/// takes it, so a cache hit allocates nothing. Borrowed from a
+/// [`Fingerprint`] ([`Fingerprint::borrowed`]), its copies
+/// ([`BorrowedFingerprint::to_fingerprint`],
+/// [`BorrowedFingerprint::to_template`]) share that fingerprint's key
+/// instead of copying it.
 #[derive(Clone, Copy)]
 pub struct BorrowedFingerprint<'a> {
     words: &'a [u32],
+    /// The allocation `words` is all of, when borrowed from a
+    /// [`Fingerprint`].
+    shared: Option<&'a Arc<[u32]>>,
     instructions: u32,
     template_len: u32,
     hashes: KeyHashes,
@@ -366,9 +377,19 @@ impl<'a> BorrowedFingerprint<'a> {
     ) -> Self {
         Self {
             words,
+            shared: None,
             instructions,
             template_len,
             hashes,
+        }
+    }
+
+    /// The words of this key, in an allocation of their own: `shared`'s
+    /// if borrowed from a [`Fingerprint`], else a copy.
+    fn owned_words(&self) -> Arc<[u32]> {
+        match self.shared {
+            Some(words) => words.clone(),
+            None => self.words.into(),
         }
     }
 
@@ -399,7 +420,7 @@ impl<'a> BorrowedFingerprint<'a> {
     /// returns for the same function.
     pub fn to_fingerprint(&self) -> Fingerprint {
         Fingerprint(Key::of_exact(
-            self.words.into(),
+            self.owned_words(),
             self.instructions,
             self.template_len,
             self.hashes,
@@ -408,9 +429,12 @@ impl<'a> BorrowedFingerprint<'a> {
 
     /// The template, as [`Fingerprint::to_template`] of
     /// [`BorrowedFingerprint::to_fingerprint`], copying only the template's
-    /// words.
+    /// words (none when borrowed from a [`Fingerprint`]).
     pub fn to_template(&self) -> Template {
-        let words: Arc<[u32]> = self.words[..self.template_len as usize].into();
+        let words: Arc<[u32]> = match self.shared {
+            Some(words) => words.clone(),
+            None => self.words[..self.template_len as usize].into(),
+        };
         Template(Key {
             len: self.template_len,
             hash: self.hashes.template_hash,
@@ -566,6 +590,33 @@ mod tests {
         .iter()
         .map(|text| Fingerprint::of(&cranelift_reader::parse_functions(text).unwrap()[0]))
         .collect()
+    }
+
+    /// Copies out of a key borrowed from a [`Fingerprint`] share its words;
+    /// copies out of a walk's own key copy them; both are the same keys.
+    #[test]
+    fn copies_of_a_borrowed_fingerprint_share_its_words() {
+        use std::sync::Arc;
+        let func = &cranelift_reader::parse_functions(
+            "function %f(i64) -> i64 {
+                 fn0 = u0:1 (i64) -> i64
+             block0(v0: i64):
+                 v1 = call fn0(v0)
+                 return v1
+             }",
+        )
+        .unwrap()[0];
+        let mut walker = crate::Fingerprinter::new();
+        let walked = walker.walk(func).key();
+        let owned = walked.to_fingerprint();
+        let borrowed = owned.borrowed();
+        for (copied, shares) in [(walked, false), (borrowed, true)] {
+            let (fingerprint, template) = (copied.to_fingerprint(), copied.to_template());
+            assert_eq!(fingerprint, owned);
+            assert_eq!(template, owned.to_template());
+            assert_eq!(Arc::ptr_eq(&fingerprint.0.words, &owned.0.words), shares);
+            assert_eq!(Arc::ptr_eq(&template.0.words, &owned.0.words), shares);
+        }
     }
 
     /// A probe of each kind is found, hashed and compared exactly as the
