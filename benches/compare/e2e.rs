@@ -648,17 +648,16 @@ fn profile_verifier() -> bool {
     std::env::var("JITFOLD_WARM_PROFILE_VERIFIER").is_ok_and(|v| v == "on")
 }
 
-/// Runs warm side `side` `runs` times, prints its mean time (what the
-/// table's column measures) and ends the process: the profile holds the
-/// store's filling, then these runs alone.
-fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) -> ! {
+/// Runs warm side `side` `runs` times and prints its mean time (what the
+/// table's column measures); the caller then ends the process: the
+/// profile holds the store's filling, then these runs alone.
+fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) {
     let total: Duration = (0..runs).map(|_| warm_side(side).time).sum();
     let setting = if profile_verifier() { "on" } else { "off" };
     eprintln!(
         "warm side {side}, verifier {setting}: {:.2} ms a run, mean of {runs}",
         total.as_secs_f64() * 1e3 / runs as f64
     );
-    std::process::exit(0)
 }
 
 /// Where the sides of table 4 keep their code: Cranelift's cache in a
@@ -789,6 +788,13 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             let warm_side = |side: usize| run_side(side, w, isa, &stores);
             if let Some((side, runs)) = profile {
                 profile_side(side, runs, warm_side);
+                // The process ends here: its stores and its Redis server
+                // with it.
+                for dir in [&cl_dir, &dir_dir, &pack_dir] {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                drop(fleet);
+                std::process::exit(0);
             }
             let mut hits = [0u64; 8];
             let spread = alternate(sides, config.corpus_rounds, 0, |side| {
