@@ -384,12 +384,13 @@ impl<'a> BorrowedFingerprint<'a> {
         }
     }
 
-    /// The words of this key, in an allocation of their own: `shared`'s
-    /// if borrowed from a [`Fingerprint`], else a copy.
-    fn owned_words(&self) -> Arc<[u32]> {
+    /// The first `len` words of this key, in an allocation of their own:
+    /// `shared` (all of the key) if borrowed from a [`Fingerprint`], else
+    /// a copy of those words.
+    fn owned_words(&self, len: usize) -> Arc<[u32]> {
         match self.shared {
             Some(words) => words.clone(),
-            None => self.words.into(),
+            None => self.words[..len].into(),
         }
     }
 
@@ -420,7 +421,7 @@ impl<'a> BorrowedFingerprint<'a> {
     /// returns for the same function.
     pub fn to_fingerprint(&self) -> Fingerprint {
         Fingerprint(Key::of_exact(
-            self.owned_words(),
+            self.owned_words(self.words.len()),
             self.instructions,
             self.template_len,
             self.hashes,
@@ -431,10 +432,7 @@ impl<'a> BorrowedFingerprint<'a> {
     /// [`BorrowedFingerprint::to_fingerprint`], copying only the template's
     /// words (none when borrowed from a [`Fingerprint`]).
     pub fn to_template(&self) -> Template {
-        let words: Arc<[u32]> = match self.shared {
-            Some(words) => words.clone(),
-            None => self.words[..self.template_len as usize].into(),
-        };
+        let words = self.owned_words(self.template_len as usize);
         Template(Key {
             len: self.template_len,
             hash: self.hashes.template_hash,

@@ -283,10 +283,11 @@ impl<'a> Walk<'a> {
     /// each in the block the layout says it is in, each block once) and met
     /// no value, block, jump table or exception table they name that is
     /// not in its table: their arguments, every entry of their jump tables
-    /// and exception tables, and the tables' contexts. Then every value lookup compiling makes
-    /// for the instructions' sake finds its value, which is the half of
-    /// the check of a function defined without compiling it that reads
-    /// every instruction (see `module/aliases.rs`); `false` says nothing.
+    /// and exception tables, and the tables' contexts. Then every value
+    /// lookup compiling makes for the instructions' sake finds its value,
+    /// which is the half of the check of a function defined without
+    /// compiling it that reads every instruction (see
+    /// `module/aliases.rs`); `false` says nothing.
     pub fn named_values_exist(&self) -> bool {
         self.named_values_exist
     }
