@@ -634,10 +634,10 @@ fn profiled_side() -> Option<(usize, usize)> {
     let parsed = text
         .split_once(':')
         .and_then(|(side, runs)| Some((side.parse().ok()?, runs.parse().ok()?)))
-        .filter(|&(side, _)| (1..=7).contains(&side));
+        .filter(|&(side, runs)| (1..=7).contains(&side) && runs > 0);
     assert!(
         parsed.is_some(),
-        "JITFOLD_WARM_PROFILE={text}: SIDE:RUNS, SIDE from 1 to 7"
+        "JITFOLD_WARM_PROFILE={text}: SIDE:RUNS, SIDE from 1 to 7, RUNS at least 1"
     );
     parsed
 }
@@ -648,15 +648,19 @@ fn profile_verifier() -> bool {
     std::env::var("JITFOLD_WARM_PROFILE_VERIFIER").is_ok_and(|v| v == "on")
 }
 
-/// Runs warm side `side` `runs` times and prints its mean time (what the
-/// table's column measures); the caller then ends the process: the
-/// profile holds the store's filling, then these runs alone.
+/// Runs warm side `side` `runs` times and prints the mean and the median
+/// of its times (the median is the steadier on a noisy machine); the
+/// caller then ends the process: the profile holds the store's filling,
+/// then these runs alone.
 fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) {
-    let total: Duration = (0..runs).map(|_| warm_side(side).time).sum();
+    let mut times: Vec<Duration> = (0..runs).map(|_| warm_side(side).time).collect();
+    let total: Duration = times.iter().sum();
+    times.sort();
     let setting = if profile_verifier() { "on" } else { "off" };
     eprintln!(
-        "warm side {side}, verifier {setting}: {:.2} ms a run, mean of {runs}",
-        total.as_secs_f64() * 1e3 / runs as f64
+        "warm side {side}, verifier {setting}: {:.2} ms a run, mean of {runs}; median {:.2} ms",
+        total.as_secs_f64() * 1e3 / runs as f64,
+        times[runs / 2].as_secs_f64() * 1e3
     );
 }
 
