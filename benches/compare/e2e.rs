@@ -29,7 +29,7 @@
 
 use crate::e2e::Way::*;
 use crate::per_function::text_of;
-use crate::{Config, Spread, alternate, ms, table};
+use crate::{Config, Spread, alternate, median, ms, table};
 use cranelift_codegen::Context;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::incremental_cache::CacheKvStore;
@@ -653,14 +653,13 @@ fn profile_verifier() -> bool {
 /// caller then ends the process: the profile holds the store's filling,
 /// then these runs alone.
 fn profile_side(side: usize, runs: usize, warm_side: impl Fn(usize) -> Run) {
-    let mut times: Vec<Duration> = (0..runs).map(|_| warm_side(side).time).collect();
+    let times: Vec<Duration> = (0..runs).map(|_| warm_side(side).time).collect();
     let total: Duration = times.iter().sum();
-    times.sort();
     let setting = if profile_verifier() { "on" } else { "off" };
     eprintln!(
         "warm side {side}, verifier {setting}: {:.2} ms a run, mean of {runs}; median {:.2} ms",
         total.as_secs_f64() * 1e3 / runs as f64,
-        times[runs / 2].as_secs_f64() * 1e3
+        median(times).as_secs_f64() * 1e3
     );
 }
 
