@@ -88,6 +88,12 @@ pub struct Walk {
     /// Whether every value its instructions name exists
     /// ([`crate::Walk::named_values_exist`]).
     pub named_values_exist: bool,
+    /// Whether every alias of its value table names a value in the table
+    /// that is no alias, so that resolving its aliases (which compiling
+    /// does) follows one link from each: read from the value table when it
+    /// is walked, for the check of a function defined without compiling
+    /// it (`module/aliases.rs`); `false` says nothing.
+    pub alias_chains_short: bool,
 }
 
 impl Walk {
@@ -105,6 +111,7 @@ impl Walk {
             observes_own_frame: self.observes_own_frame,
             key_is_unique: self.key_is_unique,
             named_values_exist: self.named_values_exist,
+            alias_chains_short: self.alias_chains_short,
         }
     }
 
@@ -131,6 +138,12 @@ pub struct WalkRef<'a> {
     /// Whether every value its instructions name exists
     /// ([`crate::Walk::named_values_exist`]).
     pub named_values_exist: bool,
+    /// Whether every alias of its value table names a value in the table
+    /// that is no alias, so that resolving its aliases (which compiling
+    /// does) follows one link from each: read from the value table when it
+    /// is walked, for the check of a function defined without compiling
+    /// it (`module/aliases.rs`); `false` says nothing.
+    pub alias_chains_short: bool,
 }
 
 impl<'a> WalkRef<'a> {
@@ -151,6 +164,7 @@ impl<'a> WalkRef<'a> {
             observes_own_frame: walk.observes_own_frame(),
             key_is_unique: walk.key_is_unique(),
             named_values_exist: walk.named_values_exist(),
+            alias_chains_short: crate::module::aliases::alias_chains_short(&func.dfg),
         }
     }
 
@@ -163,6 +177,7 @@ impl<'a> WalkRef<'a> {
             observes_own_frame: self.observes_own_frame,
             key_is_unique: self.key_is_unique,
             named_values_exist: self.named_values_exist,
+            alias_chains_short: self.alias_chains_short,
         }
     }
 

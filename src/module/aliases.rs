@@ -49,9 +49,14 @@
 //!
 //! The filter's lookups for the instructions (`named_values_exist`) are
 //! left out where a walk of the function showed that every value they
-//! name exists ([`Named::Exist`], from [`crate::Walk::named_values_exist`]:
-//! the walk encoded every instruction the function holds, with all the
-//! values the filter would look up, and found each in the table).
+//! name exists ([`Named::values_exist`], from
+//! [`crate::Walk::named_values_exist`]: the walk encoded every instruction
+//! the function holds, with all the values the filter would look up, and
+//! found each in the table), and its pass over the value table
+//! (`chains_end`) where the walk found every alias chain one link long
+//! ([`Named::chains_short`], from [`alias_chains_short`], which the module's
+//! walks run: in batch mode on one thread, when the function is recorded,
+//! while its value table is still in the CPU's caches).
 
 use super::define::panic_as_error;
 use cranelift_codegen::entity::EntityRef;
@@ -60,24 +65,31 @@ use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{CodegenResult, Context};
 use cranelift_module::{ModuleError, ModuleResult};
 
-/// What is known, before [`check`], of the values a function's
-/// instructions name.
+/// What is known, before [`check`], of the values a function names: each
+/// fact `true` only where a walk of the function, as it is now, showed it;
+/// `false` says nothing.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Named {
-    /// A walk of the function, as it is now, showed that they all exist
+pub(super) struct Named {
+    /// Every value its instructions name exists
     /// ([`crate::Walk::named_values_exist`]).
-    Exist,
-    /// Nothing.
-    Unknown,
+    pub(super) values_exist: bool,
+    /// Every alias chain of its value table is one link long
+    /// ([`alias_chains_short`]).
+    pub(super) chains_short: bool,
 }
 
 impl Named {
+    /// Nothing is known.
+    pub(super) const UNKNOWN: Self = Self {
+        values_exist: false,
+        chains_short: false,
+    };
+
     /// What `walk`, a walk of the function as it is now, showed.
     pub(super) fn of(walk: &crate::plan::WalkRef<'_>) -> Self {
-        if walk.named_values_exist {
-            Self::Exist
-        } else {
-            Self::Unknown
+        Self {
+            values_exist: walk.named_values_exist,
+            chains_short: walk.alias_chains_short,
         }
     }
 }
@@ -87,8 +99,10 @@ impl Named {
 /// docs); `named` is what is known of the values its instructions name.
 pub(super) fn check(func: &Function, isa: &dyn TargetIsa, named: Named) -> ModuleResult<()> {
     let filter = panic_as_error(func, || {
-        chains_end(&func.dfg);
-        if named == Named::Unknown {
+        if !named.chains_short {
+            chains_end(&func.dfg);
+        }
+        if !named.values_exist {
             named_values_exist(func);
         }
         labels_exist(&func.dfg);
@@ -116,22 +130,28 @@ pub(super) fn check(func: &Function, isa: &dyn TargetIsa, named: Named) -> Modul
     })
 }
 
-/// Panics if an alias's chain loops or leaves the value table.
-fn chains_end(dfg: &ir::DataFlowGraph) {
-    // Most functions have no alias, or only aliases of values that are no
-    // alias: nothing to follow further, nothing to keep. `values()` leaves
-    // out the placeholders the pass skips (the parser fills gaps in value
-    // numbering with them: most of the table of a large function of the
-    // wasm corpora), in a loop of Cranelift's own.
-    // (`value_alias_dest_for_serialization` is `#[cold]`: asked only of
-    // aliases.)
-    let short = dfg.values().all(|value| {
+/// Whether every alias of `dfg`'s value table names a value in the table
+/// that is no alias (placeholders, which the parser makes and Cranelift's
+/// alias pass skips, aside): then resolving every alias, which compiling
+/// does, follows one link from each and neither loops nor leaves the
+/// table. Most functions have no alias, or only such: nothing to follow
+/// further, nothing to keep. One pass over the value table, in a loop of
+/// Cranelift's own (`values()` leaves out the placeholders, most of the
+/// table of a large function of the wasm corpora);
+/// `value_alias_dest_for_serialization` is `#[cold]`, asked only of
+/// aliases.
+pub(crate) fn alias_chains_short(dfg: &ir::DataFlowGraph) -> bool {
+    dfg.values().all(|value| {
         !dfg.value_is_alias(value)
             || dfg
                 .value_alias_dest_for_serialization(value)
                 .is_some_and(|next| dfg.value_is_valid(next) && !dfg.value_is_alias(next))
-    });
-    if short {
+    })
+}
+
+/// Panics if an alias's chain loops or leaves the value table.
+fn chains_end(dfg: &ir::DataFlowGraph) {
+    if alias_chains_short(dfg) {
         return;
     }
     const UNSEEN: u8 = 0;
@@ -336,8 +356,21 @@ mod tests {
         });
         assert_eq!(func.dfg.num_insts(), 3);
         let named = named_by_walk(&func);
-        assert_eq!(named, Named::Unknown);
+        assert!(!named.values_exist);
         assert!(check(&func, &*isa(), named).is_err());
+    }
+
+    /// A function of an `i64` to an `i64` with an empty entry block, in
+    /// the layout: its parameter and the block.
+    fn taking_an_i64() -> (Function, (ir::Value, ir::Block)) {
+        let mut sig = ir::Signature::new(CallConv::SystemV);
+        sig.params.push(AbiParam::new(I64));
+        sig.returns.push(AbiParam::new(I64));
+        let mut func = Function::with_name_signature(ir::UserFuncName::user(0, 0), sig);
+        let entry = func.dfg.make_block();
+        let x = func.dfg.append_block_param(entry, I64);
+        func.layout.append_block(entry);
+        (func, (x, entry))
     }
 
     /// What a walk of `func` shows of the values its instructions name.
@@ -353,24 +386,20 @@ mod tests {
     #[test]
     fn a_placeholder_is_no_alias_but_no_link_either() {
         let isa = isa();
-        let mut sig = ir::Signature::new(CallConv::SystemV);
-        sig.params.push(AbiParam::new(I64));
-        sig.returns.push(AbiParam::new(I64));
-        let mut func = Function::with_name_signature(ir::UserFuncName::user(0, 0), sig);
-        let entry = func.dfg.make_block();
-        let x = func.dfg.append_block_param(entry, I64);
-        let mut pos = FuncCursor::new(&mut func);
-        pos.insert_block(entry);
-        pos.ins().return_(&[x]);
+        let (mut func, (x, entry)) = taking_an_i64();
+        FuncCursor::new(&mut func)
+            .at_bottom(entry)
+            .ins()
+            .return_(&[x]);
         func.dfg.make_invalid_value_for_parser();
         func.dfg.make_invalid_value_for_parser();
         let [placeholder, other] = [1, 2].map(ir::Value::from_u32);
         assert!(!compiling_panics(&func));
-        assert!(check(&func, &*isa, Named::Unknown).is_ok());
+        assert!(check(&func, &*isa, Named::UNKNOWN).is_ok());
         func.dfg
             .make_value_alias_for_serialization(placeholder, other);
         assert!(compiling_panics(&func));
-        assert!(check(&func, &*isa, Named::Unknown).is_err());
+        assert!(check(&func, &*isa, Named::UNKNOWN).is_err());
     }
 
     /// A context value outside the value table: Cranelift's alias pass
@@ -387,8 +416,8 @@ mod tests {
             assert_eq!(compiling_panics(&func), reachable, "reachable: {reachable}");
             // The walk met the missing value, or did not encode the
             // unreachable `try_call`: it shows nothing.
-            assert_eq!(named_by_walk(&func), Named::Unknown);
-            for named in [Named::Unknown, named_by_walk(&func)] {
+            assert!(!named_by_walk(&func).values_exist);
+            for named in [Named::UNKNOWN, named_by_walk(&func)] {
                 assert_eq!(
                     check(&func, &*isa, named).is_err(),
                     reachable,
@@ -400,8 +429,61 @@ mod tests {
         // named value exists.
         let func = try_call_with_context(ir::Value::from_u32(0), true);
         assert!(!compiling_panics(&func));
-        assert_eq!(named_by_walk(&func), Named::Exist);
-        assert!(check(&func, &*isa, Named::Unknown).is_ok());
-        assert!(check(&func, &*isa, Named::Exist).is_ok());
+        let named = named_by_walk(&func);
+        assert!(named.values_exist);
+        assert!(check(&func, &*isa, Named::UNKNOWN).is_ok());
+        assert!(check(&func, &*isa, named).is_ok());
+    }
+
+    /// `f(x) = x + 1`, returning `x + 1` through a chain of `links`
+    /// aliases, the first of the sum, each other of the one before (made
+    /// as the parser makes them: a placeholder, then made an alias).
+    fn returning_through_aliases(links: u32) -> Function {
+        let (mut func, (x, entry)) = taking_an_i64();
+        let mut pos = FuncCursor::new(&mut func).at_bottom(entry);
+        let sum = pos.ins().iadd_imm_s(x, 1);
+        let mut last = sum;
+        for _ in 0..links {
+            pos.func.dfg.make_invalid_value_for_parser();
+            let alias = ir::Value::from_u32(pos.func.dfg.num_values() as u32 - 1);
+            // Makes `alias` an alias of `last`.
+            pos.func.dfg.make_value_alias_for_serialization(last, alias);
+            last = alias;
+        }
+        pos.ins().return_(&[last]);
+        func
+    }
+
+    /// A walk says the chains are one link long only where they are: a
+    /// single alias of a value is, a chain of two is not; and the check,
+    /// told either, says what compiling does, where a chain made into a
+    /// loop (which no walk shows as short) panics.
+    #[test]
+    fn a_walk_shows_chains_short_only_where_each_alias_names_a_value() {
+        let isa = isa();
+        for (links, short) in [(0, true), (1, true), (2, false), (3, false)] {
+            let func = returning_through_aliases(links);
+            let named = named_by_walk(&func);
+            assert_eq!(named.chains_short, short, "{links} links");
+            assert!(named.values_exist, "{links} links");
+            assert!(!compiling_panics(&func), "{links} links");
+            for named in [Named::UNKNOWN, named] {
+                assert!(check(&func, &*isa, named).is_ok(), "{links} links");
+            }
+        }
+        // Two values no instruction names, made aliases of each other: a
+        // loop, which compiling resolves, and panics on.
+        let mut func = returning_through_aliases(1);
+        let first = func.dfg.num_values() as u32;
+        func.dfg.make_invalid_value_for_parser();
+        func.dfg.make_invalid_value_for_parser();
+        let [p, q] = [first, first + 1].map(ir::Value::from_u32);
+        func.dfg.make_value_alias_for_serialization(p, q);
+        func.dfg.make_value_alias_for_serialization(q, p);
+        assert!(compiling_panics(&func));
+        let named = named_by_walk(&func);
+        assert!(!named.chains_short);
+        assert!(check(&func, &*isa, named).is_err());
+        assert!(check(&func, &*isa, Named::UNKNOWN).is_err());
     }
 }

@@ -263,7 +263,7 @@
 
 pub mod adapter;
 mod address;
-mod aliases;
+pub(crate) mod aliases;
 mod batch;
 mod check;
 #[cfg(feature = "jit")]

@@ -327,7 +327,7 @@ impl<M: Module> DedupModule<M> {
         walked: Option<Walked>,
     ) -> ModuleResult<()> {
         let isa = self.inner.isa();
-        let named = walked.map_or(Named::Unknown, |walked| walked.named);
+        let named = walked.map_or(Named::UNKNOWN, |walked| walked.named);
         if !self.checks_uncompiled() {
             // Cheaper than keeping a copy to skip it next time.
             return super::aliases::check(func, isa, named);
