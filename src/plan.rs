@@ -90,9 +90,10 @@ pub struct Walk {
     pub named_values_exist: bool,
     /// Whether every alias of its value table names a value in the table
     /// that is no alias, so that resolving its aliases (which compiling
-    /// does) follows one link from each: read from the value table when it
-    /// is walked, for the check of a function defined without compiling
-    /// it (`module/aliases.rs`); `false` says nothing.
+    /// does) follows one link from each: for the check of a function
+    /// defined without compiling it (`module/aliases.rs`). A walk leaves
+    /// it `false`, which says nothing; the module sets it where it reads
+    /// the value table while the function is in the CPU's caches.
     pub alias_chains_short: bool,
 }
 
@@ -140,9 +141,10 @@ pub struct WalkRef<'a> {
     pub named_values_exist: bool,
     /// Whether every alias of its value table names a value in the table
     /// that is no alias, so that resolving its aliases (which compiling
-    /// does) follows one link from each: read from the value table when it
-    /// is walked, for the check of a function defined without compiling
-    /// it (`module/aliases.rs`); `false` says nothing.
+    /// does) follows one link from each: for the check of a function
+    /// defined without compiling it (`module/aliases.rs`). A walk leaves
+    /// it `false`, which says nothing; the module sets it where it reads
+    /// the value table while the function is in the CPU's caches.
     pub alias_chains_short: bool,
 }
 
@@ -164,7 +166,7 @@ impl<'a> WalkRef<'a> {
             observes_own_frame: walk.observes_own_frame(),
             key_is_unique: walk.key_is_unique(),
             named_values_exist: walk.named_values_exist(),
-            alias_chains_short: crate::module::aliases::alias_chains_short(&func.dfg),
+            alias_chains_short: false,
         }
     }
 

@@ -54,9 +54,11 @@
 //! the function holds, with all the values the filter would look up, and
 //! found each in the table), and its pass over the value table
 //! (`chains_end`) where the walk found every alias chain one link long
-//! ([`Named::chains_short`], from [`alias_chains_short`], which the module's
-//! walks run: in batch mode on one thread, when the function is recorded,
-//! while its value table is still in the CPU's caches).
+//! ([`Named::chains_short`], from [`alias_chains_short`], which a batch
+//! flush reads with its walks ahead of a function's turn: on one thread,
+//! when the function is recorded, while its value table is still in the
+//! CPU's caches; its rewrites of references change no value, so it holds
+//! for the rewritten function).
 
 use super::define::panic_as_error;
 use cranelift_codegen::entity::EntityRef;
@@ -96,7 +98,7 @@ impl Named {
 
 /// Fails, with [`DedupError::CraneliftPanic`](super::DedupError), when
 /// compiling `func` would panic resolving its aliases (see the module
-/// docs); `named` is what is known of the values its instructions name.
+/// docs); `named` is what is known of its values (see [`Named`]).
 pub(super) fn check(func: &Function, isa: &dyn TargetIsa, named: Named) -> ModuleResult<()> {
     let filter = panic_as_error(func, || {
         if !named.chains_short {
@@ -140,7 +142,7 @@ pub(super) fn check(func: &Function, isa: &dyn TargetIsa, named: Named) -> Modul
 /// table of a large function of the wasm corpora);
 /// `value_alias_dest_for_serialization` is `#[cold]`, asked only of
 /// aliases.
-pub(crate) fn alias_chains_short(dfg: &ir::DataFlowGraph) -> bool {
+pub(super) fn alias_chains_short(dfg: &ir::DataFlowGraph) -> bool {
     dfg.values().all(|value| {
         !dfg.value_is_alias(value)
             || dfg
@@ -373,10 +375,12 @@ mod tests {
         (func, (x, entry))
     }
 
-    /// What a walk of `func` shows of the values its instructions name.
+    /// What a walk of `func` ahead of its turn (as a batch flush walks
+    /// it) shows of its values.
     fn named_by_walk(func: &Function) -> Named {
         let mut walker = crate::fingerprint::Fingerprinter::new();
-        Named::of(&crate::plan::WalkRef::of(&mut walker, func))
+        let walk = super::super::verify::walk_ahead(&mut walker, func).expect("walks");
+        Named::of(&walk.as_ref())
     }
 
     /// The parser's placeholders (which fill gaps in value numbering) are

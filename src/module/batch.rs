@@ -694,13 +694,22 @@ impl<M: Module> DedupModule<M> {
         // Taken out first, so that a rewrite cut short (a panic) leaves
         // no walk of the function as it was.
         let kept = record.walk.take();
+        // Rewriting references changes no value, so what the walk it held
+        // read of the value table holds for the rewritten function too.
+        let chains_short = kept.as_ref().is_some_and(|walk| walk.alias_chains_short);
         if !self.canonicalize_pending(record) {
             record.walk = kept;
         }
         if record.walk.is_none() {
             let walk =
                 verify::walk_checked(&mut self.fingerprinter, &record.func, self.inner.isa())?;
-            record.walk = Some(walk.to_owned());
+            let mut walk = walk.to_owned();
+            walk.alias_chains_short = chains_short;
+            debug_assert!(
+                !chains_short || super::aliases::alias_chains_short(&record.func.dfg),
+                "a rewrite of references changed the value table"
+            );
+            record.walk = Some(walk);
         }
         Ok(record.walk.as_ref().expect("walked"))
     }

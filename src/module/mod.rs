@@ -263,7 +263,7 @@
 
 pub mod adapter;
 mod address;
-pub(crate) mod aliases;
+mod aliases;
 mod batch;
 mod check;
 #[cfg(feature = "jit")]

@@ -500,11 +500,18 @@ pub(super) fn walk_checked<'w>(
 }
 
 /// Walks `func` ahead of its turn (when it is recorded for a flush, or on
-/// a flush's threads): `None` if the walk panics, which leaves the error
-/// to [`walk_checked`] at its turn. (The walk's only state is scratch
-/// memory that every walk resets, so the walker stays usable.)
+/// a flush's threads), and reads whether its alias chains are one link
+/// long ([`Walk::alias_chains_short`]) while it is in the CPU's caches:
+/// `None` if the walk panics, which leaves the error to [`walk_checked`]
+/// at its turn. (The walk's only state is scratch memory that every walk
+/// resets, so the walker stays usable.)
 pub(super) fn walk_ahead(walker: &mut Fingerprinter, func: &Function) -> Option<Walk> {
-    catch_unwind(AssertUnwindSafe(|| Walk::of(walker, func))).ok()
+    catch_unwind(AssertUnwindSafe(|| {
+        let mut walk = Walk::of(walker, func);
+        walk.alias_chains_short = super::aliases::alias_chains_short(&func.dfg);
+        walk
+    }))
+    .ok()
 }
 
 /// Runs Cranelift's NaN canonicalization on a copy of `func` (the flags
