@@ -1409,9 +1409,23 @@ pub(crate) mod redis_store {
         );
     }
 
+    /// A socket bound to a port of its own and not listening: a connection
+    /// to the port is refused for as long as it is held, and no other test
+    /// binds the port meanwhile (a port found free and let go may be).
+    fn refusing_port() -> (socket2::Socket, u16) {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        socket.bind(&any.into()).unwrap();
+        let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+        (socket, port)
+    }
+
     #[test]
     fn a_server_that_is_down_is_an_error_at_once() {
-        let port = free_port();
+        // (Once a port found free and let go: another test's listener got
+        // it, and the store connected.)
+        let (_held, port) = refusing_port();
         let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
         let start = Instant::now();
         let error = store.get(&key(1)).unwrap_err();
