@@ -100,9 +100,11 @@
 //!    pack, instead of one per entry). Every entry is written when
 //!    a flush ends (`finalize_definitions`, [`DedupModule::flush`]),
 //!    which waits for the writer, and when the module is dropped; in a
-//!    store that reserves keys, also before the module gives up its
-//!    claims or may wait for another module (others may be waiting for
-//!    those entries). `store_writes` and `store_errors` count the writes
+//!    store that reserves keys, also before a flush gives up its claims
+//!    or a define may wait for another module (others may be waiting for
+//!    those entries). An eager define, or one that loads an entry it
+//!    holds, waits for no write: it waits for no other module either.
+//!    `store_writes` and `store_errors` count the writes
 //!    the module has waited for. The reservations of the entries end with
 //!    their write, so a module waiting for one gets it once it is written,
 //!    and never waits on a module that waits for it: the writer depends on
@@ -377,13 +379,18 @@ impl<M: Module> DedupModule<M> {
         })
     }
 
-    /// Writes what the flush compiled and has not written (see 9 above),
-    /// gives up the keys it claimed and did not compile (see 7 above), and
-    /// drops what it fetched (see 5 above).
+    /// Sends what the flush (or an eager define) compiled and has not sent
+    /// to the writer, in a store that reserves keys (see 9 above), gives
+    /// up the keys it claimed and did not compile (see 7 above), and drops
+    /// what it fetched (see 5 above). Waits for nothing: what follows is
+    /// the end of the flush, which waits for the writer, or the return of
+    /// an eager define, which waits for nobody.
     pub(super) fn end_prefetch(&mut self) {
-        // (Writes what is unwritten first.)
-        self.release_claims();
+        if self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+            self.write_stored();
+        }
         if let Some(stored) = &mut self.stored {
+            stored.claimed = HashMap::new();
             stored.prefetched = HashMap::new();
             stored.busy = HashSet::new();
         }
@@ -552,17 +559,6 @@ impl<M: Module> DedupModule<M> {
     ) -> ModuleResult<Option<Outcome>> {
         // A reservation left by a definition that unwound is given up.
         self.end_reservation();
-        // A module holding no claims may wait for another below (in a
-        // store that reserves keys): what it compiled and has not written,
-        // which the other may be waiting for, is written first (see 7 and
-        // 9 above; at once where nothing is being written).
-        if self
-            .stored
-            .as_ref()
-            .is_some_and(|s| s.claimed.is_empty() && s.store.reserves())
-        {
-            self.wait_for_writes();
-        }
         let Some(stored) = &mut self.stored else {
             return Ok(None);
         };
@@ -577,13 +573,23 @@ impl<M: Module> DedupModule<M> {
             Some(fetched) => Source::Fetched(fetched),
             None => Source::Ask,
         };
+        let asks = matches!(source, Source::Ask | Source::Fetched(None));
+        // A module holding no claims that asks the store may wait for
+        // another below (in a store that reserves keys): what it compiled
+        // and has not written, which the other may be waiting for, is
+        // written first (see 7 and 9 above; at once where nothing is
+        // being written). One that holds the entry asks nothing, and so
+        // waits for nobody: its writes go on behind it.
+        if asks && stored.claimed.is_empty() && stored.store.reserves() {
+            self.wait_for_writes();
+        }
+        let stored = self.stored.as_mut().expect("checked above");
         let checks = Checks {
             context: &stored.context,
             secret: stored.secret.as_ref(),
             isa: self.inner.isa(),
             needs_unwind: stored.needs_frames,
         };
-        let asks = matches!(source, Source::Ask | Source::Fetched(None));
         // Checked on a flush's thread, from the bytes the flush holds for
         // this key, for this function (see 5 above).
         let exact = walk.fingerprint.fast_hash();

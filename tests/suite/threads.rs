@@ -150,15 +150,46 @@ fn a_panicking_compile_releases_the_threads_waiting_for_it() {
     assert_eq!(store.stats().reservations, threads as u64 + 1);
 }
 
-/// A store that records, in order, what a module asks of a `SharedStore`.
+/// A store that records, in order, what a module asks of a `SharedStore`;
+/// its writes wait while the test holds its gate shut.
 struct Recording {
     shared: SharedStore,
     log: std::sync::Mutex<Vec<(&'static str, jitfold::store::StoreKey)>>,
+    gate: Gate,
 }
 
 impl Recording {
+    fn new(shared: SharedStore) -> Self {
+        Self {
+            shared,
+            log: Default::default(),
+            gate: Gate::default(),
+        }
+    }
+
     fn note(&self, what: &'static str, key: &jitfold::store::StoreKey) {
         self.log.lock().unwrap().push((what, *key));
+    }
+}
+
+/// Where a [`Recording`] store's writes wait while it is shut (open at
+/// first).
+#[derive(Default)]
+struct Gate {
+    shut: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    fn set_shut(&self, shut: bool) {
+        *self.shut.lock().unwrap() = shut;
+        self.changed.notify_all();
+    }
+
+    /// Returns once the gate is open.
+    fn pass(&self) {
+        let shut = self.shut.lock().unwrap();
+        drop(self.changed.wait_while(shut, |shut| *shut).unwrap());
     }
 }
 
@@ -174,6 +205,7 @@ impl CodeStore for Recording {
         key: &jitfold::store::StoreKey,
         value: &[u8],
     ) -> Result<(), jitfold::store::StoreError> {
+        self.gate.pass();
         self.note("put", key);
         self.shared.put(key, value)
     }
@@ -211,10 +243,9 @@ fn a_flush_defines_what_others_compile_last() {
     use jitfold::store::{CodeContext, StoreKey};
     for threads in [1, 2] {
         let options = DedupOptions::batch().with_threads(threads);
-        let recording = Arc::new(Recording {
-            shared: SharedStore::new().with_max_wait(Duration::from_millis(200)),
-            log: Default::default(),
-        });
+        let recording = Arc::new(Recording::new(
+            SharedStore::new().with_max_wait(Duration::from_millis(200)),
+        ));
         // The key of the third leaf's template (`x * 5 + 2000`, as
         // `leaves_and_callers` defines it).
         let mut probe = JITModule::new(builder());
@@ -263,10 +294,9 @@ fn a_flush_defines_what_others_compile_last() {
 fn a_module_holding_claims_does_not_wait_for_another() {
     use jitfold::plan::Walk;
     use jitfold::store::{CodeContext, StoreKey};
-    let recording = Arc::new(Recording {
-        shared: SharedStore::new().with_max_wait(Duration::from_secs(60)),
-        log: Default::default(),
-    });
+    let recording = Arc::new(Recording::new(
+        SharedStore::new().with_max_wait(Duration::from_secs(60)),
+    ));
     let twin = |m: &mut JITModule| {
         let conv = m.isa().default_call_conv();
         let id = declare(m, "twin_probe", conv);
@@ -325,10 +355,9 @@ fn invalid<M>(b: &mut cranelift_frontend::FunctionBuilder, _: &mut M, p: &[ir::V
 /// Cranelift's.
 #[test]
 fn an_eager_define_leaves_what_another_module_compiles_to_finalize() {
-    let recording = Arc::new(Recording {
-        shared: SharedStore::new().with_max_wait(Duration::from_secs(60)),
-        log: Default::default(),
-    });
+    let recording = Arc::new(Recording::new(
+        SharedStore::new().with_max_wait(Duration::from_secs(60)),
+    ));
     let held = template_key(leaf2);
     assert_eq!(recording.shared.get_or_reserve(&held).unwrap(), None);
     let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
@@ -336,13 +365,10 @@ fn an_eager_define_leaves_what_another_module_compiles_to_finalize() {
     let order: Vec<i64> = (0..6).collect();
     let defined = leaves_and_callers(&mut m, &order, 1000);
     assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
-    // Five leaves and the callers' template stored, nothing waited for.
+    // Five leaves and the callers' template compiled (their entries sent
+    // to the store's writer, not waited for), nothing waited for.
+    assert_eq!(m.stats().compiled, 6, "{}", m.stats());
     let log = recording.log.lock().unwrap().clone();
-    assert_eq!(
-        log.iter().filter(|(w, _)| *w == "put").count(),
-        6,
-        "{log:?}"
-    );
     assert!(!log.iter().any(|(w, _)| *w == "wait"), "{log:?}");
     // The other module gives up; a twin defined now waits for the flush too.
     recording.shared.release(&held);
@@ -354,6 +380,13 @@ fn an_eager_define_leaves_what_another_module_compiles_to_finalize() {
     let stats = m.stats();
     assert_eq!(stats.compiled, 7, "{stats}");
     assert_eq!(stats.trampolined + stats.aliased, 1, "{stats}");
+    // Every template stored by the flush's end.
+    let log = recording.log.lock().unwrap().clone();
+    assert_eq!(
+        log.iter().filter(|(w, _)| *w == "put").count(),
+        7,
+        "{log:?}"
+    );
     let expected: Vec<i64> = (0..6).map(|k| 4 * (3 + k) + 1000 * k).collect();
     let got: Vec<i64> = defined[..6]
         .iter()
@@ -373,10 +406,9 @@ fn an_eager_define_leaves_what_another_module_compiles_to_finalize() {
 /// listed by `failed_definitions`, and the id may be defined again.
 #[test]
 fn an_eager_define_left_to_finalize_fails_there() {
-    let recording = Arc::new(Recording {
-        shared: SharedStore::new().with_max_wait(Duration::from_millis(100)),
-        log: Default::default(),
-    });
+    let recording = Arc::new(Recording::new(
+        SharedStore::new().with_max_wait(Duration::from_millis(100)),
+    ));
     let held = template_key(invalid);
     assert_eq!(recording.shared.get_or_reserve(&held).unwrap(), None);
     let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
@@ -397,4 +429,62 @@ fn an_eager_define_left_to_finalize_fails_there() {
     .unwrap();
     m.finalize_definitions().unwrap();
     assert_eq!(call1(m.get_finalized_function(id), 4), 5);
+}
+
+/// An eager define on a store that reserves keys waits for no write:
+/// one that compiles sends its entry to the module's writer, and one
+/// that holds the entry it loads (found when it claimed the template)
+/// waits for nobody; only a define that asks the store, and may wait
+/// there for another module, writes what others may be waiting for
+/// first. Here the module's writes wait at a gate: a compiling define,
+/// then one loading an entry another runtime stored, return while the
+/// first one's write is still held there (a watchdog opens the gate
+/// after 30 seconds, failing the test). Results are plain Cranelift's.
+#[test]
+fn a_define_that_holds_its_entry_does_not_wait_for_writes() {
+    let recording = Arc::new(Recording::new(
+        SharedStore::new().with_max_wait(Duration::from_secs(60)),
+    ));
+    // Another runtime stored `leaf2`'s code.
+    let mut other = DedupModule::with_options(builder(), DedupOptions::eager())
+        .with_store(recording.clone() as Arc<dyn CodeStore>, None);
+    let conv = other.isa().default_call_conv();
+    let id = declare(&mut other, "leaf2", conv);
+    define(&mut other, id, leaf2).unwrap();
+    other.finalize_definitions().unwrap();
+    assert_eq!(other.stats().store_writes, 1, "{}", other.stats());
+
+    recording.gate.set_shut(true);
+    let mut m = DedupModule::with_options(builder(), DedupOptions::eager())
+        .with_store(recording.clone() as Arc<dyn CodeStore>, None);
+    let (done, watched) = mpsc::channel::<()>();
+    let watchdog = {
+        let recording = recording.clone();
+        std::thread::spawn(move || {
+            let timed_out = watched.recv_timeout(Duration::from_secs(30)).is_err();
+            recording.gate.set_shut(false);
+            timed_out
+        })
+    };
+    // Compiled: its write waits at the gate.
+    let compiled = declare(&mut m, "compiled", conv);
+    define(&mut m, compiled, |b, _, p| {
+        let t = b.ins().imul_imm_s(p[0], 7);
+        b.ins().return_(&[t]);
+    })
+    .unwrap();
+    let loaded = declare(&mut m, "loaded", conv);
+    define(&mut m, loaded, leaf2).unwrap();
+    // (Fails once the watchdog has given up.)
+    let _ = done.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "an eager define waited for the module's writes"
+    );
+    let stats = m.stats().clone();
+    assert_eq!((stats.compiled, stats.loaded), (1, 1), "{stats}");
+    m.finalize_definitions().unwrap();
+    assert_eq!(m.stats().store_writes, 1, "{}", m.stats());
+    assert_eq!(call1(m.get_finalized_function(compiled), 3), 21);
+    assert_eq!(call1(m.get_finalized_function(loaded), 4), 2020);
 }
