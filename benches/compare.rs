@@ -43,7 +43,11 @@
 //! `JITFOLD_WARM_PROFILE=SIDE:RUNS`, one of its warm sides alone, on the
 //! first corpus with the verifier off (on with
 //! `JITFOLD_WARM_PROFILE_VERIFIER=on`), `RUNS` times after the stores are
-//! filled, for a profiler: see `e2e::profiled_side`).
+//! filled, for a profiler: see `e2e::profiled_side`; under `perf record`,
+//! start the bench through `env -u PERF_BUILDID_DIR`: with that variable
+//! set, as perf sets it for what it runs, cranelift-jit opens and appends
+//! to `/tmp/perf-PID.map` for every function it defines, a quarter of a
+//! warm start's time).
 //! `JITFOLD_BENCH_CORPORA` names a folder holding the corpora
 //! unpacked (one folder each), for a machine without `../shared`.
 

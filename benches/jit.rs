@@ -24,6 +24,11 @@
 //! two threads only show on cores nobody else uses, and the most two
 //! threads can give on the machine: two plain modules compiling at once
 //! against one alone.
+//!
+//! `JITFOLD_JIT_PROFILE=SIDE:RUNS` (`SIDE` `plain` or `jitfold`, eager)
+//! runs that side alone `RUNS` times on the 0% workload with the verifier
+//! off, and nothing else, for a profiler (under `perf record`, through
+//! `env -u PERF_BUILDID_DIR`, as the compare bench's docs say).
 
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
@@ -192,8 +197,39 @@ fn print_alternating(label: &str, spread: Spread) {
     );
 }
 
+/// `JITFOLD_JIT_PROFILE=SIDE:RUNS`, read: the side to run alone and how
+/// many times.
+fn profiled_side() -> Option<(String, usize)> {
+    let text = std::env::var("JITFOLD_JIT_PROFILE").ok()?;
+    let parsed = text
+        .split_once(':')
+        .and_then(|(side, runs)| Some((side.to_string(), runs.parse().ok()?)))
+        .filter(|(side, runs)| ["plain", "jitfold"].contains(&side.as_str()) && *runs > 0);
+    assert!(
+        parsed.is_some(),
+        "JITFOLD_JIT_PROFILE={text}: SIDE:RUNS, SIDE plain or jitfold, RUNS at least 1"
+    );
+    parsed
+}
+
 fn main() {
     let call_conv = JITModule::new(builder()).isa().default_call_conv();
+    if let Some((side, runs)) = profiled_side() {
+        VERIFIER.store(false, Ordering::Relaxed);
+        let funcs = workload(0, call_conv);
+        let run = if side == "plain" {
+            time_plain
+        } else {
+            time_jitfold
+        };
+        let mut times: Vec<Duration> = (0..runs).map(|_| run(&funcs)).collect();
+        times.sort();
+        eprintln!(
+            "{side}, 0% duplicates, verifier off: median {:.2} ms of {runs} runs",
+            times[runs / 2].as_secs_f64() * 1e3
+        );
+        return;
+    }
     let filter = filter();
     let batch_only = filter.as_deref().is_some_and(|f| f.contains("batch"));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

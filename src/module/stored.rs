@@ -379,6 +379,12 @@ impl<M: Module> DedupModule<M> {
         })
     }
 
+    /// Whether this module has a store, and one that reserves keys
+    /// ([`CodeStore::reserves`]): where modules wait for each other.
+    fn store_reserves(&self) -> bool {
+        self.stored.as_ref().is_some_and(|s| s.store.reserves())
+    }
+
     /// Sends what the flush (or an eager define) compiled and has not sent
     /// to the writer, in a store that reserves keys (see 9 above), gives
     /// up the keys it claimed and did not compile (see 7 above), and drops
@@ -386,7 +392,7 @@ impl<M: Module> DedupModule<M> {
     /// the end of the flush, which waits for the writer, or the return of
     /// an eager define, which waits for nobody.
     pub(super) fn end_prefetch(&mut self) {
-        if self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+        if self.store_reserves() {
             self.write_stored();
         }
         if let Some(stored) = &mut self.stored {
@@ -402,7 +408,7 @@ impl<M: Module> DedupModule<M> {
     /// claimed, an entry as fetched, a template another module is
     /// compiling as busy. Only in a store that reserves keys.
     pub(super) fn claim_ahead(&mut self, flush: &mut [Record], span: std::ops::Range<usize>) {
-        if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+        if !self.store_reserves() {
             return;
         }
         let mut keys = Vec::new();
@@ -452,7 +458,7 @@ impl<M: Module> DedupModule<M> {
         // reserves keys, before the claims are given up (elsewhere nobody
         // waits: what is not sent goes with the next few dozen entries or
         // at the end of the flush, see 9 above).
-        if self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+        if self.store_reserves() {
             self.wait_for_writes();
         }
         if let Some(stored) = &mut self.stored {
@@ -495,7 +501,7 @@ impl<M: Module> DedupModule<M> {
         known: &mut Option<crate::plan::Walk>,
         eager: bool,
     ) -> bool {
-        if !self.stored.as_ref().is_some_and(|s| s.store.reserves()) {
+        if !self.store_reserves() {
             return false;
         }
         // Walked as it is (its definition rewrites references to
