@@ -157,13 +157,19 @@ impl<M: Module> DedupModule<M> {
     pub(super) fn reference_rewrites(&self, func: &Function) -> Vec<(UserExternalNameRef, FuncId)> {
         // A name used as data is rewritten only if a call of it would be:
         // the calls first, and the names used as data, which take a look
-        // at every instruction, only if a call is rewritten.
-        let local = || declared_user_names(func).filter(|(_, name)| name.namespace == 0);
-        let calls_rewritten = local().any(|(_, name)| {
+        // at every instruction, only if a call is rewritten. The calls are
+        // looked for in the name table alone first (every declared name is
+        // in it; in a batch flush, of a function recorded long before, one
+        // table is one cache miss where the declarations are several).
+        let call_rewritten = |name: &ir::UserExternalName| {
             let id = FuncId::from_u32(name.index);
-            self.reference_target(id, false) != id
-        });
-        if !calls_rewritten {
+            name.namespace == 0 && self.reference_target(id, false) != id
+        };
+        if !func.params.user_named_funcs().values().any(&call_rewritten) {
+            return Vec::new();
+        }
+        let local = || declared_user_names(func).filter(|(_, name)| name.namespace == 0);
+        if !local().any(|(_, name)| call_rewritten(name)) {
             return Vec::new();
         }
         let used_as_data = names_used_as_data(func);

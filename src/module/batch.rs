@@ -88,6 +88,11 @@ pub(super) struct Batch {
     /// Definitions that failed and are still undefined, with their errors'
     /// text (see 5 above).
     failed: Vec<(FuncId, String)>,
+    /// The context the flushes' definitions are compiled in, one after
+    /// another, as an embedder reuses one: Cranelift keeps what it
+    /// allocated (the register allocator's buffers above all) from one
+    /// compile to the next. `None` while a definition holds it.
+    context: Option<Context>,
 }
 
 impl Batch {
@@ -447,6 +452,7 @@ impl<M: Module> DedupModule<M> {
         let mut ahead = Ahead {
             code: record.code.take(),
             entry: record.entry.take(),
+            key: record.key.take(),
         };
         let mut walk = record.walk.take();
         // Planning may have found duplicates since the function was last
@@ -455,15 +461,23 @@ impl<M: Module> DedupModule<M> {
             // Not the function that was compiled, walked or checked.
             self.discard_precompiled(id, ahead.code.take());
             ahead.entry = None;
+            ahead.key = None;
             walk = None;
         }
-        let mut ctx = Context::for_function(record.take_func());
+        // Should the define unwind, the context goes with it, and the next
+        // define makes a new one.
+        let mut ctx = self.batch.context.take().unwrap_or_else(Context::new);
+        ctx.func = record.take_func();
         // The control plane the caller defined it with, as it was then.
         let mut ctrl_plane = std::mem::take(&mut record.control);
         if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut ahead, walk.as_ref()) {
             failures.push((id, e));
         }
         self.discard_precompiled(id, ahead.code);
+        // What the function and its compile left is dropped or cleared
+        // (capacity kept); nothing of it reaches the next function.
+        ctx.clear();
+        self.batch.context = Some(ctx);
     }
 
     /// Drops `code`, compiled for `id` on another thread, if any: `id` was

@@ -100,8 +100,7 @@ impl<M: Module> DedupModule<M> {
                 // unneeded is left in `precompiled`, and discarded by the
                 // caller.
                 Step::Load => {
-                    let entry = ahead.entry.take();
-                    self.define_stored(id, &walk, &ctx.func, &plan, entry, &mut verified)?
+                    self.define_stored(id, &walk, &ctx.func, &plan, ahead, &mut verified)?
                 }
                 // A thunk of a merged body (see `similar.rs`), defined as
                 // a function of its own, which counts its outcome.

@@ -28,17 +28,18 @@
 //! 2. A record's walk is of its function as it is: every method that
 //!    changes the function ([`Record::rewritten`], [`Record::undo`],
 //!    [`Record::put_back_as_written`], [`Record::replace`]) drops the
-//!    walk and the entry checked for the function, and drops code
-//!    compiled for the function before (returned, for the statistics).
-//!    A rewrite of the function in place (its references to duplicates,
-//!    `roots.rs`) ends with [`Record::rewritten`]; its definition takes
-//!    all three out first, and drops them if it rewrites (`batch.rs`).
+//!    walk, the entry checked and the store key kept for the function,
+//!    and drops code compiled for the function before (returned, for the
+//!    statistics). A rewrite of the function in place (its references to
+//!    duplicates, `roots.rs`) ends with [`Record::rewritten`]; its
+//!    definition takes all four out first, and drops them if it rewrites
+//!    (`batch.rs`).
 //! 3. [`Record::original`] is the function as the user defined it, kept
 //!    from the first rewrite the flush makes until the flush ends or puts
 //!    it back.
 
 use super::parallel::Precompiled;
-use super::stored::CheckedEntry;
+use super::stored::{CheckedEntry, KnownKey};
 use crate::plan::Walk;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::Function;
@@ -60,15 +61,17 @@ pub(super) enum Role {
     Alone,
 }
 
-/// What a flush's threads made for a function ahead of its turn, each
-/// used only if the function is still what it was made for: its code,
-/// compiled on another thread (`parallel.rs`; left here when it is not
-/// used, for the caller to count as discarded), and the code store's entry
-/// for it, checked on another thread (`stored.rs`).
+/// What a flush made for a function ahead of its turn, each used only if
+/// the function is still what it was made for: its code, compiled on
+/// another thread (`parallel.rs`; left here when it is not used, for the
+/// caller to count as discarded), the code store's entry for it, checked
+/// on another thread, and its template's store key, computed when the
+/// flush fetched the entries (`stored.rs`).
 #[derive(Default)]
 pub(super) struct Ahead {
     pub(super) code: Option<Precompiled>,
     pub(super) entry: Option<CheckedEntry>,
+    pub(super) key: Option<KnownKey>,
 }
 
 /// One function recorded for a flush.
@@ -86,6 +89,9 @@ pub(super) struct Record {
     /// The store's entry for it, checked on another thread, with the
     /// checks of the function that loading it needs (see `stored.rs`).
     pub(super) entry: Option<CheckedEntry>,
+    /// Its template's store key, computed when the flush fetched the
+    /// entries (see `stored.rs`).
+    pub(super) key: Option<KnownKey>,
     /// The function as the user wrote it, once the flush rewrote it (see
     /// 3 above).
     original: Option<Function>,
@@ -103,6 +109,7 @@ impl Record {
             walk: None,
             code: None,
             entry: None,
+            key: None,
             original: None,
             role: Role::Open,
         }
@@ -138,6 +145,7 @@ impl Record {
     pub(super) fn rewritten(&mut self) -> Option<Precompiled> {
         self.walk = None;
         self.entry = None;
+        self.key = None;
         self.code.take()
     }
 
@@ -172,6 +180,7 @@ impl Record {
             self.func = original;
             self.walk = None;
             self.entry = None;
+            self.key = None;
         }
         self.code.take()
     }

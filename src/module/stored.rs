@@ -112,7 +112,7 @@
 //!    the entries of that write (their keys are released).
 
 use super::aliases::Named;
-use super::flush::Record;
+use super::flush::{Ahead, Record};
 use super::ids::State;
 use super::reuse::{self, CodeTemplate};
 use super::verify::{Checked, Unverified};
@@ -271,12 +271,17 @@ impl<M: Module> DedupModule<M> {
         let mut asked = HashSet::new();
         // The first function each key is asked for.
         let mut firsts = Vec::new();
-        for (index, (record, foreseen)) in flush.iter().zip(foreseen).enumerate() {
+        for (index, (record, foreseen)) in flush.iter_mut().zip(foreseen).enumerate() {
             if !foreseen.is_some_and(|f| f.load && f.needs_code) {
                 continue;
             }
             let walk = record.walk.as_ref().expect("planned").as_ref();
             let key = store_key(&stored.context, &walk);
+            // Kept for the function's define, which would compute it again.
+            record.key = Some(KnownKey {
+                key,
+                exact: walk.fingerprint.fast_hash(),
+            });
             if asked.insert(key) {
                 firsts.push((index, key));
             }
@@ -553,22 +558,29 @@ impl<M: Module> DedupModule<M> {
     /// Defines `id` (walked as `walk`, planned as `plan`) from the store's
     /// entry for its template, if there is one that passes every check (see
     /// 1 to 3 above); `None` (defining nothing) otherwise. What it keeps
-    /// for later functions is what compiling it would keep.
+    /// for later functions is what compiling it would keep. The entry a
+    /// flush's thread checked for it and its template's store key as the
+    /// flush computed it, if any, are taken from `ahead`.
     pub(super) fn define_stored(
         &mut self,
         id: FuncId,
         walk: &WalkRef<'_>,
         func: &Function,
         plan: &Plan,
-        entry: Option<CheckedEntry>,
+        ahead: &mut Ahead,
         verified: &mut Unverified,
     ) -> ModuleResult<Option<Outcome>> {
+        let (entry, known) = (ahead.entry.take(), ahead.key.take());
         // A reservation left by a definition that unwound is given up.
         self.end_reservation();
         let Some(stored) = &mut self.stored else {
             return Ok(None);
         };
-        let key = store_key(&stored.context, walk);
+        let exact = walk.fingerprint.fast_hash();
+        let key = known
+            .filter(|known| known.exact == exact)
+            .map_or_else(|| store_key(&stored.context, walk), |known| known.key);
+        debug_assert_eq!(key, store_key(&stored.context, walk));
         // Claimed by this flush ahead of its turn: this module compiles it.
         if let Some(reservation) = stored.claimed.remove(&key) {
             stored.reserved = Some(reservation);
@@ -598,7 +610,6 @@ impl<M: Module> DedupModule<M> {
         };
         // Checked on a flush's thread, from the bytes the flush holds for
         // this key, for this function (see 5 above).
-        let exact = walk.fingerprint.fast_hash();
         let entry = entry.filter(|entry| {
             let Source::Fetched(Some(bytes)) = &source else {
                 return false;
@@ -1042,6 +1053,17 @@ pub(super) struct CheckedEntry {
     /// The function's checks ([`verify::checks_for_entry`]), run where
     /// the entry passed.
     checks: Option<ModuleResult<Checked>>,
+}
+
+/// The store key of a function's template, computed by the flush that
+/// fetched its entry, for its define: used only if the walk it defines
+/// with has the same exact key hash as the one it was computed from. (A
+/// stale key could only fetch another template's entry, which the
+/// template digest then rejects.)
+pub(super) struct KnownKey {
+    key: StoreKey,
+    /// The fast hash of the exact key of the walk it was computed from.
+    exact: u64,
 }
 
 /// An entry fetched by a flush, to check on its pool for a function.
