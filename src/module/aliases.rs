@@ -55,7 +55,9 @@
 //! found each in the table), and its pass over the value table
 //! (`chains_end`) where the walk found every alias chain one link long
 //! ([`Named::chains_short`], from [`alias_chains_short`], which a batch
-//! flush reads with its walks ahead of a function's turn: on one thread,
+//! flush reads with its walks ahead of a function's turn where the flags
+//! make this check the only one a function defined without compiling
+//! goes through: on one thread,
 //! when the function is recorded, while its value table is still in the
 //! CPU's caches; its rewrites of references change no value, so it holds
 //! for the rewritten function).
@@ -379,7 +381,7 @@ mod tests {
     /// it) shows of its values.
     fn named_by_walk(func: &Function) -> Named {
         let mut walker = crate::fingerprint::Fingerprinter::new();
-        let walk = super::super::verify::walk_ahead(&mut walker, func).expect("walks");
+        let walk = super::super::verify::walk_ahead(&mut walker, func, true).expect("walks");
         Named::of(&walk.as_ref())
     }
 

@@ -132,7 +132,8 @@ impl<M: Module> DedupModule<M> {
         // flush's threads make it (see 6 above).
         record.walk = walked;
         if record.walk.is_none() && self.options.threads <= 1 {
-            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func);
+            let read_aliases = !self.checks_uncompiled();
+            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, read_aliases);
         }
         self.batch.pending.push(record);
     }

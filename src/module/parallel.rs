@@ -167,8 +167,9 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let funcs: Vec<&Function> = unwalked.iter().map(|&i| &flush[i].func).collect();
+        let read_aliases = !self.checks_uncompiled();
         let done = pool::run(threads, &funcs, Fingerprinter::default, |walker, func| {
-            verify::walk_ahead(walker, func)
+            verify::walk_ahead(walker, func, read_aliases)
         });
         drop(funcs);
         for (job, walk) in done.results {

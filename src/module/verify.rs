@@ -500,15 +500,29 @@ pub(super) fn walk_checked<'w>(
 }
 
 /// Walks `func` ahead of its turn (when it is recorded for a flush, or on
-/// a flush's threads), and reads whether its alias chains are one link
-/// long ([`Walk::alias_chains_short`]) while it is in the CPU's caches:
-/// `None` if the walk panics, which leaves the error to [`walk_checked`]
-/// at its turn. (The walk's only state is scratch memory that every walk
-/// resets, so the walker stays usable.)
-pub(super) fn walk_ahead(walker: &mut Fingerprinter, func: &Function) -> Option<Walk> {
+/// a flush's threads), and, if `read_aliases`, reads whether its alias
+/// chains are one link long ([`Walk::alias_chains_short`]) while it is in
+/// the CPU's caches: `None` if the walk panics, which leaves the error to
+/// [`walk_checked`] at its turn. (The walk's only state is scratch memory
+/// that every walk resets, so the walker stays usable.)
+///
+/// The module reads the aliases only where the flags enable neither the
+/// verifier nor NaN canonicalization ([`DedupModule::checks_uncompiled`]):
+/// there every function defined without compiling goes through the alias
+/// check, which the fact shortens. Where they are enabled, a function
+/// loaded from an entry with its own read digest goes through no check
+/// (see 6 above), and any other through the verifier, which reads the
+/// whole function anyway; reading every value of every function ahead
+/// cost a batch warm start of SQLite's functions with the verifier on a
+/// twenty-fifth of its time.
+pub(super) fn walk_ahead(
+    walker: &mut Fingerprinter,
+    func: &Function,
+    read_aliases: bool,
+) -> Option<Walk> {
     catch_unwind(AssertUnwindSafe(|| {
         let mut walk = Walk::of(walker, func);
-        walk.alias_chains_short = super::aliases::alias_chains_short(&func.dfg);
+        walk.alias_chains_short = read_aliases && super::aliases::alias_chains_short(&func.dfg);
         walk
     }))
     .ok()
