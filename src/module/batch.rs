@@ -471,14 +471,20 @@ impl<M: Module> DedupModule<M> {
         ctx.func = record.take_func();
         // The control plane the caller defined it with, as it was then.
         let mut ctrl_plane = std::mem::take(&mut record.control);
-        if let Err(e) = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut ahead, walk.as_ref()) {
-            failures.push((id, e));
-        }
+        let defined = self.define_now(id, &mut ctx, &mut ctrl_plane, &mut ahead, walk.as_ref());
         self.discard_precompiled(id, ahead.code);
-        // What the function and its compile left is dropped or cleared
-        // (capacity kept); nothing of it reaches the next function.
-        ctx.clear();
-        self.batch.context = Some(ctx);
+        match defined {
+            // What the function and its compile left is dropped or cleared
+            // (capacity kept); nothing of it reaches the next function.
+            Ok(()) => {
+                ctx.clear();
+                self.batch.context = Some(ctx);
+            }
+            // A failed define (a compile that panicked among them, whose
+            // panic became its error) may leave anything in the context:
+            // it goes, and the next define makes a new one.
+            Err(e) => failures.push((id, e)),
+        }
     }
 
     /// Drops `code`, compiled for `id` on another thread, if any: `id` was
