@@ -378,10 +378,11 @@ mod tests {
     }
 
     /// What a walk of `func` ahead of its turn (as a batch flush walks
-    /// it) shows of its values.
+    /// it, for [`isa`], whose flags enable neither the verifier nor NaN
+    /// canonicalization) shows of its values.
     fn named_by_walk(func: &Function) -> Named {
         let mut walker = crate::fingerprint::Fingerprinter::new();
-        let walk = super::super::verify::walk_ahead(&mut walker, func, true).expect("walks");
+        let walk = super::super::verify::walk_ahead(&mut walker, func, &*isa()).expect("walks");
         Named::of(&walk.as_ref())
     }
 

@@ -132,8 +132,8 @@ impl<M: Module> DedupModule<M> {
         // flush's threads make it (see 6 above).
         record.walk = walked;
         if record.walk.is_none() && self.options.threads <= 1 {
-            let read_aliases = !self.checks_uncompiled();
-            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, read_aliases);
+            let isa = self.inner.isa();
+            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, isa);
         }
         self.batch.pending.push(record);
     }

@@ -167,9 +167,9 @@ impl<M: Module> DedupModule<M> {
             return;
         }
         let funcs: Vec<&Function> = unwalked.iter().map(|&i| &flush[i].func).collect();
-        let read_aliases = !self.checks_uncompiled();
+        let isa = self.inner.isa();
         let done = pool::run(threads, &funcs, Fingerprinter::default, |walker, func| {
-            verify::walk_ahead(walker, func, read_aliases)
+            verify::walk_ahead(walker, func, isa)
         });
         drop(funcs);
         for (job, walk) in done.results {

@@ -287,12 +287,9 @@ fn read_alike(a: &Function, b: &Function) -> bool {
 }
 
 impl<M: Module> DedupModule<M> {
-    /// Whether a function defined without being compiled goes through
-    /// Cranelift's verifier or NaN canonicalization (the flags say so):
-    /// then what a compile checked is worth recording (see 6 above).
+    /// [`checks_uncompiled`] for the inner module's ISA.
     pub(super) fn checks_uncompiled(&self) -> bool {
-        let flags = self.inner.isa().flags();
-        flags.enable_verifier() || flags.enable_nan_canonicalization()
+        checks_uncompiled(self.inner.isa())
     }
 
     /// Marks `func`, about to be defined from a store entry that holds
@@ -396,6 +393,16 @@ impl<M: Module> DedupModule<M> {
     }
 }
 
+/// Whether a function defined for `isa` without being compiled goes
+/// through Cranelift's verifier or NaN canonicalization (its flags enable
+/// either): then what a compile checked is worth recording (see 6 above).
+/// Where neither is enabled, such a function goes through the alias check
+/// alone (see 5 above).
+pub(super) fn checks_uncompiled(isa: &dyn TargetIsa) -> bool {
+    let flags = isa.flags();
+    flags.enable_verifier() || flags.enable_nan_canonicalization()
+}
+
 /// What [`DedupModule::verify_uncompiled`] runs on `func` for `isa`
 /// when the flags enable the verifier or NaN canonicalization, whatever
 /// was verified before (see 1, 4 and 5 above), with its outcome.
@@ -433,8 +440,7 @@ pub(super) fn checks_for_entry(
     digest: Option<&[u8; 32]>,
     named: Named,
 ) -> ModuleResult<Checked> {
-    let flags = isa.flags();
-    if !flags.enable_verifier() && !flags.enable_nan_canonicalization() {
+    if !checks_uncompiled(isa) {
         return super::aliases::check(func, isa, named).map(|()| Checked::Ran);
     }
     if digest.is_some_and(|digest| read_digest(func) == *digest) {
@@ -500,26 +506,27 @@ pub(super) fn walk_checked<'w>(
 }
 
 /// Walks `func` ahead of its turn (when it is recorded for a flush, or on
-/// a flush's threads), and, if `read_aliases`, reads whether its alias
-/// chains are one link long ([`Walk::alias_chains_short`]) while it is in
-/// the CPU's caches: `None` if the walk panics, which leaves the error to
-/// [`walk_checked`] at its turn. (The walk's only state is scratch memory
-/// that every walk resets, so the walker stays usable.)
+/// a flush's threads) for a module whose ISA is `isa`: `None` if the walk
+/// panics, which leaves the error to [`walk_checked`] at its turn. (The
+/// walk's only state is scratch memory that every walk resets, so the
+/// walker stays usable.)
 ///
-/// The module reads the aliases only where the flags enable neither the
-/// verifier nor NaN canonicalization ([`DedupModule::checks_uncompiled`]):
-/// there every function defined without compiling goes through the alias
-/// check, which the fact shortens. Where they are enabled, a function
-/// loaded from an entry with its own read digest goes through no check
-/// (see 6 above), and any other through the verifier, which reads the
-/// whole function anyway; reading every value of every function ahead
-/// cost a batch warm start of SQLite's functions with the verifier on a
-/// twenty-fifth of its time.
+/// Where `isa`'s flags enable neither the verifier nor NaN
+/// canonicalization ([`checks_uncompiled`]), it also reads whether the
+/// function's alias chains are one link long ([`Walk::alias_chains_short`])
+/// while the function is in the CPU's caches: there every function defined
+/// without compiling goes through the alias check, which the fact
+/// shortens. Where either is enabled, a function loaded from an entry with
+/// its own read digest goes through no check (see 6 above), and any other
+/// through the verifier, which reads the whole function anyway; reading
+/// every value of every function ahead cost a batch warm start of SQLite's
+/// functions with the verifier on a twenty-fifth of its time.
 pub(super) fn walk_ahead(
     walker: &mut Fingerprinter,
     func: &Function,
-    read_aliases: bool,
+    isa: &dyn TargetIsa,
 ) -> Option<Walk> {
+    let read_aliases = !checks_uncompiled(isa);
     catch_unwind(AssertUnwindSafe(|| {
         let mut walk = Walk::of(walker, func);
         walk.alias_chains_short = read_aliases && super::aliases::alias_chains_short(&func.dfg);
