@@ -112,6 +112,7 @@ use cranelift_codegen::{CodegenError, Context};
 use cranelift_module::{Module, ModuleError, ModuleResult};
 use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::LazyLock;
 
 /// How large the copies [`Verified`] keeps may be in all, in entities
 /// (see [`size_of`]; a copy takes a few tens of bytes per entity): when a
@@ -242,10 +243,11 @@ pub(super) fn read_digest(func: &Function) -> [u8; 32] {
     use std::hash::Hash;
     let mut written = Written(Vec::with_capacity(64 * size_of(func)));
     ReadFields::of(func).hash(&mut written);
-    *blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT)
-        .update(&written.0)
-        .finalize()
-        .as_bytes()
+    // The hasher as made for the context, cloned: deriving the key from
+    // the context anew is a compression per function.
+    static FOR_READS: LazyLock<blake3::Hasher> =
+        LazyLock::new(|| blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT));
+    *FOR_READS.clone().update(&written.0).finalize().as_bytes()
 }
 
 /// Collects what `Hash` writes (Cranelift's types hash through the generic

@@ -78,6 +78,7 @@ use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::{KnownSymbol, LibCall};
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// The version of the entry format this build reads and writes; entries
@@ -664,7 +665,11 @@ fn put_len(out: &mut Vec<u8>, len: usize) {
 /// once, where a count first made BLAKE3 hash every eighth chunk alone;
 /// a warm start of resvg's functions took 8% less time.)
 pub fn template_digest(words: &[u32]) -> [u8; 32] {
-    let mut hasher = blake3::Hasher::new_derive_key("jitfold template digest");
+    // The hasher as made for the context, cloned: deriving the key from
+    // the context anew is a compression per function.
+    static FOR_TEMPLATES: LazyLock<blake3::Hasher> =
+        LazyLock::new(|| blake3::Hasher::new_derive_key("jitfold template digest"));
+    let mut hasher = FOR_TEMPLATES.clone();
     super::key::words_le(words, |piece| {
         hasher.update(piece);
     });

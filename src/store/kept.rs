@@ -9,8 +9,9 @@
 //!    scan read from a pack at an offset and checked, and is never written
 //!    to. Records in a pack are only ever appended, never rewritten in
 //!    place, so a piece holds what the pack holds at those offsets for as
-//!    long as the pack is indexed (the store's checks of a record apply to
-//!    bytes from a piece as to bytes read from the file). A record read
+//!    long as the pack is indexed (the store checks that a record it
+//!    takes from a piece is the one its index names, and need not hash it
+//!    again). A record read
 //!    twice counts twice: the piece is then dropped early, and the file
 //!    read instead.
 //! 2. **Bounded.** At most [`KEPT_BYTES`] in all: a piece that would pass
@@ -22,7 +23,7 @@
 //!    older than [`KEEP_FOR`], at the next [`Kept::drop_spent`] (which the
 //!    store calls at a `get` and when it looks at its directory).
 //! 4. A record is copied from a piece only if it lies wholly within it;
-//!    otherwise [`Kept::copy`] is `None` and the caller reads the file.
+//!    otherwise [`Kept::read`] is `None` and the caller reads the file.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,10 +79,16 @@ impl Kept {
         });
     }
 
-    /// A copy of the `len` bytes of pack `pack` at offset `at`, if a piece
-    /// holds them all, counted as read from it; and whether a piece is now
-    /// due to be dropped (see [`Kept::drop_spent`]).
-    pub(super) fn copy(&self, pack: u32, at: u64, len: usize) -> (Option<Vec<u8>>, bool) {
+    /// What `read` makes of the `len` bytes of pack `pack` at offset
+    /// `at`, if a piece holds them all, counted as read from it; and
+    /// whether a piece is now due to be dropped (see [`Kept::drop_spent`]).
+    pub(super) fn read<R>(
+        &self,
+        pack: u32,
+        at: u64,
+        len: usize,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> (Option<R>, bool) {
         let now = Instant::now();
         let oldest_due = self.pieces.front().is_some_and(|p| p.spent(now));
         let piece = self.pieces.iter().rev().find(|p| {
@@ -91,15 +98,15 @@ impl Kept {
             return (None, oldest_due);
         };
         let start = (at - piece.at) as usize;
-        let bytes = piece.bytes[start..start + len].to_vec();
-        let read = len as u64;
+        let made = read(&piece.bytes[start..start + len]);
+        let len = len as u64;
         let unread = piece
             .unread
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |unread| {
-                Some(unread.saturating_sub(read))
+                Some(unread.saturating_sub(len))
             })
             .unwrap_or_else(|unread| unread);
-        (Some(bytes), oldest_due || unread <= read)
+        (Some(made), oldest_due || unread <= len)
     }
 
     /// Drops the spent pieces (see 3 in the module docs).
@@ -135,12 +142,18 @@ mod tests {
     fn a_record_wholly_in_a_piece_is_copied_from_it_and_others_are_not() {
         let mut kept = Kept::default();
         kept.keep(3, 100, counting(50), 50);
-        assert_eq!(kept.copy(3, 110, 5).0, Some(vec![10, 11, 12, 13, 14]));
-        assert_eq!(kept.copy(3, 100, 50).0.map(|b| b.len()), Some(50));
+        assert_eq!(
+            kept.read(3, 110, 5, <[u8]>::to_vec).0,
+            Some(vec![10, 11, 12, 13, 14])
+        );
+        assert_eq!(
+            kept.read(3, 100, 50, <[u8]>::to_vec).0.map(|b| b.len()),
+            Some(50)
+        );
         // Past its end, before its start, another pack.
-        assert_eq!(kept.copy(3, 140, 11).0, None);
-        assert_eq!(kept.copy(3, 99, 2).0, None);
-        assert_eq!(kept.copy(4, 110, 5).0, None);
+        assert_eq!(kept.read(3, 140, 11, <[u8]>::to_vec).0, None);
+        assert_eq!(kept.read(3, 99, 2, <[u8]>::to_vec).0, None);
+        assert_eq!(kept.read(4, 110, 5, <[u8]>::to_vec).0, None);
     }
 
     #[test]
@@ -148,12 +161,15 @@ mod tests {
         let mut kept = Kept::default();
         kept.keep(0, 0, counting(100), 60);
         kept.keep(0, 100, counting(100), 100);
-        assert!(!kept.copy(0, 0, 40).1);
-        let (copied, due) = kept.copy(0, 40, 20);
+        assert!(!kept.read(0, 0, 40, <[u8]>::to_vec).1);
+        let (copied, due) = kept.read(0, 40, 20, <[u8]>::to_vec);
         assert!(copied.is_some() && due, "60 bytes of records read: spent");
         kept.drop_spent();
-        assert_eq!(kept.copy(0, 0, 40).0, None);
-        assert_eq!(kept.copy(0, 100, 40).0.map(|b| b[0]), Some(0));
+        assert_eq!(kept.read(0, 0, 40, <[u8]>::to_vec).0, None);
+        assert_eq!(
+            kept.read(0, 100, 40, <[u8]>::to_vec).0.map(|b| b[0]),
+            Some(0)
+        );
         assert_eq!(kept.bytes(), 100);
     }
 
@@ -166,13 +182,21 @@ mod tests {
         }
         kept.keep(1, 0, counting(10), 0);
         assert_eq!(kept.bytes(), KEPT_BYTES);
-        assert!(kept.copy(0, 3 * piece as u64, 1).0.is_some());
+        assert!(
+            kept.read(0, 3 * piece as u64, 1, <[u8]>::to_vec)
+                .0
+                .is_some()
+        );
         assert_eq!(
-            kept.copy(0, 4 * piece as u64, 1).0,
+            kept.read(0, 4 * piece as u64, 1, <[u8]>::to_vec).0,
             None,
             "the fifth was not kept"
         );
-        assert_eq!(kept.copy(1, 0, 1).0, None, "no records, not kept");
+        assert_eq!(
+            kept.read(1, 0, 1, <[u8]>::to_vec).0,
+            None,
+            "no records, not kept"
+        );
         kept.drop_pack(0);
         assert_eq!(kept.bytes(), 0);
     }

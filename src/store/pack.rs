@@ -80,8 +80,10 @@
 //! 7. **A record is read from the file once.** What a scan read to index
 //!    a pack, cut to the whole records it checked, is kept in memory (at
 //!    most [`KEPT_BYTES`]: what would pass it is not kept; see
-//!    `kept.rs`), and a `get` of a record kept copies it from there, with
-//!    the same checks. Kept records are dropped once read, when their pack
+//!    `kept.rs`), and a `get` of a record kept copies its value from
+//!    there: the scan checked the record's hash over those very bytes, so
+//!    the `get` checks only that its key and length are those the index
+//!    holds (a record read from the file is hashed again). Kept records are dropped once read, when their pack
 //!    is closed, or at the first `get` or look at the directory
 //!    [`KEEP_FOR`] after they were read from the file.
 
@@ -282,20 +284,35 @@ impl PackStore {
         Some((at, pack.file.clone(), pack.touched.clone()))
     }
 
-    /// The record at `at`, copied from a piece kept from a scan if one
-    /// holds it (see 7 above), else read from `file`; `None` if it cannot
-    /// be read.
-    fn record(&self, at: Location, file: &File) -> Option<Vec<u8>> {
+    /// The value of the record of `key` at `at`, checked (see 1 and 7
+    /// above): copied from a piece kept from a scan if one holds the
+    /// record (the scan checked its hash over those very bytes, so its key
+    /// and length are compared with what the index says, and its value is
+    /// not hashed again), else read from `file` and its header checked.
+    /// `None` if it cannot be read, or is not what was indexed.
+    fn value(&self, key: &StoreKey, at: Location, file: &File) -> Option<Vec<u8>> {
         let len = RECORD_HEADER + at.len as usize;
-        let (kept, due) = self.read_index().kept.copy(at.pack, at.offset, len);
+        let (kept, due) = self
+            .read_index()
+            .kept
+            .read(at.pack, at.offset, len, |record| {
+                let (header, value) = record.split_at(RECORD_HEADER);
+                let indexed =
+                    header[..16] == *key.as_bytes() && header[16..20] == at.len.to_le_bytes();
+                indexed.then(|| value.to_vec())
+            });
         if due {
             self.write_index().kept.drop_spent();
         }
-        kept.or_else(|| {
+        kept.unwrap_or_else(|| {
             let mut record = vec![0; len];
-            read_at(file, &mut record, at.offset)
-                .is_ok()
-                .then_some(record)
+            read_at(file, &mut record, at.offset).ok()?;
+            let (header, value) = record.split_at(RECORD_HEADER);
+            if header != record_header(key, value) {
+                return None;
+            }
+            record.drain(..RECORD_HEADER);
+            Some(record)
         })
     }
 
@@ -389,12 +406,7 @@ impl PackStore {
         key: &StoreKey,
         (at, file, touched): (Location, Arc<File>, Arc<AtomicBool>),
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let record = self.record(at, &file);
-        let whole = record.as_ref().is_some_and(|record| {
-            let (header, value) = record.split_at(RECORD_HEADER);
-            header == record_header(key, value)
-        });
-        if !whole {
+        let Some(value) = self.value(key, at, &file) else {
             log::debug!(
                 "code store: a record in `{}` is not what was indexed; dropped",
                 self.dir.display()
@@ -408,12 +420,10 @@ impl PackStore {
                 index.entries.remove(key);
             }
             return Ok(None);
-        }
+        };
         if !touched.swap(true, Ordering::Relaxed) {
             let _ = file.set_modified(SystemTime::now());
         }
-        let mut value = record.expect("whole");
-        value.drain(..RECORD_HEADER);
         Ok(Some(value))
     }
 
@@ -999,5 +1009,47 @@ mod tests {
         );
         assert_eq!(bytes[RECORD_HEADER..], [1; 100]);
         std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::{Kept, PackStore};
+    use crate::store::{CodeStore, StoreKey};
+
+    /// A record at the location the index holds for a key, but of another
+    /// key, is a miss, whether it is copied from what a scan kept (where
+    /// only its key and length are compared, see 7 in the module docs) or
+    /// read from the file (where its hash is checked too), and the key is
+    /// dropped from the index; the other key reads as before.
+    #[test]
+    fn a_record_not_of_the_key_indexed_is_a_miss_from_memory_or_file() {
+        let dir = std::env::temp_dir().join(format!("jitfold-pack-indexed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (a, b) = (StoreKey::from_bytes([1; 16]), StoreKey::from_bytes([2; 16]));
+        // Values of one length, so that only the key tells them apart.
+        let (value_a, value_b) = (vec![10u8; 300], vec![20u8; 300]);
+        let writer = PackStore::new(&dir).unwrap();
+        writer
+            .put_many(&[(a, value_a.clone()), (b, value_b.clone())])
+            .unwrap();
+        for from_file in [false, true] {
+            // A store of its own scans the writer's pack (at its first
+            // miss) and keeps what it read.
+            let reader = PackStore::new(&dir).unwrap();
+            assert_eq!(reader.get(&StoreKey::from_bytes([3; 16])).unwrap(), None);
+            {
+                let mut index = reader.write_index();
+                let at_b = index.entries[&b];
+                index.entries.insert(a, at_b);
+                if from_file {
+                    index.kept = Kept::default();
+                }
+            }
+            assert_eq!(reader.get(&a).unwrap(), None, "from the file: {from_file}");
+            assert!(!reader.read_index().entries.contains_key(&a));
+            assert_eq!(reader.get(&b).unwrap(), Some(value_b.clone()));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
