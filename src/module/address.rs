@@ -161,9 +161,14 @@ impl<M: Module> DedupModule<M> {
         // looked for in the name table alone first (every declared name is
         // in it; in a batch flush, of a function recorded long before, one
         // table is one cache miss where the declarations are several).
+        // The table may hold entries no declaration refers to, of any
+        // index: `u32::MAX` is no `FuncId` (`from_u32` asserts as much), and
+        // is no function's name either.
         let call_rewritten = |name: &ir::UserExternalName| {
-            let id = FuncId::from_u32(name.index);
-            name.namespace == 0 && self.reference_target(id, false) != id
+            name.namespace == 0 && name.index != u32::MAX && {
+                let id = FuncId::from_u32(name.index);
+                self.reference_target(id, false) != id
+            }
         };
         if !func.params.user_named_funcs().values().any(&call_rewritten) {
             return Vec::new();

@@ -533,3 +533,56 @@ fn both_module_kinds_are_made_from_their_builders_with_options() {
         DedupModule::with_options;
     let _ = pinned;
 }
+
+/// A function whose name table holds an entry no declaration refers to
+/// (of any namespace and index, `u32::MAX` among them, which is no
+/// `FuncId`) names nothing by it: `JITModule` compiles it, and so does
+/// `DedupModule`, eager and in batch, alone and after a twin of it (the
+/// entry aside) was defined.
+#[test]
+fn an_entry_of_the_name_table_no_declaration_refers_to_is_no_reference() {
+    use crate::common::build::declare;
+    use cranelift_codegen::ir::{Function, UserExternalName};
+    use cranelift_codegen::isa::CallConv;
+    use cranelift_frontend::FunctionBuilder;
+    /// `x + 7`, with `unused` in the name table, if any.
+    fn body<M: Module>(
+        unused: Option<UserExternalName>,
+    ) -> impl FnOnce(&mut FunctionBuilder, &mut M, &[cranelift_codegen::ir::Value]) {
+        move |b, _, p| {
+            if let Some(name) = unused {
+                let func: &mut Function = b.func;
+                func.declare_imported_user_function(name);
+            }
+            let r = b.ins().iadd_imm_s(p[0], 7);
+            b.ins().return_(&[r]);
+        }
+    }
+    for (namespace, index) in [(1, u32::MAX), (0, u32::MAX), (0, 100_000)] {
+        let unused = Some(UserExternalName::new(namespace, index));
+        let mut plain = JITModule::new(jit_builder());
+        let id = declare(&mut plain, "f", CallConv::SystemV);
+        define(&mut plain, id, body(unused.clone())).unwrap();
+        for options in [
+            jitfold::DedupOptions::eager(),
+            jitfold::DedupOptions::batch(),
+        ] {
+            for twin in [false, true] {
+                let mut m = DedupModule::with_options(jit_builder(), options.clone());
+                let mut ids = Vec::new();
+                if twin {
+                    ids.push(declare(&mut m, "twin", CallConv::SystemV));
+                    define(&mut m, ids[0], body(None)).unwrap();
+                }
+                let f = declare(&mut m, "f", CallConv::SystemV);
+                ids.push(f);
+                define(&mut m, f, body(unused.clone())).unwrap();
+                m.finalize_definitions().unwrap();
+                for &id in &ids {
+                    let code = m.get_finalized_function(id);
+                    assert_eq!(call1(code, 5), 12, "u{namespace}:{index}, {options:?}");
+                }
+            }
+        }
+    }
+}
