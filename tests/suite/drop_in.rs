@@ -568,7 +568,7 @@ fn an_entry_of_the_name_table_no_declaration_refers_to_is_no_reference() {
             jitfold::DedupOptions::batch(),
         ] {
             for twin in [false, true] {
-                let mut m = DedupModule::with_options(jit_builder(), options.clone());
+                let mut m = DedupModule::with_options(jit_builder(), options);
                 let mut ids = Vec::new();
                 if twin {
                     ids.push(declare(&mut m, "twin", CallConv::SystemV));
