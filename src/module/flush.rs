@@ -93,8 +93,9 @@ pub(super) struct Record {
     /// entries (see `stored.rs`).
     pub(super) key: Option<KnownKey>,
     /// The function as the user wrote it, once the flush rewrote it (see
-    /// 3 above).
-    original: Option<Function>,
+    /// 3 above). Boxed: few records keep one, and every record moves as
+    /// the flush's list grows.
+    original: Option<Box<Function>>,
     /// Its role (see 1 above).
     role: Role,
 }
@@ -128,14 +129,14 @@ impl Record {
 
     /// The function as the user wrote it, if the flush rewrote it.
     pub(super) fn original(&self) -> Option<&Function> {
-        self.original.as_ref()
+        self.original.as_deref()
     }
 
     /// Notes that the function is about to be rewritten: keeps it as the
     /// user wrote it, the first time.
     pub(super) fn keep_original(&mut self) {
         if self.original.is_none() {
-            self.original = Some(self.func.clone());
+            self.original = Some(Box::new(self.func.clone()));
         }
     }
 
@@ -160,7 +161,7 @@ impl Record {
     /// compiled for the rewritten function, if any.
     pub(super) fn put_back_as_written(&mut self) -> Option<Precompiled> {
         let original = self.original.take()?;
-        self.func = original;
+        self.func = *original;
         if self.role == Role::Open {
             self.role = Role::AsWritten;
         }
@@ -177,7 +178,7 @@ impl Record {
     /// compiled for it, which was compiled counting on the plan.
     pub(super) fn undo(&mut self) -> Option<Precompiled> {
         if let Some(original) = self.original.take() {
-            self.func = original;
+            self.func = *original;
             self.walk = None;
             self.entry = None;
             self.key = None;
