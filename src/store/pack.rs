@@ -83,9 +83,10 @@
 //!    `kept.rs`), and a `get` of a record kept copies its value from
 //!    there: the scan checked the record's hash over those very bytes, so
 //!    the `get` checks only that its key and length are those the index
-//!    holds (a record read from the file is hashed again). Kept records are dropped once read, when their pack
-//!    is closed, or at the first `get` or look at the directory
-//!    [`KEEP_FOR`] after they were read from the file.
+//!    holds (a record read from the file is hashed again). Kept records
+//!    are dropped once read, when their pack is closed, or at the first
+//!    `get` or look at the directory [`KEEP_FOR`] after they were read
+//!    from the file.
 
 use super::directory::{
     GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, create_own_file, io_error, low_water,
