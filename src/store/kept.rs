@@ -11,9 +11,8 @@
 //!    place, so a piece holds what the pack holds at those offsets for as
 //!    long as the pack is indexed (the store checks that a record it
 //!    takes from a piece is the one its index names, and need not hash it
-//!    again). A record read
-//!    twice counts twice: the piece is then dropped early, and the file
-//!    read instead.
+//!    again). A record read twice counts twice: the piece is then dropped
+//!    early, and the file read instead.
 //! 2. **Bounded.** At most [`KEPT_BYTES`] in all: a piece that would pass
 //!    it is not kept (a warm start reads records in the order they were
 //!    written, and packs are scanned oldest first).

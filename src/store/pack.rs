@@ -298,9 +298,8 @@ impl PackStore {
             .kept
             .read(at.pack, at.offset, len, |record| {
                 let (header, value) = record.split_at(RECORD_HEADER);
-                let indexed =
-                    header[..16] == *key.as_bytes() && header[16..20] == at.len.to_le_bytes();
-                indexed.then(|| value.to_vec())
+                let named = key_and_len(key, at.len);
+                (header[..named.len()] == named).then(|| value.to_vec())
             });
         if due {
             self.write_index().kept.drop_spent();
@@ -863,13 +862,21 @@ impl CodeStore for PackStore {
 /// and the value.
 fn record_header(key: &StoreKey, value: &[u8]) -> [u8; RECORD_HEADER] {
     let mut header = [0; RECORD_HEADER];
-    header[..16].copy_from_slice(key.as_bytes());
-    header[16..20].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    let named = key_and_len(key, value.len() as u32);
+    header[..named.len()].copy_from_slice(&named);
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    hasher.update(&header[..20]);
+    hasher.update(&named);
     hasher.update(value);
     header[20..].copy_from_slice(&hasher.digest().to_le_bytes());
     header
+}
+
+/// The start of a record's header: the key, then the value's length.
+fn key_and_len(key: &StoreKey, len: u32) -> [u8; 20] {
+    let mut named = [0; 20];
+    named[..16].copy_from_slice(key.as_bytes());
+    named[16..].copy_from_slice(&len.to_le_bytes());
+    named
 }
 
 /// What [`open_pack`] found.
