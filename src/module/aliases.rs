@@ -403,9 +403,12 @@ mod tests {
         let [placeholder, other] = [1, 2].map(ir::Value::from_u32);
         assert!(!compiling_panics(&func));
         assert!(check(&func, &*isa, Named::UNKNOWN).is_ok());
+        // A walk passes over placeholders: no chain to follow.
+        assert!(named_by_walk(&func).chains_short);
         func.dfg
             .make_value_alias_for_serialization(placeholder, other);
         assert!(compiling_panics(&func));
+        assert!(!named_by_walk(&func).chains_short);
         assert!(check(&func, &*isa, Named::UNKNOWN).is_err());
     }
 

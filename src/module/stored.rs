@@ -745,19 +745,24 @@ impl<M: Module> DedupModule<M> {
         if let Some(unwind) = &unwind {
             self.frames.push_own(id, unwind.clone());
         }
+        // The walk's words, copied once: the plan's copy (the plan is of
+        // this walk), where it made one, else one made here, which the
+        // template and the class's key share.
+        let fingerprint = plan
+            .fingerprint
+            .clone()
+            .unwrap_or_else(|| walk.fingerprint.to_fingerprint());
         if let Some(code) = CodeTemplate::from_parts(id, code, walk.names, saved, unwind) {
-            // The plan's copy of the template (the plan is of this walk),
-            // where it made one.
             let planned = plan.keep_template.as_ref();
             debug_assert!(planned.is_none_or(|t| t.key() == walk.template_key()));
-            let template = planned.map_or_else(|| walk.fingerprint.to_template(), Clone::clone);
+            let template = planned.map_or_else(|| fingerprint.to_template(), Clone::clone);
             self.compiled.keep_template(template, code);
         }
         let facts = ClassFacts {
             code_bytes,
             compile_time: saved,
         };
-        let class = self.start_class(id, walk, facts, plan.fingerprint.clone());
+        let class = self.start_class(id, walk, facts, Some(fingerprint));
         debug_assert!(matches!(self.ids.state(id), State::Compiled(_)));
         // Found by adapters, as compiled code is.
         if let Some(body) = &plan.keep_body {

@@ -717,4 +717,25 @@ mod tests {
             assert_ne!(read_digest(&other), digest, "{}", other.display());
         }
     }
+
+    /// The digest is BLAKE3 with the key derived from its context, over
+    /// what the function's read fields write: the hasher kept and cloned
+    /// for each digest gives what one derived anew does, every time (the
+    /// digests are stored in entries, so they must not drift).
+    #[test]
+    fn the_read_digest_is_blake3_keyed_by_its_context_over_the_fields_read() {
+        use super::{READ_DIGEST_CONTEXT, ReadFields, read_digest};
+        use std::hash::Hash;
+        for n in [1, 10, 500] {
+            let func = of(n, 7);
+            let mut written = Written(Vec::new());
+            ReadFields::of(&func).hash(&mut written);
+            let fresh = *blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT)
+                .update(&written.0)
+                .finalize()
+                .as_bytes();
+            assert_eq!(read_digest(&func), fresh, "{n} instructions");
+            assert_eq!(read_digest(&func), fresh, "{n} instructions, again");
+        }
+    }
 }

@@ -68,6 +68,18 @@ impl Kept {
         if records == 0 || self.bytes + bytes.len() > KEPT_BYTES {
             return;
         }
+        // A read from a piece checks only a record's key and length (its
+        // hash was checked when the piece was scanned), which holds only
+        // if every index entry into a piece starts one of its records: so
+        // the scans of a pack cover ranges apart (each starts where the
+        // last indexed ended), and no two pieces overlap.
+        let end = at + bytes.len() as u64;
+        debug_assert!(
+            self.pieces
+                .iter()
+                .all(|p| p.pack != pack || end <= p.at || p.at + p.bytes.len() as u64 <= at),
+            "a piece kept over another of pack {pack}"
+        );
         self.bytes += bytes.len();
         self.pieces.push_back(Piece {
             pack,
@@ -135,6 +147,28 @@ mod tests {
     /// Bytes 0, 1, 2, ... of a piece `len` long.
     fn counting(len: usize) -> Vec<u8> {
         (0..len).map(|i| i as u8).collect()
+    }
+
+    /// Pieces of one pack never overlap (see `Kept::keep`): pieces of
+    /// other packs and pieces end to end are kept...
+    #[test]
+    fn pieces_end_to_end_or_of_other_packs_are_kept() {
+        let mut kept = Kept::default();
+        kept.keep(3, 100, counting(50), 50);
+        kept.keep(4, 120, counting(50), 50);
+        kept.keep(3, 150, counting(10), 10);
+        kept.keep(3, 90, counting(10), 10);
+        assert_eq!(kept.pieces.len(), 4);
+    }
+
+    /// ...and debug builds stop at one over another.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "a piece kept over another of pack 3")]
+    fn a_piece_over_another_of_its_pack_is_a_bug() {
+        let mut kept = Kept::default();
+        kept.keep(3, 100, counting(50), 50);
+        kept.keep(3, 149, counting(10), 10);
     }
 
     #[test]
