@@ -24,9 +24,10 @@
 //!    `store-unwind` feature) is not used where the inner module may write
 //!    frame descriptions of code defined from bytes (see
 //!    [`DedupModule::with_store`]), so no function loses its frame.
-//! 4. Code loaded from an entry is kept as a code template of this module,
-//!    so later functions with the same template reuse it without asking the
-//!    store again.
+//! 4. Code loaded from an entry is kept as a code template of this module
+//!    where compiling the function would keep its code (its plan keeps
+//!    its template: see [`crate::plan`]), so later functions with the
+//!    same template reuse it without asking the store again.
 //! 5. A batch flush asks the store for the entries of all its functions
 //!    that need code at once
 //!    ([`CodeStore::get_many`]: one round trip to Redis per 256 keys,
@@ -745,24 +746,20 @@ impl<M: Module> DedupModule<M> {
         if let Some(unwind) = &unwind {
             self.frames.push_own(id, unwind.clone());
         }
-        // The walk's words, copied once: the plan's copy (the plan is of
-        // this walk), where it made one, else one made here, which the
-        // template and the class's key share.
-        let fingerprint = plan
-            .fingerprint
-            .clone()
-            .unwrap_or_else(|| walk.fingerprint.to_fingerprint());
-        if let Some(code) = CodeTemplate::from_parts(id, code, walk.names, saved, unwind) {
-            let planned = plan.keep_template.as_ref();
-            debug_assert!(planned.is_none_or(|t| t.key() == walk.template_key()));
-            let template = planned.map_or_else(|| fingerprint.to_template(), Clone::clone);
+        // Kept for reuse where compiling it would keep it: where the plan
+        // (of this walk) keeps its template, a copy of the walk's words
+        // the class's key shares.
+        if let Some(template) = plan.keep_template.clone()
+            && let Some(code) = CodeTemplate::from_parts(id, code, walk.names, saved, unwind)
+        {
+            debug_assert_eq!(template.key(), walk.template_key());
             self.compiled.keep_template(template, code);
         }
         let facts = ClassFacts {
             code_bytes,
             compile_time: saved,
         };
-        let class = self.start_class(id, walk, facts, Some(fingerprint));
+        let class = self.start_class(id, walk, facts, plan.fingerprint.clone());
         debug_assert!(matches!(self.ids.state(id), State::Compiled(_)));
         // Found by adapters, as compiled code is.
         if let Some(body) = &plan.keep_body {
