@@ -103,6 +103,27 @@ impl Walk {
         WalkRef::of(walker, func).to_owned()
     }
 
+    /// Whether this walk found what `other` did: the same key, names and
+    /// facts (but [`Walk::alias_chains_short`], which the module sets, not
+    /// the walk).
+    pub fn finds_as(&self, other: &Walk) -> bool {
+        let Walk {
+            fingerprint,
+            names,
+            address_taken,
+            observes_own_frame,
+            key_is_unique,
+            named_values_exist,
+            alias_chains_short: _,
+        } = self;
+        *fingerprint == other.fingerprint
+            && *names == other.names
+            && *address_taken == other.address_taken
+            && *observes_own_frame == other.observes_own_frame
+            && *key_is_unique == other.key_is_unique
+            && *named_values_exist == other.named_values_exist
+    }
+
     /// This walk, borrowed.
     pub fn as_ref(&self) -> WalkRef<'_> {
         WalkRef {

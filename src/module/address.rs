@@ -23,10 +23,11 @@
 
 use super::DedupModule;
 use super::ids::State;
-use crate::fingerprint::declared_user_names;
+use crate::fingerprint::{SymbolName, declared_user_names};
+use crate::plan::Walk;
 use cranelift_codegen::ir::{self, Function, InstructionData, UserExternalNameRef};
 use cranelift_module::{FuncId, Module, ModuleRelocTarget};
-use hashbrown::HashSet;
+use hashbrown::{HashMap, HashSet};
 
 impl<M: Module> DedupModule<M> {
     /// The function whose entry point is `id`'s address (see 6 in the
@@ -202,6 +203,85 @@ impl<M: Module> DedupModule<M> {
     }
 }
 
+/// The walk of `func` once each of `rewrites` (see
+/// [`DedupModule::reference_rewrites`]) is made in it, from `walk`, its
+/// walk as it is now: `walk` with the names of the rewritten slots
+/// replaced, where that is what walking the rewritten function gives;
+/// `None` where it may not be (the caller walks it again).
+///
+/// A key numbers names by slot, in order of first use, and holds them
+/// after its template ([`crate::Template::with_names`]), so renaming names
+/// changes nothing else as long as every slot keeps one name and no two
+/// slots get one: every entry a declaration refers to that names a
+/// rewritten function must be rewritten, to one function, and no two
+/// slots may then name one function. Nothing else a walk finds reads
+/// names (which address is used as data is read per slot). A key made
+/// unique ([`crate::Walk::key_is_unique`]) is left to a new walk.
+pub(super) fn renamed_walk(
+    walk: &Walk,
+    func: &Function,
+    rewrites: &[(UserExternalNameRef, FuncId)],
+) -> Option<Walk> {
+    if walk.key_is_unique {
+        return None;
+    }
+    let table = func.params.user_named_funcs();
+    // Each function renamed, by index, to the one it is renamed to.
+    let mut renamed: HashMap<u32, u32> = HashMap::with_capacity(rewrites.len());
+    for &(r, to) in rewrites {
+        let from = table.get(r)?;
+        if from.namespace != 0 {
+            return None;
+        }
+        if *renamed.entry(from.index).or_insert(to.as_u32()) != to.as_u32() {
+            return None;
+        }
+    }
+    let rewritten: HashSet<UserExternalNameRef> = rewrites.iter().map(|&(r, _)| r).collect();
+    let left_behind = declared_user_names(func).any(|(r, name)| {
+        name.namespace == 0 && renamed.contains_key(&name.index) && !rewritten.contains(&r)
+    });
+    if left_behind {
+        return None;
+    }
+    let names: Vec<SymbolName> = walk
+        .names
+        .iter()
+        .map(|name| match name {
+            SymbolName::User(user) if user.namespace == 0 => renamed.get(&user.index).map_or_else(
+                || name.clone(),
+                |&to| SymbolName::User(ir::UserExternalName::new(0, to)),
+            ),
+            SymbolName::User(_) | SymbolName::TestCase(_) => name.clone(),
+        })
+        .collect();
+    let distinct = {
+        let mut seen = HashSet::with_capacity(names.len());
+        names.iter().all(|name| seen.insert(name))
+    };
+    if !distinct {
+        return None;
+    }
+    let Walk {
+        fingerprint,
+        names: _,
+        address_taken,
+        observes_own_frame,
+        key_is_unique,
+        named_values_exist,
+        alias_chains_short,
+    } = walk;
+    Some(Walk {
+        fingerprint: fingerprint.to_template().with_names(&names),
+        names,
+        address_taken: address_taken.clone(),
+        observes_own_frame: *observes_own_frame,
+        key_is_unique: *key_is_unique,
+        named_values_exist: *named_values_exist,
+        alias_chains_short: *alias_chains_short,
+    })
+}
+
 /// Makes each of `rewrites` (see [`DedupModule::reference_rewrites`]) in
 /// `func`.
 pub(super) fn rewrite_references(func: &mut Function, rewrites: &[(UserExternalNameRef, FuncId)]) {
@@ -252,4 +332,126 @@ fn names_used_as_data(func: &Function) -> HashSet<UserExternalNameRef> {
         }
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{renamed_walk, rewrite_references};
+    use crate::Fingerprinter;
+    use crate::plan::Walk;
+    use cranelift_codegen::ir::{Function, UserExternalName, UserExternalNameRef};
+    use cranelift_module::FuncId;
+
+    /// `u0:0(i64) -> i64` in the `tail` convention, declaring `u0:1`,
+    /// `u0:2` and `u0:3` as `fn0` to `fn2`, with the blocks `body`.
+    fn parsed(body: &str) -> Function {
+        let text = format!(
+            "function u0:0(i64) -> i64 tail {{
+                sig0 = (i64) -> i64 tail
+                fn0 = u0:1 sig0
+                fn1 = u0:2 sig0
+                fn2 = u0:3 sig0
+            {body}
+            }}"
+        );
+        cranelift_reader::parse_functions(&text).unwrap().remove(0)
+    }
+
+    /// `u0:0` calling `u0:1` and `u0:2` in its entry block, and `u0:3` in a
+    /// block no branch reaches.
+    fn caller() -> Function {
+        parsed(
+            "block0(v0: i64):
+                v1 = call fn0(v0)
+                v2 = call fn1(v1)
+                return v2
+            block1:
+                v3 = iconst.i64 0
+                v4 = call fn2(v3)
+                return v4",
+        )
+    }
+
+    /// The entry of `func`'s name table that names `u0:index`.
+    fn entry(func: &Function, index: u32) -> UserExternalNameRef {
+        let name = UserExternalName::new(0, index);
+        let (r, _) = func
+            .params
+            .user_named_funcs()
+            .iter()
+            .find(|(_, n)| **n == name)
+            .unwrap();
+        r
+    }
+
+    /// What `renamed_walk` gives for `rewrites` of `func`, and the walk of
+    /// the rewritten function.
+    fn renamed_and_walked(
+        func: &Function,
+        rewrites: &[(UserExternalNameRef, FuncId)],
+    ) -> (Option<Walk>, Walk) {
+        let mut walker = Fingerprinter::new();
+        let walk = Walk::of(&mut walker, func);
+        let renamed = renamed_walk(&walk, func, rewrites);
+        let mut rewritten = func.clone();
+        rewrite_references(&mut rewritten, rewrites);
+        (renamed, Walk::of(&mut walker, &rewritten))
+    }
+
+    #[test]
+    fn a_callee_renamed_to_a_function_named_nowhere_else_renames_its_slot() {
+        let func = caller();
+        let rewrites = [(entry(&func, 1), FuncId::from_u32(7))];
+        let (renamed, walked) = renamed_and_walked(&func, &rewrites);
+        let renamed = renamed.expect("renamed");
+        assert!(renamed.finds_as(&walked));
+        assert_eq!(
+            renamed.names[0],
+            crate::SymbolName::User(UserExternalName::new(0, 7))
+        );
+        // Names only unreachable code uses are in no slot; renaming one
+        // changes nothing, as a new walk shows.
+        let rewrites = [(entry(&func, 3), FuncId::from_u32(1))];
+        let (renamed, walked) = renamed_and_walked(&func, &rewrites);
+        assert!(renamed.expect("renamed").finds_as(&walked));
+    }
+
+    #[test]
+    fn slots_that_would_name_one_function_are_walked_again() {
+        let func = caller();
+        // `u0:1` becomes `u0:2`, which the other slot names: the slots
+        // merge, and the template changes.
+        let rewrites = [(entry(&func, 1), FuncId::from_u32(2))];
+        let (renamed, walked) = renamed_and_walked(&func, &rewrites);
+        assert!(renamed.is_none());
+        assert_eq!(walked.names.len(), 1);
+        // Two callees renamed to one function: likewise.
+        let rewrites = [
+            (entry(&func, 1), FuncId::from_u32(7)),
+            (entry(&func, 2), FuncId::from_u32(7)),
+        ];
+        assert!(renamed_and_walked(&func, &rewrites).0.is_none());
+    }
+
+    #[test]
+    fn a_name_left_in_an_entry_not_rewritten_is_walked_again() {
+        let mut func = parsed(
+            "block0(v0: i64):
+                v1 = call fn0(v0)
+                v2 = call fn1(v1)
+                v3 = call fn2(v2)
+                return v3",
+        );
+        // A second entry naming `u0:1` (as an embedder renaming a callee
+        // in place makes), which the rewrite leaves as it is.
+        let second = entry(&func, 3);
+        let first = entry(&func, 1);
+        func.params
+            .reset_user_func_name(second, UserExternalName::new(0, 1));
+        let rewrites = [(first, FuncId::from_u32(7))];
+        let (renamed, walked) = renamed_and_walked(&func, &rewrites);
+        assert!(renamed.is_none());
+        // The slot splits in two: a renamed walk would have been wrong.
+        assert_eq!(walked.names.len(), 3);
+    }
 }

@@ -716,16 +716,33 @@ impl<M: Module> DedupModule<M> {
 impl<M: Module> DedupModule<M> {
     /// The walk of the function of `record` after rewriting its references
     /// to this flush's duplicates: the one it holds, if the rewriting
-    /// changed nothing and it holds one, or a new walk, kept in it.
+    /// changed nothing and it holds one; after a rewrite, the one it held
+    /// renamed, where that is the rewritten function's walk
+    /// (`renamed_walk` in `address.rs`); or else a new walk, kept in it.
     pub(super) fn walk_pending<'r>(&mut self, record: &'r mut Record) -> ModuleResult<&'r Walk> {
         // Taken out first, so that a rewrite cut short (a panic) leaves
         // no walk of the function as it was.
-        let kept = record.walk.take();
+        let mut kept = record.walk.take();
         // Rewriting references changes no value, so what the walk it held
         // read of the value table holds for the rewritten function too.
         let chains_short = kept.as_ref().is_some_and(|walk| walk.alias_chains_short);
-        if !self.canonicalize_pending(record) {
-            record.walk = kept;
+        // A rewrite leaves the walk renamed, where that is the walk of the
+        // rewritten function, else nothing.
+        let rewritten = self.canonicalize_pending(record, &mut kept);
+        record.walk = kept;
+        // Debug builds (the tests and the fuzzer) check a renamed walk
+        // against a new one.
+        if cfg!(debug_assertions)
+            && rewritten
+            && let Some(renamed) = &record.walk
+        {
+            let walked =
+                verify::walk_checked(&mut self.fingerprinter, &record.func, self.inner.isa())
+                    .map(|walk| walk.to_owned());
+            assert!(
+                walked.is_ok_and(|walked| walked.finds_as(renamed)),
+                "a walk renamed after a rewrite is not the rewritten function's"
+            );
         }
         if record.walk.is_none() {
             let walk =

@@ -31,9 +31,11 @@
 //!    walk, the entry checked and the store key kept for the function,
 //!    and drops code compiled for the function before (returned, for the
 //!    statistics). A rewrite of the function in place (its references to
-//!    duplicates, `roots.rs`) ends with [`Record::rewritten`]; its
-//!    definition takes all four out first, and drops them if it rewrites
-//!    (`batch.rs`).
+//!    duplicates, `roots.rs`) ends with [`Record::rewritten`]; during
+//!    planning, the walk it held (taken out first) is then put back
+//!    renamed where renaming gives the rewritten function's walk
+//!    (`renamed_walk` in `address.rs`); its definition takes all four out
+//!    first, and drops them if it rewrites (`batch.rs`).
 //! 3. [`Record::original`] is the function as the user defined it, kept
 //!    from the first rewrite the flush makes until the flush ends or puts
 //!    it back.

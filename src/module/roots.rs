@@ -48,10 +48,11 @@
 //! defined, and, after the duplicates, whose duplicates are too.
 
 use super::DedupModule;
-use super::address::{functions_used_as_data, rewrite_references};
+use super::address::{functions_used_as_data, renamed_walk, rewrite_references};
 use super::batch::Failures;
 use super::flush::{Record, Role};
 use super::ids::State;
+use crate::plan::Walk;
 use cranelift_module::{FuncId, Module};
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
@@ -178,8 +179,14 @@ impl<M: Module> DedupModule<M> {
     /// [`DedupModule::canonicalize_references`] of the function of
     /// `record` during a flush, keeping it as it was before the flush first
     /// rewrites it (see 2 above); nothing for a root put back as the user
-    /// wrote it.
-    pub(super) fn canonicalize_pending(&mut self, record: &mut Record) -> bool {
+    /// wrote it. `walk`, a walk of the function as it is (taken out of the
+    /// record), becomes the walk of the rewritten function where renaming
+    /// its names gives that ([`renamed_walk`]), else nothing.
+    pub(super) fn canonicalize_pending(
+        &mut self,
+        record: &mut Record,
+        walk: &mut Option<Walk>,
+    ) -> bool {
         if record.role() == Role::AsWritten {
             return false;
         }
@@ -187,6 +194,9 @@ impl<M: Module> DedupModule<M> {
         if rewrites.is_empty() {
             return false;
         }
+        *walk = walk
+            .take()
+            .and_then(|walk| renamed_walk(&walk, &record.func, &rewrites));
         record.keep_original();
         rewrite_references(&mut record.func, &rewrites);
         // Its walk, checked entry and code are of the function as it was.

@@ -131,7 +131,7 @@ use cranelift_codegen::Context;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, Module, ModuleResult};
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
