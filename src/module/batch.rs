@@ -319,15 +319,15 @@ impl<M: Module> DedupModule<M> {
     /// claimed (see 7 in `stored.rs`).
     fn define_rest(&mut self, flush: &mut [Record], failures: &mut Failures) {
         let mut deferred = Vec::new();
-        let mut claimed_to = 0;
+        // Templates are claimed a span of functions ahead, in one round
+        // trip (see 7 in `stored.rs`).
+        let spans = super::stored::claim_spans(flush.len());
+        let mut spans_begun = 0;
         for i in 0..flush.len() {
-            // Templates are claimed some functions ahead, in one round
-            // trip (see 7 in `stored.rs`).
-            if i == claimed_to {
-                claimed_to = flush
-                    .len()
-                    .min(i + super::stored::claim_span(flush.len() - i));
-                self.claim_ahead(flush, i..claimed_to);
+            if spans.get(spans_begun).is_some_and(|span| span.start == i) {
+                let span = spans[spans_begun].clone();
+                spans_begun += 1;
+                self.claim_ahead(flush, span, &spans[spans_begun..]);
             }
             let record = &mut flush[i];
             if self.ids.state(record.id) != State::Pending {

@@ -61,9 +61,12 @@
 //! 7. Modules defining one program on a store that reserves keys (a
 //!    [`SharedStore`](crate::store::SharedStore)) divide its compiles
 //!    instead of queueing: a batch flush claims each template it is about
-//!    to compile without waiting, some functions ahead in one call
-//!    ([`CodeStore::try_get_or_reserve_many`], see `claim_span`), and
-//!    defers a function whose template another module is compiling until
+//!    to compile without waiting, a span of functions at a time in one
+//!    call ([`CodeStore::try_get_or_reserve_many`], see `claim_spans`;
+//!    where each call is a round trip to a server,
+//!    [`CodeStore::round_trips`], the claims of the next
+//!    `CLAIM_SPANS_AHEAD` spans travel on the module's claimer thread,
+//!    `store/claimer.rs`, while a span compiles), and defers a function whose template another module is compiling until
 //!    its other functions are defined (in the order they were recorded).
 //!    Only then, its claims given up, does it wait for that module's entry
 //!    (as a define always did): a module that holds claims never waits for
@@ -121,6 +124,7 @@ use super::{DedupModule, parallel, pool, verify};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
+use crate::store::claimer::{Claimer, Ticket};
 use crate::store::load::{
     Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, Unwritten, claim, claim_many,
     load,
@@ -132,6 +136,7 @@ use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, Module, ModuleResult};
 use hashbrown::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,6 +180,14 @@ pub(super) struct Stored {
     busy: HashSet<StoreKey>,
     /// Writes entries on a thread of its own (see 9 above).
     writer: Writer,
+    /// Where every call to the store is a round trip
+    /// ([`CodeStore::round_trips`]) and it reserves keys: claims the next
+    /// span's templates on a thread of its own (see 7 above).
+    claimer: Option<Claimer>,
+    /// The spans whose claims were sent to the claimer and not kept yet,
+    /// in order: the ticket of each answer and the keys asked (`None`: a
+    /// span with nothing to claim).
+    claims_ahead: VecDeque<Option<(Ticket, Vec<StoreKey>)>>,
 }
 
 impl Drop for Stored {
@@ -205,9 +218,30 @@ const CLAIM_SHARE: usize = 32;
 /// compiles); spans shrink toward the end of the flush, so that modules
 /// dividing one program finish their shares at about the same time, as in
 /// guided self-scheduling.
-pub(super) fn claim_span(left: usize) -> usize {
+fn claim_span(left: usize) -> usize {
     (left / CLAIM_SHARE).clamp(CLAIM_AHEAD_MIN, CLAIM_AHEAD_MAX)
 }
+
+/// The spans, in order, in which a flush of `len` functions claims
+/// templates (see [`claim_span`]): they cover `0..len`, each ending where
+/// the next begins.
+pub(super) fn claim_spans(len: usize) -> Vec<std::ops::Range<usize>> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    while start < len {
+        let end = len.min(start + claim_span(len - start));
+        spans.push(start..end);
+        start = end;
+    }
+    spans
+}
+
+/// How many spans ahead of the one being defined a flush has claims in
+/// flight for, where the store's calls are round trips (see
+/// [`DedupModule::claim_ahead`]): one hides a round trip behind a span's
+/// compiles, two also behind a span whose templates are all busy, which
+/// takes no time.
+const CLAIM_SPANS_AHEAD: usize = 2;
 
 /// A module sends its entries to the writer once this many are waiting
 /// (see 9 above)...
@@ -234,6 +268,8 @@ impl<M: Module> DedupModule<M> {
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),
+            claimer: (store.reserves() && store.round_trips()).then(|| Claimer::new(store.clone())),
+            claims_ahead: VecDeque::new(),
             store,
             context: CodeContext::of(self.inner.isa()),
             secret,
@@ -374,13 +410,15 @@ impl<M: Module> DedupModule<M> {
         self.fetch(keys);
     }
 
-    /// Whether this module holds a store reservation or prefetched
-    /// entries (neither outlives a definition or a flush).
+    /// Whether this module holds a store reservation, prefetched entries,
+    /// claims or entries not sent to the writer (none outlives a
+    /// definition or a flush).
     pub(super) fn holds_store_state(&self) -> bool {
         self.stored.as_ref().is_some_and(|s| {
             s.reserved.is_some()
                 || !s.prefetched.is_empty()
                 || !s.claimed.is_empty()
+                || !s.claims_ahead.is_empty()
                 || !s.unwritten.is_empty()
         })
     }
@@ -402,6 +440,9 @@ impl<M: Module> DedupModule<M> {
             self.write_stored();
         }
         if let Some(stored) = &mut self.stored {
+            // Claims sent ahead and not kept (a flush cut short) are
+            // waited for and given up with the rest.
+            while stored.keep_claims_ahead() {}
             stored.claimed = HashMap::new();
             stored.prefetched = HashMap::new();
             stored.busy = HashSet::new();
@@ -412,20 +453,56 @@ impl<M: Module> DedupModule<M> {
     /// `flush` in `span` that this flush would load or compile and has not
     /// claimed or found yet (see 7 above): a reservation is kept as
     /// claimed, an entry as fetched, a template another module is
-    /// compiling as busy. Only in a store that reserves keys.
-    pub(super) fn claim_ahead(&mut self, flush: &mut [Record], span: std::ops::Range<usize>) {
+    /// compiling as busy. Where the store's calls are round trips, the
+    /// claims of `span` were sent ahead, while the spans before it were
+    /// defined, and are kept now (waiting for them if need be), and those
+    /// of the spans of `next` not sent yet (at most [`CLAIM_SPANS_AHEAD`]
+    /// in flight) are sent to the module's claimer thread, to travel
+    /// while this span compiles. Only in a store that reserves keys.
+    pub(super) fn claim_ahead(
+        &mut self,
+        flush: &mut [Record],
+        span: std::ops::Range<usize>,
+        next: &[std::ops::Range<usize>],
+    ) {
         if !self.store_reserves() {
             return;
         }
+        let stored = self.stored.as_mut().expect("checked above");
+        if !stored.keep_claims_ahead() {
+            let keys = self.keys_to_claim(&mut flush[span]);
+            self.stored
+                .as_mut()
+                .expect("checked above")
+                .claim_keys(keys);
+        }
+        let Some(in_flight) = self
+            .stored
+            .as_ref()
+            .and_then(|s| s.claimer.is_some().then_some(s.claims_ahead.len()))
+        else {
+            return;
+        };
+        for span in next.iter().take(CLAIM_SPANS_AHEAD).skip(in_flight) {
+            let keys = self.keys_to_claim(&mut flush[span.clone()]);
+            self.stored
+                .as_mut()
+                .expect("checked above")
+                .send_claims_ahead(keys);
+        }
+    }
+
+    /// The store keys of the templates of `records` that this flush would
+    /// load or compile (see [`Self::claim_ahead`]).
+    fn keys_to_claim(&mut self, records: &mut [Record]) -> Vec<StoreKey> {
         let mut keys = Vec::new();
-        for record in &mut flush[span] {
+        for record in records {
             if self.ids.state(record.id) != State::Pending || record.code.is_some() {
                 continue;
             }
             keys.extend(self.needed_key(&record.func, &mut record.walk));
         }
-        let stored = self.stored.as_mut().expect("checked above");
-        stored.claim_keys(keys);
+        keys
     }
 
     /// Claims, in one call, the templates of the functions walked as
@@ -947,22 +1024,60 @@ impl Stored {
     /// another module is compiling as busy. Should the call fail, nothing
     /// is kept: each function claims on its own in its turn.
     fn claim_keys(&mut self, keys: Vec<StoreKey>) {
+        let keys = self.unknown_keys(keys);
+        if keys.is_empty() {
+            return;
+        }
+        if let Ok(claims) = claim_many(&self.store, &keys) {
+            self.keep_claims(keys, claims);
+        }
+    }
+
+    /// Sends the templates of `keys` that this flush has not claimed or
+    /// found yet to the claimer, as the claims of the next span, whose
+    /// answer [`Stored::keep_claims_ahead`] keeps as [`Stored::claim_keys`]
+    /// would. Only with a claimer.
+    fn send_claims_ahead(&mut self, keys: Vec<StoreKey>) {
+        let keys = self.unknown_keys(keys);
+        let Some(claimer) = self.claimer.as_mut() else {
+            return;
+        };
+        let sent = (!keys.is_empty()).then(|| (claimer.send(keys.clone()), keys));
+        self.claims_ahead.push_back(sent);
+    }
+
+    /// Keeps the claims sent ahead for the next span, waiting for their
+    /// answer, as [`Stored::claim_keys`] keeps its own; a failed answer
+    /// keeps nothing. Returns whether that span's claims were sent.
+    fn keep_claims_ahead(&mut self) -> bool {
+        let Some(sent) = self.claims_ahead.pop_front() else {
+            return false;
+        };
+        if let Some((ticket, keys)) = sent {
+            let claims = self.claimer.as_mut().and_then(|c| c.receive(ticket));
+            if let Some(claims) = claims {
+                self.keep_claims(keys, claims);
+            }
+        }
+        true
+    }
+
+    /// The keys of `keys` this flush has not claimed or found yet, each
+    /// once.
+    fn unknown_keys(&self, keys: Vec<StoreKey>) -> Vec<StoreKey> {
         let mut asked = HashSet::new();
-        let keys: Vec<StoreKey> = keys
-            .into_iter()
+        keys.into_iter()
             .filter(|key| {
                 let known = matches!(self.prefetched.get(key), Some(Some(_)))
                     || self.claimed.contains_key(key)
                     || self.busy.contains(key);
                 !known && asked.insert(*key)
             })
-            .collect();
-        if keys.is_empty() {
-            return;
-        }
-        let Ok(claims) = claim_many(&self.store, &keys) else {
-            return;
-        };
+            .collect()
+    }
+
+    /// Keeps what claiming `keys` found, `claims` in their order.
+    fn keep_claims(&mut self, keys: Vec<StoreKey>, claims: Vec<Claimed>) {
         for (key, claimed) in keys.into_iter().zip(claims) {
             match claimed {
                 Claimed::Found(value) => {
@@ -971,6 +1086,9 @@ impl Stored {
                 Claimed::Reserved(reservation) => {
                     self.claimed.insert(key, reservation);
                 }
+                // (A key claimed here since the claims were sent, by its
+                // function's own claim, is this module's, not busy.)
+                Claimed::Busy if self.claimed.contains_key(&key) => {}
                 Claimed::Busy => {
                     self.busy.insert(key);
                 }
@@ -1117,24 +1235,25 @@ fn store_key(context: &CodeContext, walk: &WalkRef<'_>) -> StoreKey {
 
 #[cfg(test)]
 mod tests {
-    use super::{CLAIM_AHEAD_MAX, CLAIM_AHEAD_MIN, claim_span};
+    use super::{CLAIM_AHEAD_MAX, CLAIM_AHEAD_MIN, claim_span, claim_spans};
 
     #[test]
-    fn claim_spans_shrink_toward_the_end_of_a_flush_within_bounds() {
+    fn claim_spans_cover_a_flush_and_shrink_toward_its_end_within_bounds() {
         assert_eq!(claim_span(0), CLAIM_AHEAD_MIN);
         assert_eq!(claim_span(1 << 20), CLAIM_AHEAD_MAX);
+        assert!(claim_spans(0).is_empty());
+        assert_eq!(claim_spans(5), vec![0..5]);
         // Going through a flush as large as the sqlite corpus.
         let functions = 7322;
-        let mut spans = Vec::new();
-        let mut at = 0;
-        while at < functions {
-            let span = claim_span(functions - at);
-            spans.push(span);
-            at += span;
-        }
-        assert!(spans.windows(2).all(|w| w[0] >= w[1]), "{spans:?}");
-        assert!(spans[0] > CLAIM_AHEAD_MIN);
-        assert_eq!(spans.last(), Some(&CLAIM_AHEAD_MIN));
+        let spans = claim_spans(functions);
+        assert_eq!(spans[0].start, 0);
+        assert_eq!(spans.last().map(|s| s.end), Some(functions));
+        assert!(spans.windows(2).all(|w| w[0].end == w[1].start));
+        let lens: Vec<usize> = spans.iter().map(|s| s.len()).collect();
+        assert!(lens.windows(2).all(|w| w[0] >= w[1]), "{lens:?}");
+        assert!(lens[0] > CLAIM_AHEAD_MIN && lens[0] <= CLAIM_AHEAD_MAX);
+        assert!(lens.iter().all(|&len| len <= CLAIM_AHEAD_MAX));
+        assert_eq!(lens[lens.len() - 2], CLAIM_AHEAD_MIN);
         // Far fewer round trips than a claim every smallest span.
         assert!(
             spans.len() * 3 < functions / CLAIM_AHEAD_MIN,

@@ -79,6 +79,7 @@
 //! `store-unwind` feature; see [`entry`'s docs](entry#unwind-information)
 //! for what a user of entries without it must do.
 
+pub mod claimer;
 pub mod directory;
 pub mod entry;
 mod kept;
@@ -205,6 +206,15 @@ pub trait CodeStore: Send + Sync {
     /// not asked twice. By default, `false`; a store that overrides
     /// `get_or_reserve` to reserve should say `true`.
     fn reserves(&self) -> bool {
+        false
+    }
+
+    /// Whether each call waits for an answer from another process (a
+    /// server, over a network or a socket), so that a caller gains by
+    /// making calls while it works: a batch flush then claims the
+    /// templates of its next functions ([`CodeStore::try_get_or_reserve_many`])
+    /// on a thread of its own while it compiles. By default, `false`.
+    fn round_trips(&self) -> bool {
         false
     }
 

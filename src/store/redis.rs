@@ -720,6 +720,10 @@ impl CodeStore for RedisStore {
         self.lease.is_some()
     }
 
+    fn round_trips(&self) -> bool {
+        true
+    }
+
     fn release(&self, key: &StoreKey) {
         if !self.lock().leased.remove(key) {
             return;

@@ -48,7 +48,7 @@ fn builder() -> JITBuilder {
 /// module on `store`; returns each thread's statistics and results.
 fn run_threads(
     threads: usize,
-    store: Arc<SharedStore>,
+    store: Arc<dyn CodeStore>,
     options: DedupOptions,
 ) -> Vec<(Stats, Vec<i64>)> {
     let barrier = Arc::new(Barrier::new(threads));
@@ -56,8 +56,7 @@ fn run_threads(
         .map(|t| {
             let (store, barrier) = (store.clone(), barrier.clone());
             std::thread::spawn(move || {
-                let mut m = DedupModule::with_options(builder(), options)
-                    .with_store(store as Arc<dyn CodeStore>, None);
+                let mut m = DedupModule::with_options(builder(), options).with_store(store, None);
                 barrier.wait();
                 let ids = build(&mut m, t * 7);
                 m.finalize_definitions().unwrap();
@@ -69,14 +68,18 @@ fn run_threads(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// What every function of the program returns, compiled by plain
+/// `JITModule`.
+fn expected() -> Vec<i64> {
+    let mut m = JITModule::new(builder());
+    let ids = build(&mut m, 0);
+    m.finalize_definitions().unwrap();
+    results(|id| m.get_finalized_function(id), &ids)
+}
+
 #[test]
 fn every_template_is_compiled_once_across_threads() {
-    let expected = {
-        let mut m = JITModule::new(builder());
-        let ids = build(&mut m, 0);
-        m.finalize_definitions().unwrap();
-        results(|id| m.get_finalized_function(id), &ids)
-    };
+    let expected = expected();
     // The leaves' templates and the callers' one.
     let templates = leaves() as u64 + 1;
     for (threads, options) in [
@@ -150,12 +153,17 @@ fn a_panicking_compile_releases_the_threads_waiting_for_it() {
     assert_eq!(store.stats().reservations, threads as u64 + 1);
 }
 
-/// A store that records, in order, what a module asks of a `SharedStore`;
-/// its writes wait while the test holds its gate shut.
+/// A store that records, in order, what a module asks of a `SharedStore`,
+/// and the name of each thread that claims a key in it; its writes wait
+/// while the test holds its gate shut.
 struct Recording {
     shared: SharedStore,
     log: std::sync::Mutex<Vec<(&'static str, jitfold::store::StoreKey)>>,
+    claimed_on: std::sync::Mutex<Vec<Option<String>>>,
     gate: Gate,
+    /// Whether its calls say they are round trips, as a Redis server's
+    /// are.
+    round_trips: bool,
 }
 
 impl Recording {
@@ -163,7 +171,16 @@ impl Recording {
         Self {
             shared,
             log: Default::default(),
+            claimed_on: Default::default(),
             gate: Gate::default(),
+            round_trips: false,
+        }
+    }
+
+    fn with_round_trips(self) -> Self {
+        Self {
+            round_trips: true,
+            ..self
         }
     }
 
@@ -220,14 +237,44 @@ impl CodeStore for Recording {
         &self,
         key: &jitfold::store::StoreKey,
     ) -> Result<jitfold::store::Claim, jitfold::store::StoreError> {
+        let thread = std::thread::current().name().map(str::to_owned);
+        self.claimed_on.lock().unwrap().push(thread);
         self.shared.try_get_or_reserve(key)
     }
     fn reserves(&self) -> bool {
         true
     }
+    fn round_trips(&self) -> bool {
+        self.round_trips
+    }
     fn release(&self, key: &jitfold::store::StoreKey) {
         self.shared.release(key)
     }
+}
+
+/// Batch mode on a store whose calls are round trips claims the templates
+/// of a flush's first span of functions on the flush's thread and those
+/// of the next spans on a thread of its own, while the flush compiles;
+/// the modules still divide the compiles (each template compiled once in
+/// total), and every function returns what plain code returns.
+#[test]
+fn a_flush_on_a_store_of_round_trips_claims_ahead_on_a_thread() {
+    let expected = expected();
+    let store = Arc::new(Recording::new(SharedStore::new()).with_round_trips());
+    let runs = run_threads(2, store.clone(), DedupOptions::batch());
+    let compiled: u64 = runs.iter().map(|(s, _)| s.compiled).sum();
+    assert_eq!(compiled, leaves() as u64 + 1, "{:?}", store.shared.stats());
+    for (stats, out) in &runs {
+        assert_eq!(out, &expected);
+        assert_eq!(stats.store_rejected + stats.store_errors, 0, "{stats}");
+    }
+    let claimed_on = store.claimed_on.lock().unwrap();
+    let on_claimer = claimed_on
+        .iter()
+        .filter(|name| name.as_deref() == Some("jitfold-claimer"))
+        .count();
+    assert!(on_claimer > 0, "{claimed_on:?}");
+    assert!(on_claimer < claimed_on.len(), "{claimed_on:?}");
 }
 
 /// Batch mode divides a program's compiles between the modules sharing a
