@@ -325,9 +325,16 @@ impl<M: Module> DedupModule<M> {
         let mut spans_begun = 0;
         for i in 0..flush.len() {
             if spans.get(spans_begun).is_some_and(|span| span.start == i) {
-                let span = spans[spans_begun].clone();
+                self.claim_ahead(flush, spans[spans_begun].clone());
                 spans_begun += 1;
-                self.claim_ahead(flush, span, &spans[spans_begun..]);
+            }
+            // Halfway through a span, the next one's claims are sent
+            // ahead, where the store's calls are round trips.
+            let span = &spans[spans_begun - 1];
+            if i == span.start + span.len() / 2
+                && let Some(next) = spans.get(spans_begun)
+            {
+                self.send_claims_ahead(flush, next.clone());
             }
             let record = &mut flush[i];
             if self.ids.state(record.id) != State::Pending {

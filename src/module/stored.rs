@@ -64,9 +64,10 @@
 //!    to compile without waiting, a span of functions at a time in one
 //!    call ([`CodeStore::try_get_or_reserve_many`], see `claim_spans`;
 //!    where each call is a round trip to a server,
-//!    [`CodeStore::round_trips`], the claims of the next
-//!    `CLAIM_SPANS_AHEAD` spans travel on the module's claimer thread,
-//!    `store/claimer.rs`, while a span compiles), and defers a function whose template another module is compiling until
+//!    [`CodeStore::round_trips`], the claims of the next span are sent
+//!    halfway through a span, to travel on the module's claimer thread,
+//!    `store/claimer.rs`, while its second half compiles), and defers a
+//!    function whose template another module is compiling until
 //!    its other functions are defined (in the order they were recorded).
 //!    Only then, its claims given up, does it wait for that module's entry
 //!    (as a define always did): a module that holds claims never waits for
@@ -136,7 +137,6 @@ use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_module::{FuncId, Module, ModuleResult};
 use hashbrown::{HashMap, HashSet};
-use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,10 +184,10 @@ pub(super) struct Stored {
     /// ([`CodeStore::round_trips`]) and it reserves keys: claims the next
     /// span's templates on a thread of its own (see 7 above).
     claimer: Option<Claimer>,
-    /// The spans whose claims were sent to the claimer and not kept yet,
-    /// in order: the ticket of each answer and the keys asked (`None`: a
-    /// span with nothing to claim).
-    claims_ahead: VecDeque<Option<(Ticket, Vec<StoreKey>)>>,
+    /// Where the next span's claims were sent to the claimer and not kept
+    /// yet: the ticket of their answer and the keys asked (`None` inside:
+    /// that span had nothing to claim).
+    claims_ahead: Option<Option<(Ticket, Vec<StoreKey>)>>,
 }
 
 impl Drop for Stored {
@@ -236,13 +236,6 @@ pub(super) fn claim_spans(len: usize) -> Vec<std::ops::Range<usize>> {
     spans
 }
 
-/// How many spans ahead of the one being defined a flush has claims in
-/// flight for, where the store's calls are round trips (see
-/// [`DedupModule::claim_ahead`]): one hides a round trip behind a span's
-/// compiles, two also behind a span whose templates are all busy, which
-/// takes no time.
-const CLAIM_SPANS_AHEAD: usize = 2;
-
 /// A module sends its entries to the writer once this many are waiting
 /// (see 9 above)...
 const WRITE_BATCH: usize = 32;
@@ -269,7 +262,7 @@ impl<M: Module> DedupModule<M> {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),
             claimer: (store.reserves() && store.round_trips()).then(|| Claimer::new(store.clone())),
-            claims_ahead: VecDeque::new(),
+            claims_ahead: None,
             store,
             context: CodeContext::of(self.inner.isa()),
             secret,
@@ -418,7 +411,7 @@ impl<M: Module> DedupModule<M> {
             s.reserved.is_some()
                 || !s.prefetched.is_empty()
                 || !s.claimed.is_empty()
-                || !s.claims_ahead.is_empty()
+                || s.claims_ahead.is_some()
                 || !s.unwritten.is_empty()
         })
     }
@@ -442,7 +435,7 @@ impl<M: Module> DedupModule<M> {
         if let Some(stored) = &mut self.stored {
             // Claims sent ahead and not kept (a flush cut short) are
             // waited for and given up with the rest.
-            while stored.keep_claims_ahead() {}
+            stored.keep_claims_ahead();
             stored.claimed = HashMap::new();
             stored.prefetched = HashMap::new();
             stored.busy = HashSet::new();
@@ -453,18 +446,10 @@ impl<M: Module> DedupModule<M> {
     /// `flush` in `span` that this flush would load or compile and has not
     /// claimed or found yet (see 7 above): a reservation is kept as
     /// claimed, an entry as fetched, a template another module is
-    /// compiling as busy. Where the store's calls are round trips, the
-    /// claims of `span` were sent ahead, while the spans before it were
-    /// defined, and are kept now (waiting for them if need be), and those
-    /// of the spans of `next` not sent yet (at most [`CLAIM_SPANS_AHEAD`]
-    /// in flight) are sent to the module's claimer thread, to travel
-    /// while this span compiles. Only in a store that reserves keys.
-    pub(super) fn claim_ahead(
-        &mut self,
-        flush: &mut [Record],
-        span: std::ops::Range<usize>,
-        next: &[std::ops::Range<usize>],
-    ) {
+    /// compiling as busy. Where [`Self::send_claims_ahead`] sent them
+    /// already, they are kept now, waiting for their answer if need be.
+    /// Only in a store that reserves keys.
+    pub(super) fn claim_ahead(&mut self, flush: &mut [Record], span: std::ops::Range<usize>) {
         if !self.store_reserves() {
             return;
         }
@@ -476,20 +461,25 @@ impl<M: Module> DedupModule<M> {
                 .expect("checked above")
                 .claim_keys(keys);
         }
-        let Some(in_flight) = self
-            .stored
-            .as_ref()
-            .and_then(|s| s.claimer.is_some().then_some(s.claims_ahead.len()))
-        else {
+    }
+
+    /// Where the store's calls are round trips (a module with a claimer),
+    /// sends the claims of the functions of `flush` in `span` to the
+    /// claimer thread, to travel while this flush defines what comes
+    /// before `span`; [`Self::claim_ahead`] keeps them when `span` begins.
+    /// A flush sends a span's claims halfway through the span before it:
+    /// sent earlier, they would hide more of a round trip, but hold
+    /// templates longer, and near the end of a flush, another module
+    /// without work left waits for what this one holds.
+    pub(super) fn send_claims_ahead(&mut self, flush: &mut [Record], span: std::ops::Range<usize>) {
+        if self.stored.as_ref().is_none_or(|s| s.claimer.is_none()) {
             return;
-        };
-        for span in next.iter().take(CLAIM_SPANS_AHEAD).skip(in_flight) {
-            let keys = self.keys_to_claim(&mut flush[span.clone()]);
-            self.stored
-                .as_mut()
-                .expect("checked above")
-                .send_claims_ahead(keys);
         }
+        let keys = self.keys_to_claim(&mut flush[span]);
+        self.stored
+            .as_mut()
+            .expect("checked above")
+            .send_claims(keys);
     }
 
     /// The store keys of the templates of `records` that this flush would
@@ -1037,20 +1027,21 @@ impl Stored {
     /// found yet to the claimer, as the claims of the next span, whose
     /// answer [`Stored::keep_claims_ahead`] keeps as [`Stored::claim_keys`]
     /// would. Only with a claimer.
-    fn send_claims_ahead(&mut self, keys: Vec<StoreKey>) {
+    fn send_claims(&mut self, keys: Vec<StoreKey>) {
         let keys = self.unknown_keys(keys);
         let Some(claimer) = self.claimer.as_mut() else {
             return;
         };
+        debug_assert!(self.claims_ahead.is_none(), "one span's claims ahead");
         let sent = (!keys.is_empty()).then(|| (claimer.send(keys.clone()), keys));
-        self.claims_ahead.push_back(sent);
+        self.claims_ahead = Some(sent);
     }
 
     /// Keeps the claims sent ahead for the next span, waiting for their
     /// answer, as [`Stored::claim_keys`] keeps its own; a failed answer
     /// keeps nothing. Returns whether that span's claims were sent.
     fn keep_claims_ahead(&mut self) -> bool {
-        let Some(sent) = self.claims_ahead.pop_front() else {
+        let Some(sent) = self.claims_ahead.take() else {
             return false;
         };
         if let Some((ticket, keys)) = sent {
