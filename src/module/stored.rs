@@ -257,7 +257,11 @@ impl<M: Module> DedupModule<M> {
     ///
     /// Entries are written on a thread this call starts (see 9 in the
     /// module docs): each flush waits until every entry is written, and so
-    /// does dropping the module.
+    /// does dropping the module. On a store that reserves keys and whose
+    /// calls are round trips ([`CodeStore::round_trips`]: a `RedisStore`
+    /// with leases), a second thread claims templates for a flush ahead
+    /// of its compiles (see 7 in the module docs); dropping the module
+    /// ends it.
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),
