@@ -653,6 +653,7 @@ impl<M: Module> DedupModule<M> {
             .filter(|known| known.exact == exact)
             .map_or_else(|| store_key(&stored.context, walk), |known| known.key);
         debug_assert_eq!(key, store_key(&stored.context, walk));
+        stored.settle_claims_ahead(&key);
         // Claimed by this flush ahead of its turn: this module compiles it.
         if let Some(reservation) = stored.claimed.remove(&key) {
             stored.reserved = Some(reservation);
@@ -670,7 +671,7 @@ impl<M: Module> DedupModule<M> {
         // written first (see 7 and 9 above; at once where nothing is
         // being written). One that holds the entry asks nothing, and so
         // waits for nobody: its writes go on behind it.
-        if asks && stored.claimed.is_empty() && stored.store.reserves() {
+        if asks && !stored.holds_claims() && stored.store.reserves() {
             self.wait_for_writes();
         }
         let stored = self.stored.as_mut().expect("checked above");
@@ -692,7 +693,7 @@ impl<M: Module> DedupModule<M> {
         let loaded = if let Some(entry) = entry {
             function_checks = entry.checks;
             entry.loaded.map_err(Miss::Rejected)
-        } else if asks && !stored.claimed.is_empty() && stored.store.reserves() {
+        } else if asks && stored.holds_claims() && stored.store.reserves() {
             // A module that holds claims never waits for another (which
             // may be waiting for one of them): a template another module
             // is compiling is compiled here too, a compile more, never
@@ -1057,6 +1058,24 @@ impl Stored {
         true
     }
 
+    /// Keeps the claims sent ahead first where `key` is among them, so
+    /// that a key is never claimed again while its claim travels (Redis
+    /// answers its holder's own lease as reserved: two reservations of
+    /// one lease, the first to end ending both).
+    fn settle_claims_ahead(&mut self, key: &StoreKey) {
+        if let Some(Some((_, keys))) = &self.claims_ahead
+            && keys.contains(key)
+        {
+            self.keep_claims_ahead();
+        }
+    }
+
+    /// Whether this flush holds claims: reservations kept, or claims sent
+    /// ahead (their leases are taken when the store answers).
+    fn holds_claims(&self) -> bool {
+        !self.claimed.is_empty() || matches!(self.claims_ahead, Some(Some(_)))
+    }
+
     /// The keys of `keys` this flush has not claimed or found yet, each
     /// once.
     fn unknown_keys(&self, keys: Vec<StoreKey>) -> Vec<StoreKey> {
@@ -1078,13 +1097,14 @@ impl Stored {
                 Claimed::Found(value) => {
                     self.prefetched.insert(key, Some(value));
                 }
+                // (Asked only while not claimed here: see
+                // `unknown_keys` and `settle_claims_ahead`.)
                 Claimed::Reserved(reservation) => {
+                    debug_assert!(!self.claimed.contains_key(&key), "claimed twice");
                     self.claimed.insert(key, reservation);
                 }
-                // (A key claimed here since the claims were sent, by its
-                // function's own claim, is this module's, not busy.)
-                Claimed::Busy if self.claimed.contains_key(&key) => {}
                 Claimed::Busy => {
+                    debug_assert!(!self.claimed.contains_key(&key), "claimed twice");
                     self.busy.insert(key);
                 }
             }
@@ -1097,6 +1117,7 @@ impl Stored {
     /// compiling it. An entry found is kept as fetched, a reservation as
     /// claimed. A store that does not reserve keys is only looked at.
     fn claim(&mut self, key: StoreKey) -> Served {
+        self.settle_claims_ahead(&key);
         match self.prefetched.get(&key) {
             Some(Some(_)) => return Served::Found,
             // Missing when the flush asked: asked again only to claim it.

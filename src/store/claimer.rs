@@ -49,7 +49,8 @@ pub struct Claimer {
     requests: Option<Sender<(Ticket, Vec<StoreKey>)>>,
     answers: Receiver<Answer>,
     thread: Option<JoinHandle<()>>,
-    /// Answers claimed on the sender's thread (see 3 above).
+    /// Answers claimed on the sender's thread (see 3 above), after those
+    /// the thread gave before it ended, if it did.
     inline: VecDeque<Answer>,
     /// Requests sent.
     sent: u64,
@@ -92,10 +93,11 @@ impl Claimer {
         let keys = match &self.requests {
             Some(requests) => match requests.send((ticket, keys)) {
                 Ok(()) => return ticket,
-                // The thread ended: claimed here from now on (see 3
-                // above).
+                // The thread ended: what it answered comes first, and
+                // from now on requests are claimed here (see 3 above).
                 Err(unsent) => {
                     self.requests = None;
+                    self.inline.extend(self.answers.try_iter());
                     unsent.0.1
                 }
             },
@@ -108,12 +110,9 @@ impl Claimer {
 
     /// The answer to the request `ticket` was given for (see 1 above).
     pub fn receive(&mut self, ticket: Ticket) -> Option<Vec<Claimed>> {
-        // The thread answers every request sent before the first one
-        // claimed here.
-        if self.inline.front().is_none_or(|(first, _)| ticket < *first) {
-            // In the order of the requests: an answer to an earlier one is
-            // dropped. (Where no thread started, its end of the channel
-            // is gone: nothing to wait for.)
+        if self.requests.is_some() {
+            // From the thread, in the order of the requests: an answer to
+            // an earlier one is dropped.
             while let Ok((at, claims)) = self.answers.recv() {
                 if at >= ticket {
                     return (at == ticket).then_some(claims).flatten();
