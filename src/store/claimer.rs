@@ -45,7 +45,8 @@ type Answer = (Ticket, Option<Vec<Claimed>>);
 /// A thread claiming keys in one store (see the [module docs](self)).
 pub struct Claimer {
     store: Arc<dyn CodeStore>,
-    /// `None` once dropping, or where no thread could be started.
+    /// `None` once dropping, where no thread could be started, or once
+    /// the thread is found ended.
     requests: Option<Sender<(Ticket, Vec<StoreKey>)>>,
     answers: Receiver<Answer>,
     thread: Option<JoinHandle<()>>,
