@@ -18,6 +18,7 @@
 //! | 2 | flags: bit 0 set when a MAC ends the entry, bit 1 when the entry holds a verified function's digest; no other bit is used |
 //! | 32 | [`CodeContext::digest`] |
 //! | 32 | [`template_digest`] of the template key words (BLAKE3, derived key) |
+//! | 32 | [`template_sha256`] of the template key words |
 //! | 4 | number of names (slots) of the function |
 //! | 4 | code alignment (a power of two) |
 //! | 8 | compile time, nanoseconds |
@@ -48,11 +49,19 @@
 //! 3. The entry is for the expected context and the expected template:
 //!    equal context digests and equal template digests, so a
 //!    [`StoreKey`](super::StoreKey) collision, or an entry copied under
-//!    another entry's key, is rejected. The template is held as its BLAKE3
-//!    digest, not its words (which took more bytes than the code, 1,041
-//!    of 1,928 per entry on the SQLite corpus): finding two templates with
-//!    one digest is as hard as breaking BLAKE3's collision resistance, the
-//!    property a MAC over the entry relies on already.
+//!    another entry's key, is rejected. The template is held as two
+//!    digests, not its words (which took more bytes than the code, 1,041
+//!    of 1,928 per entry on the SQLite corpus): BLAKE3's and SHA-256's,
+//!    both written by every writer, of which a reader checks one
+//!    ([`checks_by_sha256`] says which): finding two templates with one
+//!    digest is as hard as breaking that hash's collision resistance
+//!    (BLAKE3's is the property a MAC over the entry relies on already).
+//!    Why two: a reader on a CPU with SHA-256 instructions computes
+//!    SHA-256 about twice as fast as BLAKE3 on a key of under a kibibyte
+//!    (BLAKE3 hashes one 1 KiB chunk at a time, and only several chunks
+//!    at once with SIMD), and a reader without them computes it three
+//!    times slower; the format cannot depend on the reader's CPU, so it
+//!    carries both (32 bytes an entry) and each reader takes its faster.
 //! 4. The code is well-formed for defining: the alignment is a power of
 //!    two, every relocation is a known kind and target, every slot is below
 //!    the number of names, every relocation's patched bytes and every own
@@ -85,8 +94,9 @@ use std::time::Duration;
 /// of another version are rejected, and it is hashed into every
 /// [`StoreKey`](super::StoreKey) so that they are not even found. (4: a
 /// verified function's digest may follow the unwind information; 5: the
-/// [`template_digest`] hashes the word count after the words.)
-pub const FORMAT_VERSION: u16 = 5;
+/// [`template_digest`] hashes the word count after the words; 6: the
+/// [`template_sha256`] follows it.)
+pub const FORMAT_VERSION: u16 = 6;
 
 const MAGIC: &[u8; 8] = b"JFCODE\r\n";
 /// Flag bit: a MAC ends the entry.
@@ -184,6 +194,7 @@ pub enum EntryUnwind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     template: [u8; 32],
+    template_sha256: [u8; 32],
     slots: u32,
     bytes: Vec<u8>,
     alignment: u32,
@@ -315,6 +326,7 @@ impl Entry {
             .collect::<Option<Vec<_>>>()?;
         let entry = Self {
             template: template_digest(template.key()),
+            template_sha256: template_sha256(template.key()),
             slots: names.len().try_into().ok()?,
             bytes: code.bytes.clone(),
             alignment: code.alignment,
@@ -366,6 +378,11 @@ impl Entry {
     /// The [`template_digest`] of the template's key words.
     pub fn template_digest(&self) -> &[u8; 32] {
         &self.template
+    }
+
+    /// The [`template_sha256`] of the template's key words.
+    pub fn template_sha256(&self) -> &[u8; 32] {
+        &self.template_sha256
     }
 
     /// How many names (slots) the function has.
@@ -422,7 +439,7 @@ impl Entry {
     /// (see the format in the [module docs](self)).
     pub fn encode(&self, context: &CodeContext, secret: Option<&Secret>) -> Vec<u8> {
         let mut out = Vec::with_capacity(
-            128 + self.template.len() + self.bytes.len() + self.relocs.len() * RELOC_BYTES,
+            160 + self.template.len() + self.bytes.len() + self.relocs.len() * RELOC_BYTES,
         );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -433,6 +450,7 @@ impl Entry {
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(context.digest());
         out.extend_from_slice(&self.template);
+        out.extend_from_slice(&self.template_sha256);
         out.extend_from_slice(&self.slots.to_le_bytes());
         out.extend_from_slice(&self.alignment.to_le_bytes());
         let nanos = u64::try_from(self.compile_time.as_nanos()).unwrap_or(u64::MAX);
@@ -548,8 +566,14 @@ impl Entry {
         if reader.take(32)? != context.digest() {
             return Err(EntryRejected::OtherContext);
         }
-        let template = template_digest(expected);
-        if reader.take(32)? != template {
+        let template: [u8; 32] = reader.take(32)?.try_into().expect("32 bytes");
+        let sha256: [u8; 32] = reader.take(32)?.try_into().expect("32 bytes");
+        if !template_matches(
+            expected,
+            &template,
+            &sha256,
+            checks_by_sha256(expected.len()),
+        ) {
             return Err(EntryRejected::OtherTemplate);
         }
         let slots = reader.u32()?;
@@ -609,6 +633,7 @@ impl Entry {
         }
         let entry = Self {
             template,
+            template_sha256: sha256,
             slots,
             bytes: code,
             alignment,
@@ -675,6 +700,75 @@ pub fn template_digest(words: &[u32]) -> [u8; 32] {
     });
     hasher.update(&(words.len() as u64).to_le_bytes());
     *hasher.finalize().as_bytes()
+}
+
+/// The entry's other digest of the template whose key words are `words`:
+/// SHA-256 over a 64-byte block naming it (`"jitfold template digest,
+/// SHA-256"`, zero-padded), the words, then the word count (`u64`),
+/// little-endian. (A block of its own, so that the state after it is
+/// computed once and cloned.)
+pub fn template_sha256(words: &[u32]) -> [u8; 32] {
+    use sha2::Digest;
+    static FOR_TEMPLATES: LazyLock<sha2::Sha256> = LazyLock::new(|| {
+        let mut block = [0u8; 64];
+        let name = b"jitfold template digest, SHA-256";
+        block[..name.len()].copy_from_slice(name);
+        sha2::Sha256::new_with_prefix(block)
+    });
+    let mut hasher = FOR_TEMPLATES.clone();
+    super::key::words_le(words, |piece| hasher.update(piece));
+    hasher.update((words.len() as u64).to_le_bytes());
+    hasher.finalize().into()
+}
+
+/// Keys of this many bytes or more are checked by their BLAKE3 digest
+/// whatever the CPU: from several chunks on, BLAKE3 hashes chunks side by
+/// side and overtakes SHA-256 even with SHA-256 instructions. (Measured on
+/// this machine, an AMD EPYC with both: over the distinct templates of
+/// each wasm corpus, SQLite's took 5.1 ms with BLAKE3 alone and 3.0 ms
+/// with SHA-256 below 6 KiB, harfbuzz's 2.0 and 1.2, resvg's 5.0 and 4.2;
+/// below 4 KiB or 8 KiB was no better.)
+pub const SHA256_BELOW: usize = 6 << 10;
+
+/// Whether this process checks a template of `words` key words by its
+/// [`template_sha256`] rather than its [`template_digest`]: where the key is
+/// shorter than [`SHA256_BELOW`] bytes and the CPU has SHA-256
+/// instructions (which the `sha2` crate uses when it finds them). Either
+/// check alone is sound (see 3 in the [module docs](self)); this only
+/// picks the faster.
+pub fn checks_by_sha256(words: usize) -> bool {
+    words.saturating_mul(4) < SHA256_BELOW && has_sha256_instructions()
+}
+
+/// Whether `words` are the template whose digests are `blake3` and
+/// `sha256`, by the SHA-256 one if `by_sha256`, else by the BLAKE3 one.
+fn template_matches(words: &[u32], blake3: &[u8; 32], sha256: &[u8; 32], by_sha256: bool) -> bool {
+    if by_sha256 {
+        template_sha256(words) == *sha256
+    } else {
+        template_digest(words) == *blake3
+    }
+}
+
+/// Whether the CPU has the instructions `sha2` computes SHA-256 with (on
+/// x86-64, SHA with SSE2, SSSE3 and SSE4.1, as `sha2` asks; on aarch64,
+/// the SHA-256 extension).
+fn has_sha256_instructions() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("sha")
+            && std::arch::is_x86_feature_detected!("sse2")
+            && std::arch::is_x86_feature_detected!("ssse3")
+            && std::arch::is_x86_feature_detected!("sse4.1")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("sha2")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
 }
 
 /// Reads the body of an entry, failing with `Truncated` past its end.
@@ -904,6 +998,7 @@ mod tests {
     fn small() -> Entry {
         Entry {
             template: template_digest(&[3, 1, 4, 1, 5]),
+            template_sha256: template_sha256(&[3, 1, 4, 1, 5]),
             slots: 2,
             bytes: (0..32).collect(),
             alignment: 16,
@@ -956,7 +1051,7 @@ mod tests {
     }
 
     /// Where the relocation records start in an encoding of [`small`].
-    const RELOCS_AT: usize = 12 + 32 + 32 + 4 + 4 + 8 + 4 + 32 + 4;
+    const RELOCS_AT: usize = 12 + 32 + 32 + 32 + 4 + 4 + 8 + 4 + 32 + 4;
 
     #[test]
     fn the_format_is_pinned() {
@@ -971,7 +1066,7 @@ mod tests {
         // it must come with a new FORMAT_VERSION.
         assert_eq!(
             blake3::hash(&bytes).to_hex()[..16],
-            *"96db4a9d3362c733",
+            *"bf0eba3718527292",
             "{bytes:02x?}"
         );
         let signed = entry.encode(&context(), Some(&Secret::new([1; 32])));
@@ -1034,8 +1129,8 @@ mod tests {
             patched(r3 + 14, &33u32.to_le_bytes()),
             Err(EntryRejected::OutsideCode { offset: 28 })
         );
-        // Alignment (after the words and the slot count).
-        let align_at = 12 + 32 + 32 + 4;
+        // Alignment (after the digests and the slot count).
+        let align_at = 12 + 32 + 32 + 32 + 4;
         assert_eq!(
             patched(align_at, &12u32.to_le_bytes()),
             Err(EntryRejected::BadAlignment(12))
@@ -1075,10 +1170,54 @@ mod tests {
         ] {
             assert_eq!(decode_for(other), Err(EntryRejected::OtherTemplate));
         }
-        // A digest byte changed (checksum made right again).
-        let mut changed = good.clone();
-        changed[12 + 32 + 7] ^= 1;
-        assert_eq!(decode(&reseal(changed)), Err(EntryRejected::OtherTemplate));
+        // A byte of the digest this machine checks changed (checksum made
+        // right again) is another template; the other digest is not read.
+        let (checked, unread) = if checks_by_sha256(5) {
+            (12 + 32 + 32, 12 + 32)
+        } else {
+            (12 + 32, 12 + 32 + 32)
+        };
+        for (at, rejected) in [(checked, true), (unread, false)] {
+            let mut changed = good.clone();
+            changed[at + 7] ^= 1;
+            let result = decode(&reseal(changed));
+            assert_eq!(result.is_err(), rejected, "{result:?}");
+            if rejected {
+                assert_eq!(result, Err(EntryRejected::OtherTemplate));
+            }
+        }
+        // Each digest decides alone, whichever this machine checks.
+        let words = [3, 1, 4, 1, 5];
+        let (b, s) = (template_digest(&words), template_sha256(&words));
+        let mut bad_b = b;
+        bad_b[0] ^= 1;
+        let mut bad_s = s;
+        bad_s[31] ^= 1;
+        for by_sha256 in [false, true] {
+            assert!(template_matches(&words, &b, &s, by_sha256));
+            assert!(!template_matches(&[3, 1, 4, 1, 6], &b, &s, by_sha256));
+            assert!(!template_matches(&[3, 1, 4, 1], &b, &s, by_sha256));
+            assert_eq!(template_matches(&words, &bad_b, &s, by_sha256), by_sha256);
+            assert_eq!(template_matches(&words, &b, &bad_s, by_sha256), !by_sha256);
+        }
+        // Only keys under SHA256_BELOW bytes are ever checked by SHA-256.
+        assert!(!checks_by_sha256(SHA256_BELOW / 4));
+        assert_eq!(
+            checks_by_sha256(SHA256_BELOW / 4 - 1),
+            has_sha256_instructions()
+        );
+        // SHA-256's digest, as its definition says, computed apart.
+        {
+            use sha2::Digest;
+            let mut block = [0u8; 64];
+            block[..32].copy_from_slice(b"jitfold template digest, SHA-256");
+            let mut bytes = block.to_vec();
+            for w in words {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+            bytes.extend_from_slice(&5u64.to_le_bytes());
+            assert_eq!(s, <[u8; 32]>::from(sha2::Sha256::digest(&bytes)));
+        }
         // The digest is of the words, pinned (a change needs a new format
         // version).
         assert_eq!(

@@ -198,6 +198,10 @@ fn real_code_round_trips_and_serves_every_function_with_its_template() {
             decoded.template_digest(),
             &jitfold::store::entry::template_digest(s.f.template.key())
         );
+        assert_eq!(
+            decoded.template_sha256(),
+            &jitfold::store::entry::template_sha256(s.f.template.key())
+        );
     }
     // A MAC'd entry is usable without the secret (which cannot check it).
     assert_eq!(
