@@ -231,7 +231,7 @@ impl<M: Module> DedupModule<M> {
         // known to compile as given.
         let compile_checks = precompiled.is_some() || self.inner_compile_checks;
         let read_digest = (stores && compile_checks && self.checks_uncompiled())
-            .then(|| verify::read_digest(&ctx.func));
+            .then(|| verify::read_digests(&ctx.func));
         let (time, code_bytes, precompiled) = match precompiled {
             None => {
                 let (time, code_bytes) = self.compile_in_inner(id, ctx, ctrl_plane)?;

@@ -126,6 +126,7 @@ use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
 use crate::store::claimer::{Claimer, Ticket};
+use crate::store::entry::Digests;
 use crate::store::load::{
     Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, Unwritten, claim, claim_many,
     load,
@@ -854,7 +855,7 @@ impl<M: Module> DedupModule<M> {
         walk: &WalkRef<'_>,
         template: Option<Template>,
         time: Duration,
-        read_digest: Option<[u8; 32]>,
+        read_digest: Option<Digests>,
     ) {
         let Some(stored) = &self.stored else {
             return;

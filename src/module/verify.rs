@@ -72,7 +72,7 @@
 //!    skips it too.
 //!
 //! 6. A function defined from a store entry is not run through 1, 4 and
-//!    5 when its [read digest](read_digest) is the one the entry holds
+//!    5 when its [read digest](read_digests) is the one the entry holds
 //!    ([`Entry::verified`](crate::store::Entry::verified)): the digest of
 //!    the function whose compile made the entry, recorded only where that
 //!    compile ran the verifier or NaN canonicalization (the flags say so;
@@ -86,10 +86,11 @@
 //!    the verifier, so its entries hold no digest). That compile ran every
 //!    check of 1, 4 and 5 on a function the verifier reads alike (by 3:
 //!    the digest covers every field [`read_alike`] compares, each as
-//!    Cranelift's own `Hash` writes it, see [`read_digest`]) and got no
+//!    Cranelift's own `Hash` writes it, see [`read_digests`]) and got no
 //!    error, so they would give none now. Two functions with one digest
-//!    but read differently would be a BLAKE3 collision (the digest's key
-//!    names the compiler, whose `Hash` encoding it relies on). The entry's digest is as trusted as its code (its
+//!    but read differently would be a collision of BLAKE3 or SHA-256,
+//!    whichever the reader checks (the digests' prefix names the compiler,
+//!    whose `Hash` encoding they rely on). The entry's digest is as trusted as its code (its
 //!    checksum, and its MAC where a secret is set, cover both), so this
 //!    trusts nothing new; Cranelift's own incremental cache returns code
 //!    on the same grounds (`compute_cache_key`, the stencil's `Hash`
@@ -104,6 +105,7 @@ use super::define::panic_as_error;
 use super::{DedupError, DedupModule};
 use crate::fingerprint::Fingerprinter;
 use crate::plan::{Walk, WalkRef};
+use crate::store::entry::Digests;
 use cranelift_codegen::entity::PrimaryMap;
 use cranelift_codegen::ir::function::FunctionStencil;
 use cranelift_codegen::ir::{self, Function};
@@ -221,37 +223,80 @@ impl<'a> ReadFields<'a> {
     }
 }
 
-/// The key derivation context of [`read_digest`]: what `Hash` writes is
+/// The key derivation context of [`read_digests`]: what `Hash` writes is
 /// Rust's to choose, and only one compiler version is sure to write one
 /// stencil alike (`build.rs` records it), so digests of builds by other
 /// compilers never match; nor do digests of another encoding (the `2`:
-/// lengths and discriminants as LEB128, see [`read_digest`]).
+/// lengths and discriminants as LEB128, see [`read_digests`]).
 const READ_DIGEST_CONTEXT: &str = concat!("jitfold read digest 2, ", env!("JITFOLD_RUSTC_VERSION"));
 
-/// The digest of `func` as the verifier reads it (see 6 above): BLAKE3
-/// (derived key [`READ_DIGEST_CONTEXT`]) over its [`ReadFields`], as their
-/// `Hash` writes them: Cranelift's own, derived but for a few types, which
-/// hash what their `PartialEq` compares but for caches derived from it
-/// (`AliasRegionSet`'s map from regions back to their numbers, which no
-/// check reads). Lengths and enum discriminants (`usize` and `isize`, most
-/// of them small) are written as LEB128 (`isize` zigzagged) instead of 8
-/// bytes each: a code in which no word is the start of another, so the
-/// stream still determines every value written, in order, and BLAKE3 has
-/// a sixth less to hash (a warm start of SQLite's functions: 23 MB
-/// instead of 28).
-pub(super) fn read_digest(func: &Function) -> [u8; 32] {
+/// The digests of `func` as the verifier reads it (see 6 above), as the
+/// writer of an entry records them: BLAKE3 (derived key
+/// [`READ_DIGEST_CONTEXT`]) and SHA-256 (after a 64-byte block: the
+/// SHA-256 of that context, then zeros) over what its [`ReadFields`]
+/// write through `Hash`. Cranelift's own `Hash`, derived but for a few
+/// types, which hash what their `PartialEq` compares but for caches
+/// derived from it (`AliasRegionSet`'s map from regions back to their
+/// numbers, which no check reads). Lengths and enum discriminants (`usize`
+/// and `isize`, most of them small) are written as LEB128 (`isize`
+/// zigzagged) instead of 8 bytes each: a code in which no word is the
+/// start of another, so the stream still determines every value written,
+/// in order, and there is a sixth less to hash (a warm start of SQLite's
+/// functions: 23 MB instead of 28). A reader checks one of the two
+/// ([`read_digest_matches`]); SHA-256's is left out (zeros) where no
+/// reader checks it ([`Digests::of`]).
+pub(super) fn read_digests(func: &Function) -> Digests {
+    let written = read_fields_written(func);
+    Digests::of(
+        written.len(),
+        || read_blake3(&written),
+        || read_sha256(&written),
+    )
+}
+
+/// Whether `func`'s read fields are those whose digests an entry holds as
+/// `digests`: by whichever digest this machine computes faster for their
+/// length ([`Digests::matches`]; either alone is collision-resistant).
+pub(super) fn read_digest_matches(func: &Function, digests: &Digests) -> bool {
+    let written = read_fields_written(func);
+    digests.matches(
+        written.len(),
+        || read_blake3(&written),
+        || read_sha256(&written),
+    )
+}
+
+/// What `func`'s [`ReadFields`] write through `Hash` (see [`read_digests`]).
+fn read_fields_written(func: &Function) -> Vec<u8> {
     use std::hash::Hash;
     let mut written = Written(Vec::with_capacity(64 * size_of(func)));
     ReadFields::of(func).hash(&mut written);
+    written.0
+}
+
+/// The BLAKE3 half of [`read_digests`].
+fn read_blake3(written: &[u8]) -> [u8; 32] {
     // The hasher as made for the context, cloned: deriving the key from
     // the context anew is a compression per function.
     static FOR_READS: LazyLock<blake3::Hasher> =
         LazyLock::new(|| blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT));
-    *FOR_READS.clone().update(&written.0).finalize().as_bytes()
+    *FOR_READS.clone().update(written).finalize().as_bytes()
+}
+
+/// The SHA-256 half of [`read_digests`].
+fn read_sha256(written: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    // The state after the context's block, computed once and cloned.
+    static FOR_READS: LazyLock<sha2::Sha256> = LazyLock::new(|| {
+        let mut block = [0u8; 64];
+        block[..32].copy_from_slice(&sha2::Sha256::digest(READ_DIGEST_CONTEXT));
+        sha2::Sha256::new_with_prefix(block)
+    });
+    FOR_READS.clone().chain_update(written).finalize().into()
 }
 
 /// Collects what `Hash` writes (Cranelift's types hash through the generic
-/// `Hasher`), for [`read_digest`]: bytes as given, `usize` and `isize` as
+/// `Hasher`), for [`read_digests`]: bytes as given, `usize` and `isize` as
 /// LEB128 (`isize` zigzagged).
 struct Written(Vec<u8>);
 
@@ -299,7 +344,7 @@ impl<M: Module> DedupModule<M> {
     pub(super) fn verified_by_entry(
         &mut self,
         func: &Function,
-        digest: Option<&[u8; 32]>,
+        digest: Option<&Digests>,
         verified: &mut Unverified,
     ) {
         let Some(digest) = digest else {
@@ -308,7 +353,7 @@ impl<M: Module> DedupModule<M> {
         if verified.done || !self.checks_uncompiled() {
             return;
         }
-        if read_digest(func) == *digest {
+        if read_digest_matches(func, digest) {
             verified.done = true;
             self.stats.verified_by_equality += 1;
         }
@@ -352,7 +397,7 @@ impl<M: Module> DedupModule<M> {
     pub(super) fn verify_for_entry(
         &mut self,
         func: &Function,
-        digest: Option<&[u8; 32]>,
+        digest: Option<&Digests>,
         found: Option<ModuleResult<Checked>>,
         verified: &mut Unverified,
     ) -> ModuleResult<()> {
@@ -439,13 +484,13 @@ pub(super) enum Checked {
 pub(super) fn checks_for_entry(
     func: &Function,
     isa: &dyn TargetIsa,
-    digest: Option<&[u8; 32]>,
+    digest: Option<&Digests>,
     named: Named,
 ) -> ModuleResult<Checked> {
     if !checks_uncompiled(isa) {
         return super::aliases::check(func, isa, named).map(|()| Checked::Ran);
     }
-    if digest.is_some_and(|digest| read_digest(func) == *digest) {
+    if digest.is_some_and(|digest| read_digest_matches(func, digest)) {
         return Ok(Checked::ByEntry);
     }
     run_checks(func, isa, named).map(|()| Checked::Ran)
@@ -677,7 +722,8 @@ mod tests {
     /// on these pairs: source locations aside, any change shows.
     #[test]
     fn the_read_digest_differs_where_the_verifier_reads_a_difference() {
-        use super::{read_alike, read_digest};
+        use super::{read_alike, read_digest_matches, read_digests};
+        let read_digest = read_digests;
         use cranelift_codegen::ir::{RelSourceLoc, StackSlotData, StackSlotKind};
         let base = of(10, 0);
         let mut located = of(10, 0);
@@ -712,30 +758,68 @@ mod tests {
         assert_eq!(read_digest(&base.clone()), digest);
         assert!(read_alike(&base, &located));
         assert_eq!(read_digest(&located), digest);
+        assert!(read_digest_matches(&located, &digest));
         for other in [of(10, 1), of(11, 0), unreachable, slot, limited, unplaced] {
             assert!(!read_alike(&base, &other));
-            assert_ne!(read_digest(&other), digest, "{}", other.display());
+            let theirs = read_digest(&other);
+            assert_ne!(theirs.blake3, digest.blake3, "{}", other.display());
+            assert_ne!(theirs.sha256, digest.sha256, "{}", other.display());
+            assert!(!read_digest_matches(&other, &digest));
         }
     }
 
-    /// The digest is BLAKE3 with the key derived from its context, over
-    /// what the function's read fields write: the hasher kept and cloned
-    /// for each digest gives what one derived anew does, every time (the
-    /// digests are stored in entries, so they must not drift).
+    /// The digests are BLAKE3 with the key derived from their context,
+    /// and SHA-256 after a block of the context's SHA-256, over what the
+    /// function's read fields write: the hashers kept and cloned for each
+    /// digest give what ones made anew do, every time (the digests are
+    /// stored in entries, so they must not drift). A function matches its
+    /// own digests, small (read by SHA-256 where this CPU has its
+    /// instructions) or large (by BLAKE3), and not digests with the one
+    /// this machine reads changed.
     #[test]
-    fn the_read_digest_is_blake3_keyed_by_its_context_over_the_fields_read() {
-        use super::{READ_DIGEST_CONTEXT, ReadFields, read_digest};
+    fn the_read_digests_are_blake3_and_sha256_of_their_context_and_the_fields_read() {
+        use super::{READ_DIGEST_CONTEXT, ReadFields, read_digest_matches, read_digests};
+        use crate::store::entry::{SHA256_BELOW, checks_by_sha256};
+        use sha2::Digest;
         use std::hash::Hash;
-        for n in [1, 10, 500] {
+        let mut both_ways = [false; 2];
+        for n in [1, 10, 500, 2000] {
             let func = of(n, 7);
             let mut written = Written(Vec::new());
             ReadFields::of(&func).hash(&mut written);
-            let fresh = *blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT)
+            let blake3 = *blake3::Hasher::new_derive_key(READ_DIGEST_CONTEXT)
                 .update(&written.0)
                 .finalize()
                 .as_bytes();
-            assert_eq!(read_digest(&func), fresh, "{n} instructions");
-            assert_eq!(read_digest(&func), fresh, "{n} instructions, again");
+            let mut prefix = sha2::Sha256::digest(READ_DIGEST_CONTEXT).to_vec();
+            prefix.resize(64, 0);
+            prefix.extend_from_slice(&written.0);
+            let sha256: [u8; 32] = if written.0.len() < SHA256_BELOW {
+                sha2::Sha256::digest(&prefix).into()
+            } else {
+                [0; 32]
+            };
+            let digests = read_digests(&func);
+            assert_eq!((digests.blake3, digests.sha256), (blake3, sha256), "{n}");
+            assert_eq!(read_digests(&func), digests, "{n} instructions, again");
+            assert!(read_digest_matches(&func, &digests));
+            let by_sha256 = checks_by_sha256(written.0.len());
+            both_ways[usize::from(by_sha256)] = true;
+            let mut changed = digests;
+            if by_sha256 {
+                changed.sha256[0] ^= 1;
+            } else {
+                changed.blake3[0] ^= 1;
+            }
+            assert!(!read_digest_matches(&func, &changed), "{n}");
         }
+        // The largest function is read by BLAKE3 on every machine; the
+        // smallest by SHA-256 where the CPU has its instructions.
+        assert!(both_ways[0]);
+        assert_eq!(
+            both_ways[1],
+            checks_by_sha256(0),
+            "a small function is read by SHA-256 exactly where this machine can"
+        );
     }
 }

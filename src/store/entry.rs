@@ -25,7 +25,7 @@
 //! | 4 + n | code length, code bytes |
 //! | 4 + 18·n | number of relocations; each: offset (4), kind (1), target kind (1), addend (8), target (4: slot, own offset, libcall or known symbol number) |
 //! | 1 [+ 4 + n] | unwind information: 0 none, 1 present (length, postcard bytes of Cranelift's `UnwindInfo`), 2 left out |
-//! | 32 | with flag bit 1: the [verified function's digest](Entry::verified) |
+//! | 64 | with flag bit 1: the [verified function's digests](Entry::verified), BLAKE3's then SHA-256's |
 //! | 16 | XXH3-128 of every byte before it |
 //! | 32 | with flag bit 0: keyed BLAKE3 of every byte before it, keyed with the [`Secret`] |
 //!
@@ -95,7 +95,8 @@ use std::time::Duration;
 /// [`StoreKey`](super::StoreKey) so that they are not even found. (4: a
 /// verified function's digest may follow the unwind information; 5: the
 /// [`template_digest`] hashes the word count after the words; 6: the
-/// [`template_sha256`] follows it.)
+/// [`template_sha256`] follows it, and a verified function's digests are
+/// a [`Digests`] pair.)
 pub const FORMAT_VERSION: u16 = 6;
 
 const MAGIC: &[u8; 8] = b"JFCODE\r\n";
@@ -193,15 +194,83 @@ pub enum EntryUnwind {
 /// whether it was decoded or built with [`Entry::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
-    template: [u8; 32],
-    template_sha256: [u8; 32],
+    template: Digests,
     slots: u32,
     bytes: Vec<u8>,
     alignment: u32,
     relocs: Vec<EntryReloc>,
     compile_time: Duration,
     unwind: EntryUnwind,
-    verified: Option<[u8; 32]>,
+    verified: Option<Digests>,
+}
+
+/// A BLAKE3 and a SHA-256 digest of one input, as an entry carries its
+/// template's and a verified function's: both written (SHA-256's only
+/// where it may be read, see [`Digests::of`]), one checked
+/// ([`Digests::matches`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Digests {
+    /// The BLAKE3 digest.
+    pub blake3: [u8; 32],
+    /// The SHA-256 digest.
+    pub sha256: [u8; 32],
+}
+
+impl Digests {
+    /// Whether the input of `len` bytes whose digests `blake3` and
+    /// `sha256` compute is the one these are digests of: by SHA-256 where
+    /// [`checks_by_sha256`] says so for `len`, else by BLAKE3 (only the
+    /// digest compared is computed).
+    pub fn matches(
+        &self,
+        len: usize,
+        blake3: impl FnOnce() -> [u8; 32],
+        sha256: impl FnOnce() -> [u8; 32],
+    ) -> bool {
+        self.matches_by(checks_by_sha256(len), blake3, sha256)
+    }
+
+    /// As [`Digests::matches`], by SHA-256 if `by_sha256`, else by BLAKE3.
+    fn matches_by(
+        &self,
+        by_sha256: bool,
+        blake3: impl FnOnce() -> [u8; 32],
+        sha256: impl FnOnce() -> [u8; 32],
+    ) -> bool {
+        if by_sha256 {
+            sha256() == self.sha256
+        } else {
+            blake3() == self.blake3
+        }
+    }
+
+    /// The digests of the template whose key words are `words`.
+    pub fn of_template(words: &[u32]) -> Self {
+        Self::of(
+            words.len().saturating_mul(4),
+            || template_digest(words),
+            || template_sha256(words),
+        )
+    }
+
+    /// The digests of an input of `len` bytes, computed by `blake3` and
+    /// `sha256`: SHA-256's only where a reader may check it, an input
+    /// shorter than [`SHA256_BELOW`] (zeros otherwise, never read), so
+    /// that a writer pays for it only where it is cheap.
+    pub fn of(
+        len: usize,
+        blake3: impl FnOnce() -> [u8; 32],
+        sha256: impl FnOnce() -> [u8; 32],
+    ) -> Self {
+        Self {
+            blake3: blake3(),
+            sha256: if len < SHA256_BELOW {
+                sha256()
+            } else {
+                [0; 32]
+            },
+        }
+    }
 }
 
 /// Why bytes were not accepted as an entry (see the [module docs](self)).
@@ -325,8 +394,7 @@ impl Entry {
             })
             .collect::<Option<Vec<_>>>()?;
         let entry = Self {
-            template: template_digest(template.key()),
-            template_sha256: template_sha256(template.key()),
+            template: Digests::of_template(template.key()),
             slots: names.len().try_into().ok()?,
             bytes: code.bytes.clone(),
             alignment: code.alignment,
@@ -377,12 +445,12 @@ impl Entry {
 
     /// The [`template_digest`] of the template's key words.
     pub fn template_digest(&self) -> &[u8; 32] {
-        &self.template
+        &self.template.blake3
     }
 
     /// The [`template_sha256`] of the template's key words.
     pub fn template_sha256(&self) -> &[u8; 32] {
-        &self.template_sha256
+        &self.template.sha256
     }
 
     /// How many names (slots) the function has.
@@ -422,7 +490,7 @@ impl Entry {
     /// equal, is the writer's and reader's contract (a `DedupModule`'s:
     /// see `verify.rs` in `src/module/`); the entry only carries it, under
     /// its checksum and MAC.
-    pub fn with_verified(self, digest: [u8; 32]) -> Self {
+    pub fn with_verified(self, digest: Digests) -> Self {
         Self {
             verified: Some(digest),
             ..self
@@ -431,16 +499,14 @@ impl Entry {
 
     /// The digest of the function the code was compiled from, where the
     /// writer recorded one ([`Entry::with_verified`]).
-    pub fn verified(&self) -> Option<&[u8; 32]> {
+    pub fn verified(&self) -> Option<&Digests> {
         self.verified.as_ref()
     }
 
     /// The entry's bytes in `context`, with a MAC when `secret` is given
     /// (see the format in the [module docs](self)).
     pub fn encode(&self, context: &CodeContext, secret: Option<&Secret>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            160 + self.template.len() + self.bytes.len() + self.relocs.len() * RELOC_BYTES,
-        );
+        let mut out = Vec::with_capacity(256 + self.bytes.len() + self.relocs.len() * RELOC_BYTES);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         let mut flags = if secret.is_some() { FLAG_MAC } else { 0 };
@@ -449,8 +515,8 @@ impl Entry {
         }
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(context.digest());
-        out.extend_from_slice(&self.template);
-        out.extend_from_slice(&self.template_sha256);
+        out.extend_from_slice(&self.template.blake3);
+        out.extend_from_slice(&self.template.sha256);
         out.extend_from_slice(&self.slots.to_le_bytes());
         out.extend_from_slice(&self.alignment.to_le_bytes());
         let nanos = u64::try_from(self.compile_time.as_nanos()).unwrap_or(u64::MAX);
@@ -485,8 +551,9 @@ impl Entry {
             },
             EntryUnwind::Omitted => out.push(UNWIND_OMITTED),
         }
-        if let Some(digest) = &self.verified {
-            out.extend_from_slice(digest);
+        if let Some(digests) = &self.verified {
+            out.extend_from_slice(&digests.blake3);
+            out.extend_from_slice(&digests.sha256);
         }
         let checksum = xxhash_rust::xxh3::xxh3_128(&out);
         out.extend_from_slice(&checksum.to_le_bytes());
@@ -566,14 +633,13 @@ impl Entry {
         if reader.take(32)? != context.digest() {
             return Err(EntryRejected::OtherContext);
         }
-        let template: [u8; 32] = reader.take(32)?.try_into().expect("32 bytes");
-        let sha256: [u8; 32] = reader.take(32)?.try_into().expect("32 bytes");
-        if !template_matches(
-            expected,
-            &template,
-            &sha256,
-            checks_by_sha256(expected.len()),
-        ) {
+        let template = reader.digests()?;
+        let words_match = template.matches(
+            expected.len().saturating_mul(4),
+            || template_digest(expected),
+            || template_sha256(expected),
+        );
+        if !words_match {
             return Err(EntryRejected::OtherTemplate);
         }
         let slots = reader.u32()?;
@@ -624,7 +690,7 @@ impl Entry {
             _ => return Err(EntryRejected::BadUnwind),
         };
         let verified = if flags & FLAG_VERIFIED != 0 {
-            Some(reader.take(32)?.try_into().expect("32 bytes"))
+            Some(reader.digests()?)
         } else {
             None
         };
@@ -633,7 +699,6 @@ impl Entry {
         }
         let entry = Self {
             template,
-            template_sha256: sha256,
             slots,
             bytes: code,
             alignment,
@@ -730,24 +795,14 @@ pub fn template_sha256(words: &[u32]) -> [u8; 32] {
 /// below 4 KiB or 8 KiB was no better.)
 pub const SHA256_BELOW: usize = 6 << 10;
 
-/// Whether this process checks a template of `words` key words by its
-/// [`template_sha256`] rather than its [`template_digest`]: where the key is
-/// shorter than [`SHA256_BELOW`] bytes and the CPU has SHA-256
-/// instructions (which the `sha2` crate uses when it finds them). Either
-/// check alone is sound (see 3 in the [module docs](self)); this only
-/// picks the faster.
-pub fn checks_by_sha256(words: usize) -> bool {
-    words.saturating_mul(4) < SHA256_BELOW && has_sha256_instructions()
-}
-
-/// Whether `words` are the template whose digests are `blake3` and
-/// `sha256`, by the SHA-256 one if `by_sha256`, else by the BLAKE3 one.
-fn template_matches(words: &[u32], blake3: &[u8; 32], sha256: &[u8; 32], by_sha256: bool) -> bool {
-    if by_sha256 {
-        template_sha256(words) == *sha256
-    } else {
-        template_digest(words) == *blake3
-    }
+/// Whether this process checks an input of `len` bytes (a template's key
+/// words, a verified function's read fields) by its SHA-256 digest rather
+/// than its BLAKE3 one: where it is shorter than [`SHA256_BELOW`] bytes
+/// and the CPU has SHA-256 instructions (which the `sha2` crate uses when
+/// it finds them). Either check alone is sound (see 3 in the [module
+/// docs](self)); this only picks the faster.
+pub fn checks_by_sha256(len: usize) -> bool {
+    len < SHA256_BELOW && has_sha256_instructions()
 }
 
 /// Whether the CPU has the instructions `sha2` computes SHA-256 with (on
@@ -774,6 +829,16 @@ fn has_sha256_instructions() -> bool {
 /// Reads the body of an entry, failing with `Truncated` past its end.
 struct Reader<'a> {
     bytes: &'a [u8],
+}
+
+impl Reader<'_> {
+    /// A [`Digests`] pair: BLAKE3's 32 bytes, then SHA-256's.
+    fn digests(&mut self) -> Result<Digests, EntryRejected> {
+        Ok(Digests {
+            blake3: self.take(32)?.try_into().expect("32 bytes"),
+            sha256: self.take(32)?.try_into().expect("32 bytes"),
+        })
+    }
 }
 
 impl<'a> Reader<'a> {
@@ -997,8 +1062,7 @@ mod tests {
     /// A small entry of every target kind, built by hand.
     fn small() -> Entry {
         Entry {
-            template: template_digest(&[3, 1, 4, 1, 5]),
-            template_sha256: template_sha256(&[3, 1, 4, 1, 5]),
+            template: Digests::of_template(&[3, 1, 4, 1, 5]),
             slots: 2,
             bytes: (0..32).collect(),
             alignment: 16,
@@ -1172,7 +1236,7 @@ mod tests {
         }
         // A byte of the digest this machine checks changed (checksum made
         // right again) is another template; the other digest is not read.
-        let (checked, unread) = if checks_by_sha256(5) {
+        let (checked, unread) = if checks_by_sha256(20) {
             (12 + 32 + 32, 12 + 32)
         } else {
             (12 + 32, 12 + 32 + 32)
@@ -1188,22 +1252,44 @@ mod tests {
         }
         // Each digest decides alone, whichever this machine checks.
         let words = [3, 1, 4, 1, 5];
-        let (b, s) = (template_digest(&words), template_sha256(&words));
-        let mut bad_b = b;
-        bad_b[0] ^= 1;
-        let mut bad_s = s;
-        bad_s[31] ^= 1;
+        let good_digests = Digests::of_template(&words);
+        let s = good_digests.sha256;
+        let mut bad_b = good_digests;
+        bad_b.blake3[0] ^= 1;
+        let mut bad_s = good_digests;
+        bad_s.sha256[31] ^= 1;
         for by_sha256 in [false, true] {
-            assert!(template_matches(&words, &b, &s, by_sha256));
-            assert!(!template_matches(&[3, 1, 4, 1, 6], &b, &s, by_sha256));
-            assert!(!template_matches(&[3, 1, 4, 1], &b, &s, by_sha256));
-            assert_eq!(template_matches(&words, &bad_b, &s, by_sha256), by_sha256);
-            assert_eq!(template_matches(&words, &b, &bad_s, by_sha256), !by_sha256);
+            let matches = |digests: Digests, words: &[u32]| {
+                digests.matches_by(
+                    by_sha256,
+                    || template_digest(words),
+                    || template_sha256(words),
+                )
+            };
+            assert!(matches(good_digests, &words));
+            assert!(!matches(good_digests, &[3, 1, 4, 1, 6]));
+            assert!(!matches(good_digests, &[3, 1, 4, 1]));
+            assert_eq!(matches(bad_b, &words), by_sha256);
+            assert_eq!(matches(bad_s, &words), !by_sha256);
         }
-        // Only keys under SHA256_BELOW bytes are ever checked by SHA-256.
-        assert!(!checks_by_sha256(SHA256_BELOW / 4));
+        // Only inputs under SHA256_BELOW bytes are ever checked by SHA-256,
+        // so a writer leaves its digest of a longer one out (zeros).
+        assert!(!checks_by_sha256(SHA256_BELOW));
+        let long = vec![7u32; SHA256_BELOW / 4];
+        let long_digests = Digests::of_template(&long);
+        assert_eq!(long_digests.sha256, [0; 32]);
+        assert!(long_digests.matches(
+            SHA256_BELOW,
+            || template_digest(&long),
+            || panic!("SHA-256 is never read at this length")
+        ));
+        let shorter = &long[1..];
         assert_eq!(
-            checks_by_sha256(SHA256_BELOW / 4 - 1),
+            Digests::of_template(shorter).sha256,
+            template_sha256(shorter)
+        );
+        assert_eq!(
+            checks_by_sha256(SHA256_BELOW - 1),
             has_sha256_instructions()
         );
         // SHA-256's digest, as its definition says, computed apart.
@@ -1234,26 +1320,32 @@ mod tests {
         assert_eq!(template_digest(&long), *hasher.finalize().as_bytes());
     }
 
-    /// A verified function's digest is carried under the checksum, after
-    /// the unwind information, and flagged; an entry without one encodes
-    /// as before (the pinned bytes above).
+    /// A verified function's digests are carried under the checksum,
+    /// after the unwind information, and flagged; an entry without them
+    /// encodes as before (the pinned bytes above).
     #[test]
     fn a_verified_digest_round_trips_under_the_checksum() {
         let plain = small().encode(&context(), None);
-        let entry = small().with_verified([7; 32]);
-        assert_eq!(entry.verified(), Some(&[7; 32]));
+        let digests = Digests {
+            blake3: [7; 32],
+            sha256: [9; 32],
+        };
+        let entry = small().with_verified(digests);
+        assert_eq!(entry.verified(), Some(&digests));
         assert_eq!(small().verified(), None);
         let bytes = entry.encode(&context(), None);
-        assert_eq!(bytes.len(), plain.len() + 32);
+        assert_eq!(bytes.len(), plain.len() + 64);
         assert_eq!(bytes[10], FLAG_VERIFIED as u8);
-        assert_eq!(bytes[bytes.len() - CHECKSUM_BYTES - 32..][..32], [7; 32]);
+        let at = bytes.len() - CHECKSUM_BYTES - 64;
+        assert_eq!(bytes[at..][..32], [7; 32]);
+        assert_eq!(bytes[at + 32..][..32], [9; 32]);
         assert_eq!(decode(&bytes), Ok(entry.clone()));
         // Signed: both flags, and the MAC covers the digest.
         let secret = Secret::new([1; 32]);
         let signed = entry.encode(&context(), Some(&secret));
         assert_eq!(signed[10], (FLAG_MAC | FLAG_VERIFIED) as u8);
         let decoded = Entry::decode_words(&signed, &context(), &[3, 1, 4, 1, 5], Some(&secret));
-        assert_eq!(decoded.as_ref().map(Entry::verified), Ok(Some(&[7; 32])));
+        assert_eq!(decoded.as_ref().map(Entry::verified), Ok(Some(&digests)));
         let mut forged = signed.clone();
         let at = forged.len() - MAC_BYTES - CHECKSUM_BYTES - 1;
         forged[at] ^= 1;

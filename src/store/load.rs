@@ -29,6 +29,7 @@
 //! `DedupModule` verifies every function it defines without compiling in
 //! one place (`verify.rs` in `src/module/`), after a hit here.
 
+use super::entry::Digests;
 use super::{
     Claim, CodeContext, CodeStore, Entry, EntryRejected, EntryUnwind, Secret, StoreError, StoreKey,
 };
@@ -69,7 +70,7 @@ pub struct Loaded {
     pub compile_time: Duration,
     /// The digest of the function it was compiled from, where the entry
     /// holds one ([`Entry::verified`]).
-    pub verified: Option<[u8; 32]>,
+    pub verified: Option<Digests>,
 }
 
 /// Why an entry found is not used (see 1 above).
