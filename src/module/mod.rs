@@ -241,7 +241,7 @@
 //! | `forward.rs` | the `Module` implementation | |
 //! | `ids.rs` | each id's state, misuse checks, references, finalization | `Ids` |
 //! | `define.rs` | carries out a plan for one function, counts its outcome | |
-//! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike; not for one read alike to the function a store entry was compiled from) | `Verified`, `read_digest` |
+//! | `verify.rs` | the walk that never panics, verification before trust (once for functions exactly alike; not for one read alike to the function a store entry was compiled from) | `Verified`, `read_digests`, `read_digest_matches` |
 //! | `flush.rs` | a flush's record of each function: its role, walk, original and code | `Record` |
 //! | `duplicates.rs` | batch mode: one round of planning decided as a value (which function is a duplicate of which, and what that counts on), pure | |
 //! | `batch.rs` | batch mode: refine, plan duplicates round by round (verifying what each round counts on), define, report failures | `Batch` |

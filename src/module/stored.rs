@@ -846,7 +846,7 @@ impl<M: Module> DedupModule<M> {
     /// Stores the code just compiled for a function walked as `walk` (with
     /// template `template`, compiled in `time`): in `ctx`, or on another
     /// thread (`precompiled`), if there is a store and the code can be
-    /// retargeted. `read_digest` is the function's read digest before the
+    /// retargeted. `read_digest` is the function's read digests before the
     /// compile, where the compile checked it (see 6 in `verify.rs`).
     pub(super) fn store_compiled(
         &mut self,

@@ -15,10 +15,10 @@
 //! | --- | --- |
 //! | 8 | magic `JFCODE\r\n` |
 //! | 2 | format version |
-//! | 2 | flags: bit 0 set when a MAC ends the entry, bit 1 when the entry holds a verified function's digest; no other bit is used |
+//! | 2 | flags: bit 0 set when a MAC ends the entry, bit 1 when the entry holds a verified function's digests; no other bit is used |
 //! | 32 | [`CodeContext::digest`] |
 //! | 32 | [`template_digest`] of the template key words (BLAKE3, derived key) |
-//! | 32 | [`template_sha256`] of the template key words |
+//! | 32 | [`template_sha256`] of the template key words (zeros for a key of [`SHA256_BELOW`] bytes or more, which no reader checks by it) |
 //! | 4 | number of names (slots) of the function |
 //! | 4 | code alignment (a power of two) |
 //! | 8 | compile time, nanoseconds |
@@ -47,21 +47,25 @@
 //!    secret over the whole entry (compared in constant time). Without
 //!    one, an entry's MAC is not checked (and cannot be).
 //! 3. The entry is for the expected context and the expected template:
-//!    equal context digests and equal template digests, so a
+//!    equal context digests and, of the template's two digests, equal
+//!    ones by the one this reader checks, so a
 //!    [`StoreKey`](super::StoreKey) collision, or an entry copied under
 //!    another entry's key, is rejected. The template is held as two
 //!    digests, not its words (which took more bytes than the code, 1,041
 //!    of 1,928 per entry on the SQLite corpus): BLAKE3's and SHA-256's,
-//!    both written by every writer, of which a reader checks one
-//!    ([`checks_by_sha256`] says which): finding two templates with one
-//!    digest is as hard as breaking that hash's collision resistance
-//!    (BLAKE3's is the property a MAC over the entry relies on already).
-//!    Why two: a reader on a CPU with SHA-256 instructions computes
-//!    SHA-256 about twice as fast as BLAKE3 on a key of under a kibibyte
-//!    (BLAKE3 hashes one 1 KiB chunk at a time, and only several chunks
-//!    at once with SIMD), and a reader without them computes it three
-//!    times slower; the format cannot depend on the reader's CPU, so it
-//!    carries both (32 bytes an entry) and each reader takes its faster.
+//!    of which a reader checks one ([`checks_by_sha256`] says which; a
+//!    writer leaves SHA-256's out, as zeros, for a key of
+//!    [`SHA256_BELOW`] bytes or more, which every reader checks by
+//!    BLAKE3): finding two templates with one digest is as hard as
+//!    breaking that hash's collision resistance (BLAKE3's is the
+//!    property a MAC over the entry relies on already). Why two: a reader
+//!    on a CPU with SHA-256 instructions computes SHA-256 up to twice as
+//!    fast as BLAKE3 on a key under 6 KiB (BLAKE3 hashes one 1 KiB chunk
+//!    at a time, and only several chunks at once with SIMD), and a reader
+//!    without them computes it about three times slower; the format
+//!    cannot depend on the reader's CPU, so it carries both (32 bytes an
+//!    entry) and each reader takes its faster. [`SHA256_BELOW`] is part of
+//!    the format: changing it needs a new [`FORMAT_VERSION`].
 //! 4. The code is well-formed for defining: the alignment is a power of
 //!    two, every relocation is a known kind and target, every slot is below
 //!    the number of names, every relocation's patched bytes and every own
@@ -102,7 +106,7 @@ pub const FORMAT_VERSION: u16 = 6;
 const MAGIC: &[u8; 8] = b"JFCODE\r\n";
 /// Flag bit: a MAC ends the entry.
 const FLAG_MAC: u16 = 1;
-/// Flag bit: the entry holds a verified function's digest.
+/// Flag bit: the entry holds a verified function's digests.
 const FLAG_VERIFIED: u16 = 2;
 const CHECKSUM_BYTES: usize = 16;
 const MAC_BYTES: usize = 32;
@@ -206,8 +210,9 @@ pub struct Entry {
 
 /// A BLAKE3 and a SHA-256 digest of one input, as an entry carries its
 /// template's and a verified function's: both written (SHA-256's only
-/// where it may be read, see [`Digests::of`]), one checked
-/// ([`Digests::matches`]).
+/// where a reader may check it, an input under [`SHA256_BELOW`] bytes;
+/// zeros otherwise), one checked: SHA-256's where [`checks_by_sha256`]
+/// says so for the input's length, else BLAKE3's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Digests {
     /// The BLAKE3 digest.
@@ -221,7 +226,7 @@ impl Digests {
     /// `sha256` compute is the one these are digests of: by SHA-256 where
     /// [`checks_by_sha256`] says so for `len`, else by BLAKE3 (only the
     /// digest compared is computed).
-    pub fn matches(
+    pub(crate) fn matches(
         &self,
         len: usize,
         blake3: impl FnOnce() -> [u8; 32],
@@ -245,7 +250,7 @@ impl Digests {
     }
 
     /// The digests of the template whose key words are `words`.
-    pub fn of_template(words: &[u32]) -> Self {
+    pub(crate) fn of_template(words: &[u32]) -> Self {
         Self::of(
             words.len().saturating_mul(4),
             || template_digest(words),
@@ -257,7 +262,7 @@ impl Digests {
     /// `sha256`: SHA-256's only where a reader may check it, an input
     /// shorter than [`SHA256_BELOW`] (zeros otherwise, never read), so
     /// that a writer pays for it only where it is cheap.
-    pub fn of(
+    pub(crate) fn of(
         len: usize,
         blake3: impl FnOnce() -> [u8; 32],
         sha256: impl FnOnce() -> [u8; 32],
@@ -483,13 +488,13 @@ impl Entry {
         &self.unwind
     }
 
-    /// This entry, holding `digest`: the digest of the function its code
+    /// This entry, holding `digest`: the digests of the function its code
     /// was compiled from, by a compile that ran Cranelift's checks on it
-    /// (the verifier, as the entry's context's flags say). What the digest
-    /// covers, and so what a reader may skip when a function's digest is
-    /// equal, is the writer's and reader's contract (a `DedupModule`'s:
-    /// see `verify.rs` in `src/module/`); the entry only carries it, under
-    /// its checksum and MAC.
+    /// (the verifier, as the entry's context's flags say). What the
+    /// digests cover, and so what a reader may skip when a function's
+    /// digest is equal, is the writer's and reader's contract (a
+    /// `DedupModule`'s: see `verify.rs` in `src/module/`); the entry only
+    /// carries them, under its checksum and MAC.
     pub fn with_verified(self, digest: Digests) -> Self {
         Self {
             verified: Some(digest),
@@ -497,8 +502,8 @@ impl Entry {
         }
     }
 
-    /// The digest of the function the code was compiled from, where the
-    /// writer recorded one ([`Entry::with_verified`]).
+    /// The digests of the function the code was compiled from, where the
+    /// writer recorded them ([`Entry::with_verified`]).
     pub fn verified(&self) -> Option<&Digests> {
         self.verified.as_ref()
     }
@@ -747,8 +752,8 @@ fn put_len(out: &mut Vec<u8>, len: usize) {
     out.extend_from_slice(&len.to_le_bytes());
 }
 
-/// The digest an entry holds of the template whose key words are
-/// `words`: BLAKE3 in key derivation mode (context `"jitfold template
+/// The BLAKE3 digest of the two an entry holds of the template whose key
+/// words are `words` (see [`Digests`]): BLAKE3 in key derivation mode (context `"jitfold template
 /// digest"`) over the words, then the word count (`u64`), little-endian.
 /// (The count comes last, since format 5, so that the words start a
 /// BLAKE3 chunk: a key of many chunks is then hashed several chunks at
@@ -798,16 +803,20 @@ pub const SHA256_BELOW: usize = 6 << 10;
 /// Whether this process checks an input of `len` bytes (a template's key
 /// words, a verified function's read fields) by its SHA-256 digest rather
 /// than its BLAKE3 one: where it is shorter than [`SHA256_BELOW`] bytes
-/// and the CPU has SHA-256 instructions (which the `sha2` crate uses when
-/// it finds them). Either check alone is sound (see 3 in the [module
+/// and the CPU has SHA-256 instructions that `sha2` uses
+/// (on x86-64 only: on aarch64, `sha2` 0.10 uses the SHA-256 extension
+/// only with its `asm` feature, which this build leaves off). Either check alone is sound (see 3 in the [module
 /// docs](self)); this only picks the faster.
 pub fn checks_by_sha256(len: usize) -> bool {
     len < SHA256_BELOW && has_sha256_instructions()
 }
 
-/// Whether the CPU has the instructions `sha2` computes SHA-256 with (on
-/// x86-64, SHA with SSE2, SSSE3 and SSE4.1, as `sha2` asks; on aarch64,
-/// the SHA-256 extension).
+/// Whether `sha2` computes SHA-256 with the CPU's instructions here: on
+/// x86-64 with SHA, SSE2, SSSE3 and SSE4.1 (the features `sha2` 0.10
+/// looks for before it uses them). Elsewhere, never: on aarch64, `sha2`
+/// 0.10 uses the SHA-256 extension only with its `asm` feature (which
+/// needs an assembler where the crate is built), which this build does not
+/// turn on, so SHA-256 there is its portable code, slower than BLAKE3.
 fn has_sha256_instructions() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -816,11 +825,7 @@ fn has_sha256_instructions() -> bool {
             && std::arch::is_x86_feature_detected!("ssse3")
             && std::arch::is_x86_feature_detected!("sse4.1")
     }
-    #[cfg(target_arch = "aarch64")]
-    {
-        std::arch::is_aarch64_feature_detected!("sha2")
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(target_arch = "x86_64"))]
     {
         false
     }
@@ -1318,6 +1323,39 @@ mod tests {
         }
         hasher.update(&1000u64.to_le_bytes());
         assert_eq!(template_digest(&long), *hasher.finalize().as_bytes());
+    }
+
+    /// Around [`SHA256_BELOW`]: the entry of a template one word short of
+    /// it (SHA-256 written; checked by it where this CPU can) and of one
+    /// at it (SHA-256 left out; checked by BLAKE3 everywhere) decode for
+    /// their own words and not for a neighbour's.
+    #[test]
+    fn templates_around_the_threshold_decode_for_their_own_words_only() {
+        assert_eq!(
+            SHA256_BELOW, 6144,
+            "part of the format: a change needs a new FORMAT_VERSION"
+        );
+        for len in [SHA256_BELOW / 4 - 1, SHA256_BELOW / 4] {
+            let words: Vec<u32> = (0..len as u32).collect();
+            let entry = Entry {
+                template: Digests::of_template(&words),
+                ..small()
+            };
+            assert_eq!(entry.template_sha256() == &[0; 32], len * 4 >= SHA256_BELOW);
+            let bytes = entry.encode(&context(), None);
+            assert_eq!(
+                Entry::decode_words(&bytes, &context(), &words, None),
+                Ok(entry.clone()),
+                "{len} words"
+            );
+            let mut other = words.clone();
+            other[len / 2] ^= 1;
+            assert_eq!(
+                Entry::decode_words(&bytes, &context(), &other, None),
+                Err(EntryRejected::OtherTemplate),
+                "{len} words"
+            );
+        }
     }
 
     /// A verified function's digests are carried under the checksum,

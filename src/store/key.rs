@@ -99,9 +99,9 @@ fn push_settings(text: &mut String, group: &str, values: Vec<Value>) {
 /// XXH3 is fast (the key is computed at every lookup) and not
 /// collision-resistant against someone who chooses the functions: two
 /// templates may share a key. That is safe because an entry holds its
-/// template's BLAKE3 digest ([`template_digest`](super::entry::template_digest),
-/// collision-resistant) and [`Entry::decode`](super::Entry::decode)
-/// compares it, so a collision is a miss (and the two templates take turns
+/// template's BLAKE3 and SHA-256 digests ([`Digests`](super::entry::Digests),
+/// each collision-resistant) and [`Entry::decode`](super::Entry::decode)
+/// compares one of them, so a collision is a miss (and the two templates take turns
 /// in the store), never the other template's code.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StoreKey([u8; 16]);
@@ -182,8 +182,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Hands `words` to `update` as little-endian bytes: how both a
-/// [`StoreKey`] and an entry's [template
-/// digest](super::entry::template_digest) hash a template's key words.
+/// [`StoreKey`] and an entry's template digests
+/// ([`template_digest`](super::entry::template_digest),
+/// [`template_sha256`](super::entry::template_sha256)) hash a template's
+/// key words.
 /// (Both hashes are the same whatever pieces the bytes come in.)
 pub(super) fn words_le(words: &[u32], mut update: impl FnMut(&[u8])) {
     // On a little-endian target the words' own bytes are those bytes: no

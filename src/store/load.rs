@@ -68,8 +68,8 @@ pub struct Loaded {
     pub unwind: Option<UnwindInfo>,
     /// What compiling it cost when it was compiled: what the hit saves.
     pub compile_time: Duration,
-    /// The digest of the function it was compiled from, where the entry
-    /// holds one ([`Entry::verified`]).
+    /// The digests of the function it was compiled from, where the entry
+    /// holds them ([`Entry::verified`]).
     pub verified: Option<Digests>,
 }
 
