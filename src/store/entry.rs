@@ -252,7 +252,18 @@ impl Digests {
     /// The digests of the template whose key words are `words`.
     pub(crate) fn of_template(words: &[u32]) -> Self {
         Self::of(
-            words.len().saturating_mul(4),
+            template_len(words),
+            || template_digest(words),
+            || template_sha256(words),
+        )
+    }
+
+    /// Whether these are the digests of the template whose key words are
+    /// `words` ([`Digests::matches`], measured as [`Digests::of_template`]
+    /// measures them).
+    pub(crate) fn matches_template(&self, words: &[u32]) -> bool {
+        self.matches(
+            template_len(words),
             || template_digest(words),
             || template_sha256(words),
         )
@@ -639,12 +650,7 @@ impl Entry {
             return Err(EntryRejected::OtherContext);
         }
         let template = reader.digests()?;
-        let words_match = template.matches(
-            expected.len().saturating_mul(4),
-            || template_digest(expected),
-            || template_sha256(expected),
-        );
-        if !words_match {
+        if !template.matches_template(expected) {
             return Err(EntryRejected::OtherTemplate);
         }
         let slots = reader.u32()?;
@@ -829,6 +835,11 @@ fn has_sha256_instructions() -> bool {
     {
         false
     }
+}
+
+/// The length a template's digests are chosen by: its key words' bytes.
+fn template_len(words: &[u32]) -> usize {
+    words.len().saturating_mul(4)
 }
 
 /// Reads the body of an entry, failing with `Truncated` past its end.
