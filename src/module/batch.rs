@@ -137,6 +137,8 @@ impl<M: Module> DedupModule<M> {
             let isa = self.inner.isa();
             record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, isa);
         }
+        // Its entry is fetched while the flush records the rest.
+        self.fetch_ahead(&mut record);
         self.batch.pending.push(record);
     }
 
@@ -262,9 +264,13 @@ impl<M: Module> DedupModule<M> {
     fn define_pending(&mut self, flush: &mut [Record], failures: &mut Failures) {
         // 1. Plan duplicates (walking on the flush's threads first, see
         //    `parallel.rs`); put the roots back as the user wrote them.
+        //    The store's entries for what is walked are fetched ahead,
+        //    while planning.
         self.walk_in_parallel(flush);
+        self.fetch_flush_ahead(flush);
         self.plan_and_put_back(flush, failures);
-        // 2. One round trip to the code store for the whole flush.
+        // 2. The entries of what is planned to need code, fetched ahead or
+        //    now, in a round trip per chunk of keys.
         self.prefetch_stored(flush);
         // 3. Merge similar functions into bodies and thunks.
         self.merge_similar(flush);

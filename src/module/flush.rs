@@ -67,8 +67,8 @@ pub(super) enum Role {
 /// the function is still what it was made for: its code, compiled on
 /// another thread (`parallel.rs`; left here when it is not used, for the
 /// caller to count as discarded), the code store's entry for it, checked
-/// on another thread, and its template's store key, computed when the
-/// flush fetched the entries (`stored.rs`).
+/// on another thread, and its template's store key, computed when its
+/// entry was asked for (`stored.rs`).
 #[derive(Default)]
 pub(super) struct Ahead {
     pub(super) code: Option<Precompiled>,
@@ -91,8 +91,8 @@ pub(super) struct Record {
     /// The store's entry for it, checked on another thread, with the
     /// checks of the function that loading it needs (see `stored.rs`).
     pub(super) entry: Option<CheckedEntry>,
-    /// Its template's store key, computed when the flush fetched the
-    /// entries (see `stored.rs`).
+    /// Its template's store key, computed when its entry was asked for
+    /// (see `stored.rs`).
     pub(super) key: Option<KnownKey>,
     /// The function as the user wrote it, once the flush rewrote it (see
     /// 3 above). Boxed: few records keep one, and every record moves as

@@ -29,18 +29,27 @@
 //!    its template: see [`crate::plan`]), so later functions with the
 //!    same template reuse it without asking the store again.
 //! 5. A batch flush asks the store for the entries of all its functions
-//!    that need code at once
-//!    ([`CodeStore::get_many`]: one round trip to Redis per 256 keys,
-//!    instead of one or two per function). An entry
+//!    that need code many at a time
+//!    ([`CodeStore::get_many`]: one round trip to Redis per call, instead
+//!    of one or two per function). An entry
 //!    found that way is used as one `get` returns it would be, with the
 //!    same checks. A function whose entry it did not find is compiled
 //!    without asking again, unless the store reserves keys
 //!    ([`CodeStore::reserves`]: a [`SharedStore`](crate::store::SharedStore)),
 //!    which it then asks with `get_or_reserve`, so that reservations work as
-//!    in eager mode. The keys are asked [`GET_MANY_CHUNK`] at a time; if a
-//!    call fails, each function of its chunk asks on its own, and what the
-//!    other calls fetched is used. What was fetched is dropped when the
-//!    flush ends. On several [threads](super::DedupOptions::threads), each
+//!    in eager mode. The keys are asked ahead, [`FETCH_AHEAD`] at a time,
+//!    on the module's fetcher thread (`store/courier.rs`), so that the
+//!    entries are read while the flush records and plans: a function's
+//!    key when it is recorded, where it is walked then (on one thread),
+//!    and the keys of the functions walked on the flush's threads before
+//!    planning; never the key of a function whose code must come from
+//!    compiling it, which its define would not ask for either. After
+//!    planning, a function that needs code takes what was fetched ahead
+//!    for its key (the rest is dropped), and the keys not asked ahead
+//!    (a function planning rewrote into another template) are asked then,
+//!    [`GET_MANY_CHUNK`] at a time. If a call fails, ahead or then, each
+//!    function of its keys asks on its own, and what the other calls
+//!    fetched is used. What was fetched is dropped when the flush ends. On several [threads](super::DedupOptions::threads), each
 //!    entry fetched is checked on the flush's pool (`pool.rs`), for the
 //!    first function of the flush it was fetched for, with the checks
 //!    that function needs to be defined from it ([`verify::checks_for_entry`]):
@@ -66,7 +75,7 @@
 //!    where each call is a round trip to a server,
 //!    [`CodeStore::round_trips`], the claims of the next span are sent
 //!    halfway through a span, to travel on the module's claimer thread,
-//!    `store/claimer.rs`, while its second half compiles), and defers a
+//!    `store/courier.rs`, while its second half compiles), and defers a
 //!    function whose template another module is compiling until
 //!    its other functions are defined (in the order they were recorded).
 //!    Only then, its claims given up, does it wait for that module's entry
@@ -125,7 +134,7 @@ use super::{DedupModule, parallel, pool, verify};
 use crate::code::MachineCode;
 use crate::fingerprint::Template;
 use crate::plan::{ClassFacts, Outcome, Plan, WalkRef};
-use crate::store::claimer::{Claimer, Ticket};
+use crate::store::courier::{Claimer, Fetcher, Ticket};
 use crate::store::entry::Digests;
 use crate::store::load::{
     Checks, Claimed, Loaded, Miss, Rejection, Reservation, Source, Unwritten, claim, claim_many,
@@ -189,6 +198,16 @@ pub(super) struct Stored {
     /// yet: the ticket of their answer and the keys asked (`None` inside:
     /// that span had nothing to claim).
     claims_ahead: Option<Option<(Ticket, Vec<StoreKey>)>>,
+    /// Fetches entries for a batch flush ahead of its prefetch (see 5
+    /// above): started when the first keys are sent.
+    fetcher: Option<Fetcher>,
+    /// What the next flush asked the fetcher for and has not received:
+    /// each request's ticket and keys, ...
+    fetching: Vec<(Ticket, Vec<StoreKey>)>,
+    /// ... the keys not sent yet, ...
+    fetch_next: Vec<StoreKey>,
+    /// ... and every key asked, sent or not.
+    fetch_asked: HashSet<StoreKey>,
 }
 
 impl Drop for Stored {
@@ -237,6 +256,12 @@ pub(super) fn claim_spans(len: usize) -> Vec<std::ops::Range<usize>> {
     spans
 }
 
+/// A flush sends the keys of the functions it walks to its fetcher this
+/// many at a time (see 5 above): a request is a few hundred microseconds
+/// of file reads or one round trip, so that what is fetched keeps pace
+/// with what is recorded.
+const FETCH_AHEAD: usize = 64;
+
 /// A module sends its entries to the writer once this many are waiting
 /// (see 9 above)...
 const WRITE_BATCH: usize = 32;
@@ -261,13 +286,19 @@ impl<M: Module> DedupModule<M> {
     /// does dropping the module. On a store that reserves keys and whose
     /// calls are round trips ([`CodeStore::round_trips`]: a `RedisStore`
     /// with leases), a second thread claims templates for a flush ahead
-    /// of its compiles (see 7 in the module docs); dropping the module
-    /// ends it.
+    /// of its compiles (see 7 in the module docs); a batch flush's
+    /// entries are fetched on a thread started at its first request (see
+    /// 5 there). Dropping the module ends them.
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),
-            claimer: (store.reserves() && store.round_trips()).then(|| Claimer::new(store.clone())),
+            claimer: (store.reserves() && store.round_trips())
+                .then(|| Claimer::claimer(store.clone())),
             claims_ahead: None,
+            fetcher: None,
+            fetching: Vec::new(),
+            fetch_next: Vec::new(),
+            fetch_asked: HashSet::new(),
             store,
             context: CodeContext::of(self.inner.isa()),
             secret,
@@ -291,10 +322,11 @@ impl<M: Module> DedupModule<M> {
     /// on an ISA without trampolines) is walked here, and the define uses
     /// that walk.
     pub(super) fn prefetch_stored(&mut self, flush: &mut [Record]) {
-        self.end_prefetch();
-        if self.stored.is_none() {
+        let Some((mut ahead, failed)) = self.stored.as_mut().map(Stored::receive_fetches) else {
             return;
-        }
+        };
+        self.stats.store_errors += failed;
+        self.end_prefetch();
         for record in flush.iter_mut() {
             // A function that cannot be walked fails in its define.
             if self.ids.state(record.id) == State::Pending {
@@ -311,18 +343,63 @@ impl<M: Module> DedupModule<M> {
                 continue;
             }
             let walk = record.walk.as_ref().expect("planned").as_ref();
-            let key = store_key(&stored.context, &walk);
             // Kept for the function's define, which would compute it again.
-            record.key = Some(KnownKey {
-                key,
-                exact: walk.fingerprint.fast_hash(),
-            });
-            if asked.insert(key) {
-                firsts.push((index, key));
+            let known = known_key(&stored.context, &walk, record.key.take());
+            record.key = Some(known);
+            if asked.insert(known.key) {
+                firsts.push((index, known.key));
             }
         }
-        self.fetch(firsts.iter().map(|&(_, key)| key).collect());
+        // What was fetched ahead for a key asked now is used, and a key
+        // whose request failed asks on its own, as after a failed chunk
+        // below; the rest is fetched now.
+        let stored = self.stored.as_mut().expect("checked above");
+        let mut missing = Vec::new();
+        for &(_, key) in &firsts {
+            match ahead.remove(&key) {
+                Some(Fetched::Value(value)) => {
+                    stored.prefetched.insert(key, value);
+                }
+                Some(Fetched::Failed) => {}
+                None => missing.push(key),
+            }
+        }
+        drop(ahead);
+        self.fetch(missing);
         self.check_fetched(flush, &firsts);
+    }
+
+    /// Asks the store for the entry of `record`'s template, if it is
+    /// walked, on the fetcher's thread, for the next flush's prefetch (see
+    /// 5 above): a flush reads its entries while it records and plans. The
+    /// store key is kept in the record, for the prefetch and the define.
+    pub(super) fn fetch_ahead(&mut self, record: &mut Record) {
+        let policy = self.policy();
+        let (Some(stored), Some(walk)) = (&mut self.stored, &record.walk) else {
+            return;
+        };
+        // Never asked for, as its define would not ask (see 1 above).
+        if walk.planned(&record.func).compiled_only(policy) {
+            return;
+        }
+        let known = known_key(&stored.context, &walk.as_ref(), record.key.take());
+        record.key = Some(known);
+        stored.fetch_ahead(known.key);
+    }
+
+    /// Asks ahead (see [`Self::fetch_ahead`]) for the entries of every
+    /// pending function of `flush` walked and not asked for yet, and sends
+    /// what is asked: they travel while the flush plans.
+    pub(super) fn fetch_flush_ahead(&mut self, flush: &mut [Record]) {
+        if self.stored.is_none() {
+            return;
+        }
+        for record in flush.iter_mut() {
+            if self.ids.state(record.id) == State::Pending && record.key.is_none() {
+                self.fetch_ahead(record);
+            }
+        }
+        self.stored.as_mut().expect("checked above").send_fetches();
     }
 
     /// On several threads, checks on the flush's pool the entry fetched
@@ -418,6 +495,8 @@ impl<M: Module> DedupModule<M> {
                 || !s.claimed.is_empty()
                 || s.claims_ahead.is_some()
                 || !s.unwritten.is_empty()
+                || !s.fetch_asked.is_empty()
+                || !s.fetching.is_empty()
         })
     }
 
@@ -649,10 +728,7 @@ impl<M: Module> DedupModule<M> {
         let Some(stored) = &mut self.stored else {
             return Ok(None);
         };
-        let exact = walk.fingerprint.fast_hash();
-        let key = known
-            .filter(|known| known.exact == exact)
-            .map_or_else(|| store_key(&stored.context, walk), |known| known.key);
+        let KnownKey { key, exact } = known_key(&stored.context, walk, known);
         debug_assert_eq!(key, store_key(&stored.context, walk));
         stored.settle_claims_ahead(&key);
         // Claimed by this flush ahead of its turn: this module compiles it.
@@ -1071,6 +1147,57 @@ impl Stored {
         }
     }
 
+    /// Asks the fetcher for `key`'s entry for the next flush's prefetch,
+    /// unless it was asked already (see 5 above): sent with the keys
+    /// asked before it once [`FETCH_AHEAD`] are waiting, or by
+    /// [`Self::send_fetches`].
+    fn fetch_ahead(&mut self, key: StoreKey) {
+        if self.fetch_asked.insert(key) {
+            self.fetch_next.push(key);
+            if self.fetch_next.len() >= FETCH_AHEAD {
+                self.send_fetches();
+            }
+        }
+    }
+
+    /// Sends the fetcher the keys asked and not sent, if any.
+    fn send_fetches(&mut self) {
+        if self.fetch_next.is_empty() {
+            return;
+        }
+        let keys = std::mem::take(&mut self.fetch_next);
+        let store = &self.store;
+        let fetcher = self
+            .fetcher
+            .get_or_insert_with(|| Fetcher::fetcher(store.clone()));
+        self.fetching.push((fetcher.send(keys.clone()), keys));
+    }
+
+    /// What the fetcher fetched for the next flush, received (waiting
+    /// for it where need be): every key asked ahead, with its value
+    /// (`None` where the store does not hold it), or, where its request
+    /// failed, [`Fetched::Failed`]; and the number of requests that
+    /// failed. Nothing is asked ahead any more.
+    fn receive_fetches(&mut self) -> (HashMap<StoreKey, Fetched>, u64) {
+        self.fetch_next.clear();
+        self.fetch_asked.clear();
+        let mut fetched = HashMap::new();
+        let mut failed = 0;
+        for (ticket, keys) in std::mem::take(&mut self.fetching) {
+            let answer = self.fetcher.as_mut().and_then(|f| f.receive(ticket));
+            match answer.filter(|values| values.len() == keys.len()) {
+                Some(values) => {
+                    fetched.extend(keys.into_iter().zip(values.into_iter().map(Fetched::Value)));
+                }
+                None => {
+                    failed += 1;
+                    fetched.extend(keys.into_iter().map(|key| (key, Fetched::Failed)));
+                }
+            }
+        }
+        (fetched, failed)
+    }
+
     /// Whether this flush holds claims: reservations kept, or claims sent
     /// ahead (their leases are taken when the store answers).
     fn holds_claims(&self) -> bool {
@@ -1192,11 +1319,20 @@ pub(super) struct CheckedEntry {
     checks: Option<ModuleResult<Checked>>,
 }
 
-/// The store key of a function's template, computed by the flush that
-/// fetched its entry, for its define: used only if the walk it defines
+/// What the fetcher brought for a key asked ahead (see 5 above).
+enum Fetched {
+    /// The store's value, `None` if it holds none.
+    Value(Option<Vec<u8>>),
+    /// The request failed: the function asks on its own.
+    Failed,
+}
+
+/// The store key of a function's template, computed when its entry was
+/// asked for, for the flush's prefetch and its define: used only if the walk it defines
 /// with has the same exact key hash as the one it was computed from. (A
 /// stale key could only fetch another template's entry, which the
 /// template digest then rejects.)
+#[derive(Clone, Copy)]
 pub(super) struct KnownKey {
     key: StoreKey,
     /// The fast hash of the exact key of the walk it was computed from.
@@ -1248,6 +1384,19 @@ impl EntryJob<'_> {
 /// The store key of the template of a function walked as `walk`.
 fn store_key(context: &CodeContext, walk: &WalkRef<'_>) -> StoreKey {
     StoreKey::of_words(context, walk.template_key())
+}
+
+/// The store key of the template of `walk`: `known`, if it was computed
+/// from a walk with the same exact key hash (see [`KnownKey`]), else
+/// computed now.
+fn known_key(context: &CodeContext, walk: &WalkRef<'_>, known: Option<KnownKey>) -> KnownKey {
+    let exact = walk.fingerprint.fast_hash();
+    known
+        .filter(|known| known.exact == exact)
+        .unwrap_or_else(|| KnownKey {
+            key: store_key(context, walk),
+            exact,
+        })
 }
 
 #[cfg(test)]

@@ -251,9 +251,10 @@ impl Counting {
     }
 }
 
-/// A batch flush asks for [`GET_MANY_CHUNK`] keys at a time: a call that
-/// fails costs only its own keys a lookup each, and what the other calls
-/// fetched is used.
+/// A batch flush asks for at most [`GET_MANY_CHUNK`] keys at a time (the
+/// keys of the functions walked so far, while it records the rest, then
+/// the rest): a call that fails costs only its own keys a lookup each, and
+/// what the other calls fetched is used.
 #[test]
 fn a_failed_chunk_of_a_batch_lookup_loses_only_its_own_keys() {
     let order: Vec<i64> = (0..GET_MANY_CHUNK as i64 + 20).collect();
@@ -266,11 +267,19 @@ fn a_failed_chunk_of_a_batch_lookup_loses_only_its_own_keys() {
         m.finalize_definitions().unwrap();
         m.stats().clone()
     };
-    let chunks = vec![GET_MANY_CHUNK, templates - GET_MANY_CHUNK];
     let cold = run();
     assert_eq!(cold.compiled as usize, templates, "{cold}");
-    assert_eq!(store.take(), (0, chunks.clone()));
-    // The first call fails: the second is still made, and only the first
+    // Every template asked for once, in calls of at most a chunk each,
+    // and none on its own.
+    let (gets, chunks) = store.take();
+    assert_eq!(gets, 0);
+    assert!(chunks.len() >= 2, "{chunks:?}");
+    assert!(
+        chunks.iter().all(|&n| (1..=GET_MANY_CHUNK).contains(&n)),
+        "{chunks:?}"
+    );
+    assert_eq!(chunks.iter().sum::<usize>(), templates);
+    // The first call fails: the others are still made, and only the first
     // chunk's keys are asked again, one by one.
     store.failing_many.store(1, Ordering::Relaxed);
     let warm = run();
@@ -279,7 +288,46 @@ fn a_failed_chunk_of_a_batch_lookup_loses_only_its_own_keys() {
         (0, templates, 1),
         "{warm}"
     );
-    assert_eq!(store.take(), (GET_MANY_CHUNK, chunks));
+    assert_eq!(store.take(), (chunks[0], chunks));
+}
+
+/// A batch flush on one thread asks for its entries while it records:
+/// the keys of the functions walked so far travel to the store before the
+/// flush begins, and each template is asked for once in all, what was
+/// fetched ahead loaded as any entry is.
+#[test]
+fn a_batch_flush_fetches_its_entries_while_it_records() {
+    let order: Vec<i64> = (0..200).collect();
+    let templates = order.len() + 1;
+    let store = Arc::new(Counting::default());
+    let module = || {
+        DedupModule::with_options(builder(), DedupOptions::batch()).with_store(store.clone(), None)
+    };
+    let mut cold = module();
+    leaves_and_callers(&mut cold, &order, 100);
+    cold.finalize_definitions().unwrap();
+    drop(cold);
+    store.take();
+    let mut warm = module();
+    leaves_and_callers(&mut warm, &order, 100);
+    // Recorded, not flushed: the module's fetcher, a thread of its own,
+    // has been sent the keys walked so far (waited for, not timed).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while store.many.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let asked_ahead: usize = store.many.lock().unwrap().iter().sum();
+    assert!((1..templates).contains(&asked_ahead), "{asked_ahead}");
+    warm.finalize_definitions().unwrap();
+    let stats = warm.stats();
+    assert_eq!(
+        (stats.compiled, stats.loaded as usize),
+        (0, templates),
+        "{stats}"
+    );
+    let (gets, chunks) = store.take();
+    assert_eq!(gets, 0);
+    assert_eq!(chunks.iter().sum::<usize>(), templates, "{chunks:?}");
 }
 
 /// On an ISA without trampolines (riscv64), where planning walks nothing,
@@ -387,9 +435,10 @@ fn a_store_that_fails_is_a_miss_not_an_error() {
         "{stats}"
     );
     assert_eq!(stats.loaded + stats.store_writes, 0);
-    // In batch mode, the flush's batched lookup fails first; each function
-    // then asks on its own; the entries are sent 32 at a time (9 in
-    // `src/module/stored.rs`), each write failing once.
+    // In batch mode, the flush's batched lookup (one: fewer templates than
+    // a request of keys asked ahead holds, 5 in `src/module/stored.rs`)
+    // fails first; each function then asks on its own; the entries are
+    // sent 32 at a time (9 there), each write failing once.
     let (stats, out) = run(Arc::new(Down), None, DedupOptions::batch(), false);
     assert_eq!(out, expected);
     assert_eq!(stats.compiled, LEAVES as u64 + 1);
