@@ -132,13 +132,18 @@ impl<M: Module> DedupModule<M> {
         // the function is in the CPU's caches (a flush reads every function
         // recorded since the last, long after it was built); on more, the
         // flush's threads make it (see 6 above).
+        let deferred = walked.is_some();
         record.walk = walked;
         if record.walk.is_none() && self.options.threads <= 1 {
             let isa = self.inner.isa();
             record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, isa);
         }
-        // Its entry is fetched while the flush records the rest.
-        self.fetch_ahead(&mut record);
+        // Its entry is fetched while the flush records the rest; not for a
+        // definition eager mode left to the flush, whose template another
+        // module is compiling (see 5 and 8 in `stored.rs`).
+        if !deferred {
+            self.fetch_ahead(&mut record);
+        }
         self.batch.pending.push(record);
     }
 
@@ -184,8 +189,10 @@ impl<M: Module> DedupModule<M> {
                 .count();
             self.stats.defined -= undefined as u64;
         }
-        // Every entry is written when a flush ends (eager mode's too).
+        // Every entry is written when a flush ends (eager mode's too), and
+        // nothing asked ahead outlives it (a flush cut short).
         self.wait_for_writes();
+        self.forget_fetches();
         if let Some(before) = before.filter(|_| cfg!(debug_assertions)) {
             self.check_flushed(&flush, &failures, &before);
         }

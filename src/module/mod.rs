@@ -210,8 +210,9 @@
 //!    decision, `duplicates.rs`, applied once what it counts on is
 //!    verified); put the roots back as the user wrote them, and plan again
 //!    while that would change an address (`roots.rs`);
-//! 2. fetch the store's entries for what needs code, in one round trip,
-//!    and check them on the flush's threads (`stored.rs`);
+//! 2. take the store's entries for what needs code, fetched ahead while
+//!    the flush recorded and planned, fetch those not asked for yet, and
+//!    check them on the flush's threads (`stored.rs`);
 //! 3. merge similar functions among those that need code into bodies and
 //!    thunks (`similar.rs`);
 //! 4. compile what gets code of its own on the flush's threads

@@ -40,16 +40,24 @@
 //!    in eager mode. The keys are asked ahead, [`FETCH_AHEAD`] at a time,
 //!    on the module's fetcher thread (`store/courier.rs`), so that the
 //!    entries are read while the flush records and plans: a function's
-//!    key when it is recorded, where it is walked then (on one thread),
-//!    and the keys of the functions walked on the flush's threads before
-//!    planning; never the key of a function whose code must come from
-//!    compiling it, which its define would not ask for either. After
+//!    key when it is recorded, where it is walked then (batch mode on one
+//!    thread; not a definition eager mode left to the flush, whose
+//!    template another module is compiling), and the keys of the
+//!    functions walked on the flush's threads before planning; each only
+//!    where the function's plan, as the module stands, is to load or
+//!    compile its code (never a function whose code must come from
+//!    compiling it, nor one whose code the module holds). After
 //!    planning, a function that needs code takes what was fetched ahead
-//!    for its key (the rest is dropped), and the keys not asked ahead
-//!    (a function planning rewrote into another template) are asked then,
-//!    [`GET_MANY_CHUNK`] at a time. If a call fails, ahead or then, each
-//!    function of its keys asks on its own, and what the other calls
-//!    fetched is used. What was fetched is dropped when the flush ends. On several [threads](super::DedupOptions::threads), each
+//!    for its key (the rest is dropped), and the keys not asked ahead (a
+//!    function planning rewrote into another template, or walked only
+//!    then) are asked then, [`GET_MANY_CHUNK`] at a time. An entry
+//!    fetched ahead may be older than the flush: in a store that does not
+//!    reserve keys, one stored since is missed (a compile more). If a
+//!    call fails, ahead or then, each function of its keys asks on its
+//!    own (a failed call ahead is counted in `store_errors` only if a
+//!    function needs one of its keys), and what the other calls
+//!    fetched is used. What was fetched is dropped when the flush ends.
+//!    On several [threads](super::DedupOptions::threads), each
 //!    entry fetched is checked on the flush's pool (`pool.rs`), for the
 //!    first function of the flush it was fetched for, with the checks
 //!    that function needs to be defined from it ([`verify::checks_for_entry`]):
@@ -286,9 +294,10 @@ impl<M: Module> DedupModule<M> {
     /// does dropping the module. On a store that reserves keys and whose
     /// calls are round trips ([`CodeStore::round_trips`]: a `RedisStore`
     /// with leases), a second thread claims templates for a flush ahead
-    /// of its compiles (see 7 in the module docs); a batch flush's
-    /// entries are fetched on a thread started at its first request (see
-    /// 5 there). Dropping the module ends them.
+    /// of its compiles (see 7 in the module docs). Where a batch flush
+    /// asks for entries ahead, they are fetched on a thread started at its
+    /// first request, whatever the store (see 5 there). Dropping the
+    /// module ends them.
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),
@@ -316,16 +325,16 @@ impl<M: Module> DedupModule<M> {
         self
     }
 
-    /// Fetches the store's entries for every function of `flush` that
-    /// needs code, with one [`CodeStore::get_many`] per [`GET_MANY_CHUNK`]
-    /// keys (see 5 above). A function not walked yet (planning walks none
+    /// Holds the store's entries for every function of `flush` that
+    /// needs code: what was fetched ahead for its key, else fetched now,
+    /// with one [`CodeStore::get_many`] per [`GET_MANY_CHUNK`] keys (see 5
+    /// above). A function not walked yet (planning walks none
     /// on an ISA without trampolines) is walked here, and the define uses
     /// that walk.
     pub(super) fn prefetch_stored(&mut self, flush: &mut [Record]) {
-        let Some((mut ahead, failed)) = self.stored.as_mut().map(Stored::receive_fetches) else {
+        let Some(mut ahead) = self.stored.as_mut().map(Stored::receive_fetches) else {
             return;
         };
-        self.stats.store_errors += failed;
         self.end_prefetch();
         for record in flush.iter_mut() {
             // A function that cannot be walked fails in its define.
@@ -355,16 +364,24 @@ impl<M: Module> DedupModule<M> {
         // below; the rest is fetched now.
         let stored = self.stored.as_mut().expect("checked above");
         let mut missing = Vec::new();
+        let mut failed = HashMap::new();
         for &(_, key) in &firsts {
             match ahead.remove(&key) {
                 Some(Fetched::Value(value)) => {
                     stored.prefetched.insert(key, value);
                 }
-                Some(Fetched::Failed) => {}
+                Some(Fetched::Failed(request)) => *failed.entry(request).or_insert(0) += 1,
                 None => missing.push(key),
             }
         }
         drop(ahead);
+        // A failed request counts once, if it asked for a key needed now.
+        for asked in failed.values() {
+            log::warn!(
+                "code store: a fetch failed; asking for each of {asked} functions on its own"
+            );
+        }
+        self.stats.store_errors += failed.len() as u64;
         self.fetch(missing);
         self.check_fetched(flush, &firsts);
     }
@@ -374,15 +391,20 @@ impl<M: Module> DedupModule<M> {
     /// 5 above): a flush reads its entries while it records and plans. The
     /// store key is kept in the record, for the prefetch and the define.
     pub(super) fn fetch_ahead(&mut self, record: &mut Record) {
-        let policy = self.policy();
-        let (Some(stored), Some(walk)) = (&mut self.stored, &record.walk) else {
+        let (Some(stored), Some(walk)) = (&self.stored, &record.walk) else {
             return;
         };
-        // Never asked for, as its define would not ask (see 1 above).
-        if walk.planned(&record.func).compiled_only(policy) {
+        // Only what its define would ask for, as the module stands: a
+        // function whose code must come from compiling it is never asked
+        // for, nor one whose code the module holds (see 1 and 4 above).
+        let plan = self
+            .compiled
+            .plan(&walk.planned(&record.func), self.policy());
+        if !(plan.load && plan.needs_code()) {
             return;
         }
         let known = known_key(&stored.context, &walk.as_ref(), record.key.take());
+        let stored = self.stored.as_mut().expect("checked above");
         record.key = Some(known);
         stored.fetch_ahead(known.key);
     }
@@ -485,9 +507,17 @@ impl<M: Module> DedupModule<M> {
         self.fetch(keys);
     }
 
+    /// Forgets what a flush asked ahead and did not receive (see 5 above).
+    pub(super) fn forget_fetches(&mut self) {
+        if let Some(stored) = &mut self.stored {
+            stored.forget_fetches();
+        }
+    }
+
     /// Whether this module holds a store reservation, prefetched entries,
-    /// claims or entries not sent to the writer (none outlives a
-    /// definition or a flush).
+    /// claims, entries not sent to the writer or keys asked ahead (none
+    /// outlives a flush, nor, but for keys asked ahead of a batch flush,
+    /// a definition).
     pub(super) fn holds_store_state(&self) -> bool {
         self.stored.as_ref().is_some_and(|s| {
             s.reserved.is_some()
@@ -1176,26 +1206,31 @@ impl Stored {
     /// What the fetcher fetched for the next flush, received (waiting
     /// for it where need be): every key asked ahead, with its value
     /// (`None` where the store does not hold it), or, where its request
-    /// failed, [`Fetched::Failed`]; and the number of requests that
-    /// failed. Nothing is asked ahead any more.
-    fn receive_fetches(&mut self) -> (HashMap<StoreKey, Fetched>, u64) {
+    /// failed, [`Fetched::Failed`]. Nothing is asked ahead any more.
+    fn receive_fetches(&mut self) -> HashMap<StoreKey, Fetched> {
         self.fetch_next.clear();
         self.fetch_asked.clear();
         let mut fetched = HashMap::new();
-        let mut failed = 0;
-        for (ticket, keys) in std::mem::take(&mut self.fetching) {
+        for (request, (ticket, keys)) in std::mem::take(&mut self.fetching).into_iter().enumerate()
+        {
             let answer = self.fetcher.as_mut().and_then(|f| f.receive(ticket));
             match answer.filter(|values| values.len() == keys.len()) {
                 Some(values) => {
                     fetched.extend(keys.into_iter().zip(values.into_iter().map(Fetched::Value)));
                 }
-                None => {
-                    failed += 1;
-                    fetched.extend(keys.into_iter().map(|key| (key, Fetched::Failed)));
-                }
+                None => fetched.extend(keys.into_iter().map(|key| (key, Fetched::Failed(request)))),
             }
         }
-        (fetched, failed)
+        fetched
+    }
+
+    /// Forgets what was asked ahead and not received (a flush cut short):
+    /// the answers are dropped when the next flush receives its own, or
+    /// with the fetcher.
+    fn forget_fetches(&mut self) {
+        self.fetch_next.clear();
+        self.fetch_asked.clear();
+        self.fetching.clear();
     }
 
     /// Whether this flush holds claims: reservations kept, or claims sent
@@ -1323,8 +1358,9 @@ pub(super) struct CheckedEntry {
 enum Fetched {
     /// The store's value, `None` if it holds none.
     Value(Option<Vec<u8>>),
-    /// The request failed: the function asks on its own.
-    Failed,
+    /// The request (numbered in the flush) failed: the function asks on
+    /// its own.
+    Failed(usize),
 }
 
 /// The store key of a function's template, computed when its entry was

@@ -171,10 +171,14 @@ impl<A: Send + 'static> Courier<A> {
 }
 
 impl<A> Drop for Courier<A> {
-    /// Ends the thread once it has answered what it was sent; the answers
-    /// no one received are dropped with the channel (see 2 above).
+    /// Ends the thread once the call it is making returns: the requests
+    /// not carried out yet are dropped, and so are the answers no one
+    /// received, with their channel (see 2 above; the thread's next
+    /// answer finds no receiver, and it ends).
     fn drop(&mut self) {
         self.requests = None;
+        let (_, closed) = channel();
+        drop(std::mem::replace(&mut self.answers, closed));
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -330,6 +330,48 @@ fn a_batch_flush_fetches_its_entries_while_it_records() {
     assert_eq!(chunks.iter().sum::<usize>(), templates, "{chunks:?}");
 }
 
+/// A flush asks the store ahead only for what its define would ask for:
+/// a function whose template the module compiled before (whose code it
+/// reuses) is never asked for.
+#[test]
+fn a_batch_flush_asks_nothing_for_code_the_module_holds() {
+    use crate::common::build::{define, emit_call};
+    let store = Arc::new(Counting::default());
+    let mut m =
+        DedupModule::with_options(builder(), DedupOptions::batch()).with_store(store.clone(), None);
+    let order: Vec<i64> = (0..100).collect();
+    leaves_and_callers(&mut m, &order, 100);
+    m.flush().unwrap();
+    let (gets, chunks) = store.take();
+    assert_eq!((gets, chunks.iter().sum::<usize>()), (0, order.len() + 1));
+    // New leaves (a template each), and a caller of each: the callers'
+    // template again, whose code the module holds.
+    let conv = m.isa().default_call_conv();
+    for k in order.iter().copied() {
+        let leaf = declare(&mut m, &format!("new_leaf{k}"), conv);
+        let caller = declare(&mut m, &format!("new_caller{k}"), conv);
+        define(&mut m, leaf, |b, _, p| {
+            let t = b.ins().imul_imm_s(p[0], 3 + k);
+            let r = b.ins().iadd_imm_s(t, 1000 * k + 7);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+        define(&mut m, caller, |b, m, p| {
+            let one = b.ins().iconst(cranelift_codegen::ir::types::I64, 1);
+            let x = b.ins().iadd(p[0], one);
+            let r = emit_call(b, m, leaf, x);
+            b.ins().return_(&[r]);
+        })
+        .unwrap();
+    }
+    m.flush().unwrap();
+    let stats = m.stats().clone();
+    assert_eq!(stats.reused as usize, 2 * (order.len() - 1) + 1, "{stats}");
+    // Only the new leaves' templates were asked for.
+    let (gets, chunks) = store.take();
+    assert_eq!((gets, chunks.iter().sum::<usize>()), (0, order.len()));
+}
+
 /// On an ISA without trampolines (riscv64), where planning walks nothing,
 /// a batch flush still asks the store once, for every function.
 #[cfg(feature = "all-targets")]
