@@ -1364,10 +1364,10 @@ enum Fetched {
 }
 
 /// The store key of a function's template, computed when its entry was
-/// asked for, for the flush's prefetch and its define: used only if the walk it defines
-/// with has the same exact key hash as the one it was computed from. (A
-/// stale key could only fetch another template's entry, which the
-/// template digest then rejects.)
+/// asked for, for the flush's prefetch and its define: used only if the
+/// walk it is used with has the same exact key hash as the one it was
+/// computed from. (A stale key could only fetch another template's entry,
+/// which the template digest then rejects.)
 #[derive(Clone, Copy)]
 pub(super) struct KnownKey {
     key: StoreKey,
