@@ -49,8 +49,8 @@
 //!    compiling it, nor one whose code the module holds). After
 //!    planning, a function that needs code takes what was fetched ahead
 //!    for its key (the rest is dropped), and the keys not asked ahead (a
-//!    function planning rewrote into another template, or walked only
-//!    then) are asked then, [`GET_MANY_CHUNK`] at a time. An entry
+//!    function planning rewrote into another template, one walked only
+//!    then, one eager mode left to the flush) are asked then, [`GET_MANY_CHUNK`] at a time. An entry
 //!    fetched ahead may be older than the flush: in a store that does not
 //!    reserve keys, one stored since is missed (a compile more). If a
 //!    call fails, ahead or then, each function of its keys asks on its
@@ -409,16 +409,20 @@ impl<M: Module> DedupModule<M> {
         stored.fetch_ahead(known.key);
     }
 
-    /// Asks ahead (see [`Self::fetch_ahead`]) for the entries of every
-    /// pending function of `flush` walked and not asked for yet, and sends
-    /// what is asked: they travel while the flush plans.
+    /// Asks ahead (see [`Self::fetch_ahead`]), on several threads, for the
+    /// entries of every pending function of `flush` walked there and not
+    /// asked for yet (on one thread, each was considered when it was
+    /// recorded), and sends what is asked: they travel while the flush
+    /// plans.
     pub(super) fn fetch_flush_ahead(&mut self, flush: &mut [Record]) {
         if self.stored.is_none() {
             return;
         }
-        for record in flush.iter_mut() {
-            if self.ids.state(record.id) == State::Pending && record.key.is_none() {
-                self.fetch_ahead(record);
+        if self.options.threads > 1 {
+            for record in flush.iter_mut() {
+                if self.ids.state(record.id) == State::Pending && record.key.is_none() {
+                    self.fetch_ahead(record);
+                }
             }
         }
         self.stored.as_mut().expect("checked above").send_fetches();
@@ -1208,11 +1212,10 @@ impl Stored {
     /// (`None` where the store does not hold it), or, where its request
     /// failed, [`Fetched::Failed`]. Nothing is asked ahead any more.
     fn receive_fetches(&mut self) -> HashMap<StoreKey, Fetched> {
-        self.fetch_next.clear();
-        self.fetch_asked.clear();
+        let fetching = std::mem::take(&mut self.fetching);
+        self.forget_fetches();
         let mut fetched = HashMap::new();
-        for (request, (ticket, keys)) in std::mem::take(&mut self.fetching).into_iter().enumerate()
-        {
+        for (request, (ticket, keys)) in fetching.into_iter().enumerate() {
             let answer = self.fetcher.as_mut().and_then(|f| f.receive(ticket));
             match answer.filter(|values| values.len() == keys.len()) {
                 Some(values) => {
@@ -1224,9 +1227,9 @@ impl Stored {
         fetched
     }
 
-    /// Forgets what was asked ahead and not received (a flush cut short):
-    /// the answers are dropped when the next flush receives its own, or
-    /// with the fetcher.
+    /// Forgets what was asked ahead and not received (all of it, once
+    /// received, or a flush cut short): the answers are dropped when the
+    /// next flush receives its own, or with the fetcher.
     fn forget_fetches(&mut self) {
         self.fetch_next.clear();
         self.fetch_asked.clear();
