@@ -262,10 +262,13 @@ fn define_all<M: Module>(
     if finish(m).is_err() {
         failed += m.take_failed_definitions().len();
     }
+    let elapsed = start.elapsed();
+    // Entries are written behind the flush; counted once all are.
+    m.wait_for_store_writes();
     println!(
         "== {options}: {} functions in {:.3} s, {failed} failed\n{}\n",
         funcs.len(),
-        start.elapsed().as_secs_f64(),
+        elapsed.as_secs_f64(),
         m.stats()
     );
     Ok(m.stats().clone())

@@ -152,6 +152,7 @@ fn rejected_alike_is_said_once() {
             .unwrap();
         }
         m.finalize_definitions().unwrap();
+        m.wait_for_store_writes();
         m.stats().clone()
     };
     assert_eq!(program([1; 32]).store_writes, 6);

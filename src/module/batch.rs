@@ -189,9 +189,11 @@ impl<M: Module> DedupModule<M> {
                 .count();
             self.stats.defined -= undefined as u64;
         }
-        // Every entry is written when a flush ends (eager mode's too), and
-        // nothing asked ahead outlives it (a flush cut short).
-        self.wait_for_writes();
+        // Every entry is sent to the writer when a flush ends (eager
+        // mode's too), and written before it ends where other modules may
+        // wait for it, behind it elsewhere (see 9 in `stored.rs`); nothing
+        // asked ahead outlives it (a flush cut short).
+        self.end_writes();
         self.forget_fetches();
         if let Some(before) = before.filter(|_| cfg!(debug_assertions)) {
             self.check_flushed(&flush, &failures, &before);

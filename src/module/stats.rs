@@ -42,14 +42,15 @@ pub struct Stats {
     /// own); the function was compiled and its entry written again.
     pub store_rejected: u64,
     /// Lookups and writes the code store failed (down, slow, full): each
-    /// was a miss or a write skipped, never an error. Writes are counted
-    /// when the module waits for them (made on the store's writer thread):
-    /// by the end of every flush.
+    /// was a miss or a write skipped, never an error. Writes are made on
+    /// the store's writer thread, behind the flushes, and counted as those
+    /// of `store_writes` are.
     pub store_errors: u64,
-    /// Entries written to the code store, counted when the module waits
-    /// for them: entries are written on a thread of their own, and every
-    /// one is written and counted by the end of each flush
-    /// (`finalize_definitions`, `flush`).
+    /// Entries written to the code store. They are written on a thread of
+    /// their own, behind the flushes, and counted when a flush ends (those
+    /// written by then) and when the module waits for them
+    /// ([`DedupModule::wait_for_store_writes`](super::DedupModule::wait_for_store_writes):
+    /// all). On a store that reserves keys, every flush waits for them.
     pub store_writes: u64,
     /// Eager definitions left to the next flush, since another module
     /// sharing the store was compiling their template (see

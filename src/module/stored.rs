@@ -119,10 +119,16 @@
 //!    reserves keys, to which it sends each entry at once (another module
 //!    may be waiting for it); the writer joins what waits into one
 //!    [`CodeStore::put_many`] (one round trip to Redis, one write to a
-//!    pack, instead of one per entry). Every entry is written when
-//!    a flush ends (`finalize_definitions`, [`DedupModule::flush`]),
-//!    which waits for the writer, and when the module is dropped; in a
-//!    store that reserves keys, also before a flush gives up its claims
+//!    pack, instead of one per entry). Every entry is sent to the writer
+//!    by the end of a flush (`finalize_definitions`,
+//!    [`DedupModule::flush`]), and written behind it: the flush does not
+//!    wait for the store, so that a cold start is not slower for a slow
+//!    file system (a store that creates a file per entry) or server; it
+//!    counts what was written so far.
+//!    [`DedupModule::wait_for_store_writes`] waits until every entry is
+//!    written, and so does dropping the module. In a store that reserves
+//!    keys, a flush waits for the writer when it ends, where other
+//!    modules may be waiting for its entries, and also before it gives up its claims
 //!    or a define may wait for another module (others may be waiting for
 //!    those entries). An eager define, or one that loads an entry it
 //!    holds, waits for no write: it waits for no other module either.
@@ -290,8 +296,11 @@ impl<M: Module> DedupModule<M> {
     /// know is assumed to (see [`DedupModule::wrap`]).
     ///
     /// Entries are written on a thread this call starts (see 9 in the
-    /// module docs): each flush waits until every entry is written, and so
-    /// does dropping the module. On a store that reserves keys and whose
+    /// module docs), behind the flushes: a flush ends once its functions
+    /// are defined, not once their entries are written, but for a store
+    /// that reserves keys, where other modules may be waiting for them.
+    /// [`DedupModule::wait_for_store_writes`] waits until every entry is
+    /// written, and so does dropping the module. On a store that reserves keys and whose
     /// calls are round trips ([`CodeStore::round_trips`]: a `RedisStore`
     /// with leases), a second thread claims templates for a flush ahead
     /// of its compiles (see 7 in the module docs). Where a batch flush
@@ -323,6 +332,17 @@ impl<M: Module> DedupModule<M> {
             busy: HashSet::new(),
         });
         self
+    }
+
+    /// Waits until every entry this module has made is written to its
+    /// store, and counts the writes in [`Stats`](crate::Stats)
+    /// (`store_writes`, and `store_errors` for writes that failed).
+    /// Entries are written on a thread of the module's own, behind its
+    /// flushes (see [`DedupModule::with_store`]); dropping the module
+    /// waits for them too. A module without a store has nothing to wait
+    /// for.
+    pub fn wait_for_store_writes(&mut self) {
+        self.wait_for_writes();
     }
 
     /// Holds the store's entries for every function of `flush` that
@@ -544,8 +564,8 @@ impl<M: Module> DedupModule<M> {
     /// to the writer, in a store that reserves keys (see 9 above), gives
     /// up the keys it claimed and did not compile (see 7 above), and drops
     /// what it fetched (see 5 above). Waits for nothing: what follows is
-    /// the end of the flush, which waits for the writer, or the return of
-    /// an eager define, which waits for nobody.
+    /// the end of the flush, which waits for the writer in such a store,
+    /// or the return of an eager define, which waits for nobody.
     pub(super) fn end_prefetch(&mut self) {
         if self.store_reserves() {
             self.write_stored();
@@ -1032,8 +1052,24 @@ impl<M: Module> DedupModule<M> {
         stored.writer.send(std::mem::take(&mut stored.unwritten));
     }
 
+    /// At the end of a flush (see 9 above): sends what waits to be
+    /// written to the writer, and, in a store that reserves keys, waits
+    /// until it is written; elsewhere counts what is written so far.
+    pub(super) fn end_writes(&mut self) {
+        if self.store_reserves() {
+            self.wait_for_writes();
+            return;
+        }
+        self.write_stored();
+        if let Some(stored) = &mut self.stored {
+            let written = stored.writer.written_so_far();
+            self.stats.store_writes += written.entries;
+            self.stats.store_errors += written.errors;
+        }
+    }
+
     /// Waits until every entry sent to the writer is written, and counts
-    /// the writes (see 9 above): at the end of every flush.
+    /// the writes (see 9 above).
     pub(super) fn wait_for_writes(&mut self) {
         self.write_stored();
         if let Some(stored) = &mut self.stored {

@@ -18,7 +18,8 @@
 //!    a sender finding the queue full waits for room, so a store slower
 //!    than the compiler slows the compiler down rather than filling memory.
 //! 3. **Counted.** [`Writer::wait`] returns how many entries were written
-//!    and how many writes failed since the last wait.
+//!    and how many writes failed since the last wait or look
+//!    ([`Writer::written_so_far`], which does not wait).
 //! 4. Where no thread can be started, batches are written on the sender's
 //!    thread, as they were sent: the same outcome, later.
 
@@ -123,22 +124,34 @@ impl Writer {
         add(&mut self.inline, write_caught(&self.store, entries));
     }
 
+    /// What was written since the last wait or look, without waiting:
+    /// the batches the thread has finished so far (see 3 above).
+    pub fn written_so_far(&mut self) -> Written {
+        self.look(false)
+    }
+
     /// Waits until every batch sent is written, and returns what was
-    /// written since the last wait (see 3 above).
+    /// written since the last wait or look (see 3 above).
     pub fn wait(&mut self) -> Written {
+        self.look(true)
+    }
+
+    /// What was written since the last wait or look, once every batch
+    /// sent is written if `wait`.
+    fn look(&mut self, wait: bool) -> Written {
         let mut progress = self
             .shared
             .progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        while progress.finished < self.sent && !progress.ended {
+        while wait && progress.finished < self.sent && !progress.ended {
             progress = self
                 .shared
                 .changed
                 .wait(progress)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        if progress.finished < self.sent {
+        if wait && progress.finished < self.sent {
             // The thread ended with batches unwritten (see 1 above).
             progress.written.errors += self.sent - progress.finished;
             progress.finished = self.sent;
@@ -374,6 +387,33 @@ mod tests {
         assert_eq!(gated.releases.load(Ordering::SeqCst), 0);
         // Counted once.
         assert_eq!(writer.wait(), Written::default());
+    }
+
+    /// A look counts the batches finished so far without waiting for
+    /// the rest; a wait then counts only what the look did not.
+    #[test]
+    fn a_look_counts_what_is_written_so_far_and_waits_for_nothing() {
+        let (gated, store) = gated();
+        let mut writer = Writer::new(store.clone());
+        writer.send(vec![entry(&store, 1)]);
+        // Held at the gate: nothing is written yet.
+        assert_eq!(writer.written_so_far(), Written::default());
+        gated.open();
+        while store.get(&key(1)).unwrap().is_none() {
+            std::thread::yield_now();
+        }
+        // Written, but the thread may not have counted it yet: looked at
+        // until it has (for at most ten seconds).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut looked = writer.written_so_far();
+        while looked == Written::default() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            looked = writer.written_so_far();
+        }
+        assert_eq!(looked, written(1, 0));
+        writer.send(vec![entry(&store, 2)]);
+        assert_eq!(writer.wait(), written(1, 0));
+        assert_eq!(writer.written_so_far(), Written::default());
     }
 
     #[test]

@@ -259,6 +259,7 @@ fn a_store_entry_spares_the_verifier_only_to_the_function_it_was_compiled_from()
         let conv = cold.isa().default_call_conv();
         let f = declare(&mut cold, "f", conv);
         define_flushed(&mut cold, f, good).unwrap();
+        cold.wait_for_store_writes();
         assert_eq!(cold.stats().store_writes, 1, "{options:?}");
         cold.finalize_definitions().unwrap();
         let expected = call1(cold.get_finalized_function(f), 3);
@@ -1030,6 +1031,7 @@ fn an_alias_defect_is_found_before_a_store_entry_is_used() {
     };
     let mut cold = module(DedupOptions::eager());
     define_as(&mut cold, &twin).1.unwrap();
+    cold.wait_for_store_writes();
     assert_eq!(cold.stats().store_writes, 1);
     for options in [
         DedupOptions::eager(),

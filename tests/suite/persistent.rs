@@ -68,6 +68,8 @@ fn run(
     let ids = build(&mut m, reverse);
     m.finalize_definitions().unwrap();
     let out = results(|id| m.get_finalized_function(id), &ids);
+    // Entries are written behind the flush; a run ends once they are.
+    m.wait_for_store_writes();
     (m.stats().clone(), out)
 }
 
@@ -441,6 +443,77 @@ fn a_small_batch_flush_asks_the_store_once_for_all_its_functions() {
     assert_eq!(shared.stats().reservations as usize, templates);
 }
 
+/// A store whose writes wait until the test opens its gate (or ten
+/// seconds pass), in front of a memory store.
+#[derive(Default)]
+struct Gated {
+    inner: MemoryStore,
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+    /// Writes begun, and writes done.
+    begun: AtomicUsize,
+    done: AtomicUsize,
+}
+
+impl Gated {
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+impl CodeStore for Gated {
+    fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(key)
+    }
+
+    fn put(&self, key: &StoreKey, value: &[u8]) -> Result<(), StoreError> {
+        self.begun.fetch_add(1, Ordering::SeqCst);
+        let open = self.open.lock().unwrap();
+        let _open = self
+            .opened
+            .wait_timeout_while(open, std::time::Duration::from_secs(10), |open| !*open)
+            .unwrap();
+        let put = self.inner.put(key, value);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        put
+    }
+}
+
+/// A flush does not wait for its entries to be written (a cold start is
+/// not slower for a slow store): in every mode, `finalize_definitions`
+/// returns while the store's first write is still held, with every
+/// function callable and no write counted yet; `wait_for_store_writes`
+/// then waits for all of them and counts them, and a second module finds
+/// every entry.
+#[test]
+fn a_flush_does_not_wait_for_its_entries_to_be_written() {
+    let expected = plain();
+    for options in [DedupOptions::eager(), DedupOptions::batch()] {
+        let store = Arc::new(Gated::default());
+        let mut m = DedupModule::with_options(builder(), options).with_store(store.clone(), None);
+        let ids = build(&mut m, false);
+        m.finalize_definitions().unwrap();
+        assert_eq!(results(|id| m.get_finalized_function(id), &ids), expected);
+        // Held at the gate, which only the test opens.
+        assert_eq!(store.done.load(Ordering::SeqCst), 0, "{options:?}");
+        assert_eq!(m.stats().store_writes, 0, "{options:?}");
+        store.open();
+        m.wait_for_store_writes();
+        let compiled = m.stats().compiled;
+        assert_eq!(m.stats().store_writes, compiled, "{options:?}");
+        assert!(store.begun.load(Ordering::SeqCst) >= 1, "{options:?}");
+        drop(m);
+        let (warm, out) = run(store.clone(), None, options, false);
+        assert_eq!(out, expected);
+        assert_eq!(
+            (warm.compiled, warm.loaded),
+            (0, compiled),
+            "{options:?}: {warm}"
+        );
+    }
+}
+
 /// A store that is down.
 struct Down;
 
@@ -614,6 +687,7 @@ fn the_store_is_never_asked_for_a_function_with_a_stale_constant_pool() {
             }
             m.define_function(id, &mut ctx).unwrap();
             m.finalize_definitions().unwrap();
+            m.wait_for_store_writes();
             let (gets, many) = store.take();
             let asked = gets + many.iter().sum::<usize>();
             assert_eq!(asked, usize::from(!stale), "{options}, stale {stale}");

@@ -1357,6 +1357,9 @@ impl jitfold::store::CodeStore for ReservingStore {
     fn release(&self, key: &jitfold::store::StoreKey) {
         self.open.lock().unwrap().remove(key);
     }
+    fn reserves(&self) -> bool {
+        true
+    }
 }
 
 /// Eager mode with a code store that reserves what it misses (as a store
