@@ -5,9 +5,9 @@
 //! ([`StoreKey::hex`]). A `put` writes a temporary file in the same
 //! directory (`.tmp-…`, a name no other writer uses; on Linux, a file
 //! made without a name and given that name once written, see 6 below)
-//! and renames it over the entry's name; a `get` reads the file and sets its modification time
-//! to now (if it was set more than [`TOUCH_AFTER`] ago), which is what
-//! eviction orders by.
+//! and renames it over the entry's name; a `get` reads the file and sets
+//! its modification time to now (if it was set more than [`TOUCH_AFTER`]
+//! ago), which is what eviction orders by.
 //!
 //! Whoever can write to the directory can choose the code its readers run
 //! unless entries are signed (see the [trust model](super#trust-model)):
@@ -76,8 +76,9 @@
 //!    followed, and one that exists is not replaced) and renames that,
 //!    as above: the directory is locked only to add names. A writer that
 //!    dies before the link leaves nothing behind. Where no such file can
-//!    be made, or named (no `/proc`: then no later `put` tries), the
-//!    temporary file is created with its name.
+//!    be made, or linked (no `/proc`, a sandbox that refuses the link:
+//!    then no later `put` of the process tries), the temporary file is
+//!    created with its name.
 
 use super::{CodeStore, StoreError, StoreKey};
 use std::collections::hash_map::RandomState;
@@ -484,10 +485,10 @@ impl DirectoryStore {
 
     /// `value` written to a file made without a name, then named as a
     /// temporary file for an entry of `key` (see 6 above): its path.
-    /// `None` where the system makes no such file or cannot name it (no
-    /// `/proc`): nothing was written, and the caller writes a named
-    /// temporary file instead (as every later call does, once naming
-    /// failed so).
+    /// `None` where the system makes no such file or cannot link it (no
+    /// `/proc`, a link refused): nothing was stored, and the caller
+    /// writes a named temporary file instead (as every later call does,
+    /// once linking failed).
     fn write_unnamed(&self, key: &StoreKey, value: &[u8]) -> Option<Result<PathBuf, StoreError>> {
         static CANNOT_NAME: std::sync::atomic::AtomicBool =
             std::sync::atomic::AtomicBool::new(false);
@@ -503,13 +504,21 @@ impl DirectoryStore {
             let path = self.dir.join(temp_name(key, &own_name_part()));
             match link_unnamed(&file, &path) {
                 Ok(()) => return Some(Ok(path)),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
-                // The file's link in `/proc` is not there to follow.
-                Err(e) if e.kind() == ErrorKind::NotFound => {
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    if attempts == 8 {
+                        return Some(Err(io_error("link", path)(e)));
+                    }
+                    attempts += 1;
+                }
+                // The file's link in `/proc` is not there to follow, or
+                // the link is refused: named files it is, from now on.
+                Err(e) => {
+                    log::debug!(
+                        "code store: unnamed files cannot be linked ({e}); named from now on"
+                    );
                     CANNOT_NAME.store(true, Ordering::Relaxed);
                     return None;
                 }
-                Err(e) => return Some(Err(io_error("link", path)(e))),
             }
         }
     }
