@@ -132,8 +132,15 @@
 //!    or a define may wait for another module (others may be waiting for
 //!    those entries). An eager define, or one that loads an entry it
 //!    holds, waits for no write: it waits for no other module either.
-//!    `store_writes` and `store_errors` count the writes
-//!    the module has waited for. The reservations of the entries end with
+//!    `store_writes` and `store_errors` count the writes finished by
+//!    the end of each flush and those the module has waited for. A
+//!    process that ends without dropping the module (`std::process::exit`,
+//!    a module kept in a `static`) loses the entries not written by
+//!    then (the next run compiles those functions again): such a program
+//!    calls [`DedupModule::wait_for_store_writes`] before it ends. A
+//!    store that reserves keys in `get_or_reserve` but says otherwise
+//!    (`reserves()`) holds its reservations until the writer writes
+//!    their entries, behind the flush. The reservations of the entries end with
 //!    their write, so a module waiting for one gets it once it is written,
 //!    and never waits on a module that waits for it: the writer depends on
 //!    no module. A write that fails is counted in `store_errors` and loses
@@ -300,7 +307,9 @@ impl<M: Module> DedupModule<M> {
     /// are defined, not once their entries are written, but for a store
     /// that reserves keys, where other modules may be waiting for them.
     /// [`DedupModule::wait_for_store_writes`] waits until every entry is
-    /// written, and so does dropping the module. On a store that reserves keys and whose
+    /// written, and so does dropping the module; a program that ends
+    /// without dropping it (`std::process::exit`, a module in a `static`)
+    /// calls it first, or loses the entries not written by then. On a store that reserves keys and whose
     /// calls are round trips ([`CodeStore::round_trips`]: a `RedisStore`
     /// with leases), a second thread claims templates for a flush ahead
     /// of its compiles (see 7 in the module docs). Where a batch flush

@@ -74,11 +74,14 @@
 //!    into one, then links it into the directory under its temporary
 //!    name (`linkat` of its `/proc/self/fd` link; the new name is not
 //!    followed, and one that exists is not replaced) and renames that,
-//!    as above: the directory is locked only to add names. A writer that
-//!    dies before the link leaves nothing behind. Where no such file can
-//!    be made, or linked (no `/proc`, a sandbox that refuses the link:
-//!    then no later `put` of the process tries), the temporary file is
-//!    created with its name.
+//!    as above: the directory is locked only to add names. The name
+//!    linked is checked to be the file written (the same device and
+//!    inode), so that a `/proc` that is not the kernel's cannot lead the
+//!    store to name a file from elsewhere. A writer that dies before the
+//!    link leaves nothing behind. Where no such file can be made, or
+//!    linked (no `/proc`, a sandbox that refuses the link, a name that
+//!    is not the file written: then no later `put` of the process tries),
+//!    the temporary file is created with its name.
 
 use super::{CodeStore, StoreError, StoreKey};
 use std::collections::hash_map::RandomState;
@@ -503,7 +506,16 @@ impl DirectoryStore {
         loop {
             let path = self.dir.join(temp_name(key, &own_name_part()));
             match link_unnamed(&file, &path) {
-                Ok(()) => return Some(Ok(path)),
+                Ok(()) if is_same_file(&file, &path) => return Some(Ok(path)),
+                // Linked to another file: `/proc` is not what it should
+                // be. The name, the store's own, goes; named files from
+                // now on.
+                Ok(()) => {
+                    let _ = fs::remove_file(&path);
+                    log::warn!("code store: `/proc/self/fd` does not lead to the files it names");
+                    CANNOT_NAME.store(true, Ordering::Relaxed);
+                    return None;
+                }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                     if attempts == 8 {
                         return Some(Err(io_error("link", path)(e)));
@@ -511,14 +523,16 @@ impl DirectoryStore {
                     attempts += 1;
                 }
                 // The file's link in `/proc` is not there to follow, or
-                // the link is refused: named files it is, from now on.
-                Err(e) => {
+                // the system refuses such links: named files it is, from
+                // now on.
+                Err(e) if cannot_link_unnamed(&e) => {
                     log::debug!(
                         "code store: unnamed files cannot be linked ({e}); named from now on"
                     );
                     CANNOT_NAME.store(true, Ordering::Relaxed);
                     return None;
                 }
+                Err(e) => return Some(Err(io_error("link", path)(e))),
             }
         }
     }
@@ -601,6 +615,37 @@ fn link_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
 fn link_unnamed(_file: &File, _path: &Path) -> std::io::Result<()> {
     // No unnamed files are made off Linux.
     Err(ErrorKind::Unsupported.into())
+}
+
+/// Whether `error`, from [`link_unnamed`], says that this system does not
+/// link unnamed files (no `/proc`, a sandbox that refuses the link, a
+/// file system that does not do it), rather than that this one link
+/// failed (a full disk, say, which a named file would meet too).
+fn cannot_link_unnamed(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::NotFound
+            | ErrorKind::PermissionDenied
+            | ErrorKind::Unsupported
+            | ErrorKind::CrossesDevices
+    )
+}
+
+/// Whether `path` names `file` itself (the same device and inode), not
+/// following a link at `path`.
+#[cfg(unix)]
+fn is_same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::symlink_metadata(path)) {
+        (Ok(opened), Ok(named)) => (opened.dev(), opened.ino()) == (named.dev(), named.ino()),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn is_same_file(_file: &File, _path: &Path) -> bool {
+    // No unnamed files are made off Linux.
+    false
 }
 
 /// A part of a file's name that no other writer uses (see
@@ -702,12 +747,22 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let listed = || std::fs::read_dir(&dir).unwrap().count();
-        let mut file = unnamed_file(&dir).expect("this file system makes unnamed files");
+        // Nothing to test where the file system makes no unnamed files
+        // (the store then creates named ones).
+        let Some(mut file) = unnamed_file(&dir) else {
+            return;
+        };
         write_entry(&mut file, b"entry").unwrap();
         assert_eq!(listed(), 0);
         let key = StoreKey::from_bytes([7; 16]);
         let path = dir.join(temp_name(&key, "test"));
-        link_unnamed(&file, &path).unwrap();
+        match link_unnamed(&file, &path) {
+            Ok(()) => {}
+            // No `/proc`, or a sandbox: the store names its files.
+            Err(e) if super::cannot_link_unnamed(&e) => return,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(super::is_same_file(&file, &path));
         assert_eq!(listed(), 1);
         assert_eq!(std::fs::read(&path).unwrap(), b"entry");
         let kind = link_unnamed(&file, &path).unwrap_err().kind();

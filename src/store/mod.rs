@@ -203,8 +203,13 @@ pub trait CodeStore: Send + Sync {
     /// `get`). A batch flush asks again, with `get_or_reserve`, for a key
     /// that its [`CodeStore::get_many`] did not find only in a store that
     /// reserves, so that the store learns who compiles it; other stores are
-    /// not asked twice. By default, `false`; a store that overrides
-    /// `get_or_reserve` to reserve should say `true`.
+    /// not asked twice. A module's flush waits for its entries to be
+    /// written only in a store that reserves (elsewhere they are written
+    /// behind it, see [`DedupModule::with_store`](crate::DedupModule::with_store)).
+    /// By default, `false`; a store that overrides `get_or_reserve` to
+    /// reserve should say `true` (one that does not holds its
+    /// reservations until the module's writer writes their entries,
+    /// behind the flush: others wait for them longer).
     fn reserves(&self) -> bool {
         false
     }

@@ -37,7 +37,8 @@ pub const QUEUE_BATCHES: usize = 64;
 /// many entries or more (see 1 above).
 pub const JOIN_ENTRIES: usize = 256;
 
-/// What was written since the last [`Writer::wait`].
+/// What was written since the last [`Writer::wait`] or
+/// [`Writer::written_so_far`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Written {
     /// Entries written.

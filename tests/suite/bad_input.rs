@@ -347,6 +347,8 @@ fn threads_count_verification_skips_as_one_thread_does() {
     let conv = cold.isa().default_call_conv();
     let f = declare(&mut cold, "f", conv);
     define_flushed(&mut cold, f, body(false)).unwrap();
+    // Its entry is written behind the flush.
+    cold.wait_for_store_writes();
     let mut counts = Vec::new();
     for threads in [1, 2] {
         let mut m = module(DedupOptions::batch().with_threads(threads));

@@ -327,6 +327,8 @@ fn object_run_on(
     });
     flushes.push(d.flush().map_err(|e| error_text(&e)));
     let failed = d.take_failed_definitions();
+    // Entries are written behind the flushes: all counted once written.
+    d.wait_for_store_writes();
     let stats = d.stats().clone();
     let bytes = d.try_finish().unwrap().emit().unwrap();
     (bytes, stats, flushes, failed)

@@ -130,8 +130,8 @@ fn a_second_run_compiles_nothing_and_returns_the_same_results() {
 }
 
 /// Eager mode sends its entries to a store that reserves nothing a few
-/// dozen at a time: what waits is written by the next flush, or when the
-/// module is dropped without one.
+/// dozen at a time: what waits is sent to the writer by the next flush, or
+/// written when the module is dropped without one.
 #[test]
 fn entries_waiting_to_be_sent_are_written_when_the_module_drops() {
     let expected = plain();
