@@ -128,9 +128,9 @@
 //!    [`DedupModule::wait_for_store_writes`] waits until every entry is
 //!    written, and so does dropping the module. In a store that reserves
 //!    keys, a flush waits for the writer when it ends, where other
-//!    modules may be waiting for its entries, and also before it gives up its claims
-//!    or a define may wait for another module (others may be waiting for
-//!    those entries). An eager define, or one that loads an entry it
+//!    modules may be waiting for its entries, and also before it gives
+//!    up its claims or a define may wait for another module (others may
+//!    be waiting for those entries). An eager define, or one that loads an entry it
 //!    holds, waits for no write: it waits for no other module either.
 //!    `store_writes` and `store_errors` count the writes finished by
 //!    the end of each flush and those the module has waited for. A
@@ -140,8 +140,8 @@
 //!    calls [`DedupModule::wait_for_store_writes`] before it ends. A
 //!    store that reserves keys in `get_or_reserve` but says otherwise
 //!    (`reserves()`) holds its reservations until the writer writes
-//!    their entries, behind the flush. The reservations of the entries end with
-//!    their write, so a module waiting for one gets it once it is written,
+//!    their entries, behind the flush. The reservations of the entries
+//!    end with their write, so a module waiting for one gets it once it is written,
 //!    and never waits on a module that waits for it: the writer depends on
 //!    no module. A write that fails is counted in `store_errors` and loses
 //!    the entries of that write (their keys are released).
@@ -309,13 +309,14 @@ impl<M: Module> DedupModule<M> {
     /// [`DedupModule::wait_for_store_writes`] waits until every entry is
     /// written, and so does dropping the module; a program that ends
     /// without dropping it (`std::process::exit`, a module in a `static`)
-    /// calls it first, or loses the entries not written by then. On a store that reserves keys and whose
-    /// calls are round trips ([`CodeStore::round_trips`]: a `RedisStore`
-    /// with leases), a second thread claims templates for a flush ahead
-    /// of its compiles (see 7 in the module docs). Where a batch flush
-    /// asks for entries ahead, they are fetched on a thread started at its
-    /// first request, whatever the store (see 5 there). Dropping the
-    /// module ends them.
+    /// calls it first, or loses the entries not written by then.
+    ///
+    /// On a store that reserves keys and whose calls are round trips
+    /// ([`CodeStore::round_trips`]: a `RedisStore` with leases), a second
+    /// thread claims templates for a flush ahead of its compiles (see 7 in
+    /// the module docs). Where a batch flush asks for entries ahead, they
+    /// are fetched on a thread started at its first request, whatever the
+    /// store (see 5 there). Dropping the module ends them.
     pub fn with_store(mut self, store: Arc<dyn CodeStore>, secret: Option<Secret>) -> Self {
         self.stored = Some(Stored {
             writer: Writer::new(store.clone()),

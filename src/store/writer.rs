@@ -400,11 +400,8 @@ mod tests {
         // Held at the gate: nothing is written yet.
         assert_eq!(writer.written_so_far(), Written::default());
         gated.open();
-        while store.get(&key(1)).unwrap().is_none() {
-            std::thread::yield_now();
-        }
-        // Written, but the thread may not have counted it yet: looked at
-        // until it has (for at most ten seconds).
+        // Once written, the thread counts it: looked at until it has (for
+        // at most ten seconds).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut looked = writer.written_so_far();
         while looked == Written::default() && std::time::Instant::now() < deadline {
