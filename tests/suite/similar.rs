@@ -1321,11 +1321,13 @@ fn eager_mode_does_not_hide_a_member_that_fails_to_verify() {
 }
 
 /// A store that reserves every key it misses and records which
-/// reservations are still open.
+/// reservations are still open; it says so (`reserves()`) unless it
+/// hides it.
 #[derive(Default)]
 struct ReservingStore {
     entries: std::sync::Mutex<std::collections::HashMap<jitfold::store::StoreKey, Vec<u8>>>,
     open: std::sync::Mutex<std::collections::HashSet<jitfold::store::StoreKey>>,
+    hides_reserving: bool,
 }
 
 impl jitfold::store::CodeStore for ReservingStore {
@@ -1358,7 +1360,7 @@ impl jitfold::store::CodeStore for ReservingStore {
         self.open.lock().unwrap().remove(key);
     }
     fn reserves(&self) -> bool {
-        true
+        !self.hides_reserving
     }
 }
 
@@ -1366,10 +1368,21 @@ impl jitfold::store::CodeStore for ReservingStore {
 /// shared by threads does): a member defined as a thunk gives up the
 /// reservation of its own template, also when its thunk is a duplicate of
 /// an earlier one, so that no other thread waits for it (what is compiled
-/// ends its reservation with its write, by the end of a flush).
+/// ends its reservation with its write, by the end of a flush). A store
+/// that reserves without saying so gets its entries written behind the
+/// flush, and its reservations end once they are.
 #[test]
 fn eager_thunks_leave_no_reservation_open() {
-    let store = std::sync::Arc::new(ReservingStore::default());
+    for hides_reserving in [false, true] {
+        eager_thunks_leave_no_reservation_open_in(ReservingStore {
+            hides_reserving,
+            ..ReservingStore::default()
+        });
+    }
+}
+
+fn eager_thunks_leave_no_reservation_open_in(store: ReservingStore) {
+    let store = std::sync::Arc::new(store);
     let mut m = DedupModule::<JITModule>::with_options(jit_builder(), similar_eager())
         .with_store(store.clone(), None);
     let member = |a: i64| parse(&padded(&arithmetic("system_v", a, 5, -7, 1000), 24));
@@ -1384,8 +1397,12 @@ fn eager_thunks_leave_no_reservation_open() {
         ctx.func.name = UserFuncName::user(0, id.as_u32());
         m.define_function(id, &mut ctx).unwrap();
         // Compiled entries are written (ending their reservations) on the
-        // store's writer thread by the end of a flush.
+        // store's writer thread by the end of a flush, or behind it where
+        // the store does not say it reserves.
         m.flush().unwrap();
+        if store.hides_reserving {
+            m.wait_for_store_writes();
+        }
         assert!(
             store.open.lock().unwrap().is_empty(),
             "f{i} left a reservation open: {}",
