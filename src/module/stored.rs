@@ -1066,24 +1066,26 @@ impl<M: Module> DedupModule<M> {
     /// written to the writer, and, in a store that reserves keys, waits
     /// until it is written; elsewhere counts what is written so far.
     pub(super) fn end_writes(&mut self) {
-        if self.store_reserves() {
-            self.wait_for_writes();
-            return;
-        }
-        self.write_stored();
-        if let Some(stored) = &mut self.stored {
-            let written = stored.writer.written_so_far();
-            self.stats.store_writes += written.entries;
-            self.stats.store_errors += written.errors;
-        }
+        self.count_writes(self.store_reserves());
     }
 
     /// Waits until every entry sent to the writer is written, and counts
     /// the writes (see 9 above).
     pub(super) fn wait_for_writes(&mut self) {
+        self.count_writes(true);
+    }
+
+    /// Sends what waits to be written to the writer, and counts the writes
+    /// finished: every one, once written, if `wait`; else those finished
+    /// so far.
+    fn count_writes(&mut self, wait: bool) {
         self.write_stored();
         if let Some(stored) = &mut self.stored {
-            let written = stored.writer.wait();
+            let written = if wait {
+                stored.writer.wait()
+            } else {
+                stored.writer.written_so_far()
+            };
             self.stats.store_writes += written.entries;
             self.stats.store_errors += written.errors;
         }

@@ -502,38 +502,28 @@ impl DirectoryStore {
         if let Err(e) = write_entry(&mut file, value) {
             return Some(Err(self.io_error("write", self.dir.clone())(e)));
         }
-        let mut attempts = 0;
-        loop {
-            let path = self.dir.join(temp_name(key, &own_name_part()));
-            match link_unnamed(&file, &path) {
-                Ok(()) if is_same_file(&file, &path) => return Some(Ok(path)),
-                // Linked to another file: `/proc` is not what it should
-                // be. The name, the store's own, goes; named files from
-                // now on.
-                Ok(()) => {
-                    let _ = fs::remove_file(&path);
-                    log::warn!("code store: `/proc/self/fd` does not lead to the files it names");
-                    CANNOT_NAME.store(true, Ordering::Relaxed);
-                    return None;
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    if attempts == 8 {
-                        return Some(Err(io_error("link", path)(e)));
-                    }
-                    attempts += 1;
-                }
-                // The file's link in `/proc` is not there to follow, or
-                // the system refuses such links: named files it is, from
-                // now on.
-                Err(e) if cannot_link_unnamed(&e) => {
-                    log::debug!(
-                        "code store: unnamed files cannot be linked ({e}); named from now on"
-                    );
-                    CANNOT_NAME.store(true, Ordering::Relaxed);
-                    return None;
-                }
-                Err(e) => return Some(Err(io_error("link", path)(e))),
+        match under_own_name(
+            &self.dir,
+            |unique| temp_name(key, unique),
+            |path| link_unnamed(&file, path),
+        ) {
+            Ok((path, ())) if is_same_file(&file, &path) => Some(Ok(path)),
+            // Linked to another file: `/proc` is not what it should be.
+            // The name, the store's own, goes; named files from now on.
+            Ok((path, ())) => {
+                let _ = fs::remove_file(&path);
+                log::warn!("code store: `/proc/self/fd` does not lead to the files it names");
+                CANNOT_NAME.store(true, Ordering::Relaxed);
+                None
             }
+            // The file's link in `/proc` is not there to follow, or the
+            // system refuses such links: named files it is, from now on.
+            Err((_, e)) if cannot_link_unnamed(&e) => {
+                log::debug!("code store: unnamed files cannot be linked ({e}); named from now on");
+                CANNOT_NAME.store(true, Ordering::Relaxed);
+                None
+            }
+            Err((path, e)) => Some(Err(io_error("link", path)(e))),
         }
     }
 
@@ -649,7 +639,7 @@ fn is_same_file(_file: &File, _path: &Path) -> bool {
 }
 
 /// A part of a file's name that no other writer uses (see
-/// [`create_own_file`]).
+/// [`under_own_name`]).
 fn own_name_part() -> String {
     static NONCE: OnceLock<u64> = OnceLock::new();
     let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
@@ -661,27 +651,41 @@ fn own_name_part() -> String {
 }
 
 /// A file in `dir` created by this call (for reading and writing), named
-/// by `name` from a part no other writer uses, and its path. That part
-/// holds the process id, a number random per process (processes in
-/// separate PID namespaces sharing the directory may have the same id)
-/// and a count; should a file of that name exist all the same, another
-/// name is tried (the existing file is someone else's, and is left alone).
+/// by `name` from a part no other writer uses (see [`under_own_name`]),
+/// and its path.
 pub(super) fn create_own_file(
     dir: &Path,
     name: impl Fn(&str) -> String,
 ) -> Result<(PathBuf, File), StoreError> {
-    let mut attempts = 0;
-    loop {
-        let path = dir.join(name(&own_name_part()));
-        match OpenOptions::new()
+    under_own_name(dir, name, |path| {
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&path)
-        {
-            Ok(file) => return Ok((path, file)),
+            .open(path)
+    })
+    .map_err(|(path, e)| io_error("create", path)(e))
+}
+
+/// What `make` makes at a path in `dir` named by `name` from a part no
+/// other writer uses, and that path. That part holds the process id, a
+/// number random per process (processes in separate PID namespaces
+/// sharing the directory may have the same id) and a count; should
+/// `make` find a file of that name all the same, another name is tried,
+/// up to 8 more (the existing file is someone else's, and is left alone).
+/// On failure, the path last tried and `make`'s error.
+fn under_own_name<T>(
+    dir: &Path,
+    name: impl Fn(&str) -> String,
+    mut make: impl FnMut(&Path) -> std::io::Result<T>,
+) -> Result<(PathBuf, T), (PathBuf, std::io::Error)> {
+    let mut attempts = 0;
+    loop {
+        let path = dir.join(name(&own_name_part()));
+        match make(&path) {
+            Ok(made) => return Ok((path, made)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists && attempts < 8 => attempts += 1,
-            Err(e) => return Err(io_error("create", path)(e)),
+            Err(e) => return Err((path, e)),
         }
     }
 }
