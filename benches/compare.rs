@@ -261,6 +261,7 @@ fn print_machine(config: &Config) {
                 "load average at start (1, 5, 15 min)".into(),
                 common::load_average(),
             ],
+            vec!["stores made in".into(), common::store_file_system()],
         ],
     );
 }

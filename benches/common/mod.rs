@@ -169,6 +169,48 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The file system the benches' stores are made on (under
+/// `std::env::temp_dir()`, so `TMPDIR`), as `/proc/mounts` names it: its
+/// mount point, its type and, for ext4, whether it keeps a journal (Linux;
+/// "unknown" elsewhere). Creating a file costs far more on ext4 without a
+/// journal once many files were deleted: ext4 then checks every free
+/// inode it considers for a deletion in the last seconds, and skips those
+/// (`recently_deleted` in `fs/ext4/ialloc.c`, only without a journal), so
+/// a store directory's cold start depends on it.
+pub fn store_file_system() -> String {
+    let Ok(dir) = std::env::temp_dir().canonicalize() else {
+        return "unknown".into();
+    };
+    let Ok(mounts) = std::fs::read_to_string("/proc/mounts") else {
+        return "unknown".into();
+    };
+    // The mount whose point is the longest prefix of the directory.
+    let mount = mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            dir.starts_with(point).then_some((device, point, kind))
+        })
+        .max_by_key(|(_, point, _)| point.len());
+    let Some((device, point, kind)) = mount else {
+        return "unknown".into();
+    };
+    let journal = (kind == "ext4")
+        .then(|| {
+            let name = device.rsplit('/').next().unwrap_or(device);
+            let task = std::fs::read_to_string(format!("/sys/fs/ext4/{name}/journal_task")).ok()?;
+            Some(if task.trim() == "<none>" {
+                ", no journal"
+            } else {
+                ", journal"
+            })
+        })
+        .flatten()
+        .unwrap_or("");
+    format!("{} on {point} ({kind}{journal})", dir.display())
+}
+
 /// Cranelift's incremental-cache store on a directory: one file per key
 /// (its hex digits), written to a temporary file and renamed.
 pub struct DirKv(pub PathBuf);

@@ -729,6 +729,14 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
     let fleet = fleet::Server::start();
     let mut rows = Vec::new();
     let profile = profiled_side();
+    // Every store directory of the table, deleted at its end, not between
+    // runs: a directory deleted just before a run would have that run's
+    // store writer meet the file system skipping over the thousands of
+    // inodes just freed (ext4 does not hand out an inode again in the
+    // seconds after its file is deleted, `recently_deleted` in
+    // `fs/ext4/ialloc.c`): a cost of the bench's deleting, which a
+    // runtime's start does not pay.
+    let mut leftovers: Vec<PathBuf> = Vec::new();
     for verifier in [true, false] {
         // A profile runs with the verifier off, as embedders ship, unless
         // `JITFOLD_WARM_PROFILE_VERIFIER=on`.
@@ -741,8 +749,12 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             .filter(|(w, _)| w.corpus && !w.funcs.is_empty())
         {
             eprintln!("warm: {}, verifier {verifier}", w.name);
-            let cl_dir = scratch("cranelift");
-            let (dir_dir, pack_dir) = (scratch("jitfold"), scratch("jitfold-pack"));
+            let n = leftovers.len();
+            let cl_dir = scratch(&format!("cranelift-{n}"));
+            let (dir_dir, pack_dir) = (
+                scratch(&format!("jitfold-{n}")),
+                scratch(&format!("jitfold-pack-{n}")),
+            );
             // A fresh store each run, as a new process of the fleet.
             let dir_store = || -> Arc<dyn CodeStore> {
                 Arc::new(
@@ -756,24 +768,24 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
             };
             let fleet_store = || fleet.as_ref().map(|server| server.store(&w.name));
             // Cold: each side filling an empty directory, alternating
-            // with plain round after round.
-            let cold_dir = scratch("cold");
-            let cold_store =
-                || -> Arc<dyn CodeStore> { Arc::new(DirectoryStore::new(&cold_dir).unwrap()) };
-            let cold_pack =
-                || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&cold_dir).unwrap()) };
-            let cold_stores = Stores {
-                cranelift: &cold_dir,
-                dir: &cold_store,
-                pack: &cold_pack,
-                fleet: &|| None,
-            };
+            // with plain round after round. Each run gets a directory of
+            // its own, kept to the end of the table (see `leftovers`).
             let cold = alternate(6, config.corpus_rounds, 0, |side| {
-                let _ = std::fs::remove_dir_all(&cold_dir);
-                std::fs::create_dir_all(&cold_dir).unwrap();
-                run_side(side, w, isa, &cold_stores).time
+                let cold_dir = scratch(&format!("cold-{}", leftovers.len()));
+                let cold_store =
+                    || -> Arc<dyn CodeStore> { Arc::new(DirectoryStore::new(&cold_dir).unwrap()) };
+                let cold_pack =
+                    || -> Arc<dyn CodeStore> { Arc::new(PackStore::new(&cold_dir).unwrap()) };
+                let cold_stores = Stores {
+                    cranelift: &cold_dir,
+                    dir: &cold_store,
+                    pack: &cold_pack,
+                    fleet: &|| None,
+                };
+                let time = run_side(side, w, isa, &cold_stores).time;
+                leftovers.push(cold_dir);
+                time
             });
-            let _ = std::fs::remove_dir_all(&cold_dir);
             // The stores the warm runs read, filled: Cranelift's, the
             // directory, the pack and Redis.
             let stores = Stores {
@@ -793,7 +805,7 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                 profile_side(side, runs, warm_side);
                 // The process ends here: its stores and its Redis server
                 // with it.
-                for dir in [&cl_dir, &dir_dir, &pack_dir] {
+                for dir in leftovers.iter().chain([&cl_dir, &dir_dir, &pack_dir]) {
                     let _ = std::fs::remove_dir_all(dir);
                 }
                 drop(fleet);
@@ -842,10 +854,11 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
                 },
             ]);
             eprintln!("{}", rows.last().expect("pushed").join(" | "));
-            for dir in [&cl_dir, &dir_dir, &pack_dir] {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+            leftovers.extend([cl_dir, dir_dir, pack_dir]);
         }
+    }
+    for dir in leftovers {
+        let _ = std::fs::remove_dir_all(dir);
     }
     println!(
         "### 4. Warm start from a persistent cache\n\n\
