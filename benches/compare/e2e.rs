@@ -732,10 +732,11 @@ fn warm(workloads: &[(Workload, usize)], config: &Config) {
     // Every store directory of the table, deleted at its end, not between
     // runs: a directory deleted just before a run would have that run's
     // store writer meet the file system skipping over the thousands of
-    // inodes just freed (ext4 does not hand out an inode again in the
-    // seconds after its file is deleted, `recently_deleted` in
-    // `fs/ext4/ialloc.c`): a cost of the bench's deleting, which a
-    // runtime's start does not pay.
+    // inodes just freed (ext4 without a journal does not hand out an inode
+    // again in the seconds after its file is deleted, `recently_deleted`
+    // in `fs/ext4/ialloc.c`): a cost of the bench's deleting, which a
+    // runtime's start does not pay. (A bench that stops early leaves them
+    // in the temporary directory, named by its process id.)
     let mut leftovers: Vec<PathBuf> = Vec::new();
     for verifier in [true, false] {
         // A profile runs with the verifier off, as embedders ship, unless
