@@ -164,13 +164,9 @@ fn code_of(
         .map(|l| l.code)
 }
 
-/// A fresh, empty directory.
+/// A fresh, empty directory for this bench.
 fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("jitfold-bench-store-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("store", name)
 }
 
 /// Through a `redis-server` on a loopback port (started here, if it is

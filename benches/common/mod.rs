@@ -235,6 +235,18 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A fresh, empty directory under the system's temporary directory, named
+/// for the bench (`bench`), `name` and this process.
+pub fn scratch(bench: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "jitfold-bench-{bench}-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Bytes of the files in `dir`.
 pub fn size_of_dir(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

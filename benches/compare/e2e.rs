@@ -708,15 +708,9 @@ fn run_side(side: usize, w: &Workload, isa: &OwnedTargetIsa, stores: &Stores<'_>
     }
 }
 
-/// A fresh, empty directory.
+/// A fresh, empty directory for this bench.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "jitfold-bench-compare-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    crate::common::scratch("compare", name)
 }
 
 /// Warm starts on the corpora, with Cranelift's verifier on and off: each

@@ -108,43 +108,59 @@ impl Batch {
 
 impl<M: Module> DedupModule<M> {
     /// Records the definition of `id` in `ctx` for the next flush (every
-    /// definition in batch mode; in eager mode, one whose template another
-    /// module is compiling, see 8 in `stored.rs`). Compiling rewrites the
-    /// function in the context; the record takes it instead of a copy, and
-    /// leaves its name and signature.
+    /// definition in batch mode). Compiling rewrites the function in the
+    /// context; the record takes it instead of a copy, and leaves its name
+    /// and signature.
     pub(super) fn record_pending(
         &mut self,
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &ControlPlane,
-        walked: Option<Walk>,
     ) {
+        let func = self.take_recorded(id, ctx);
+        let mut record = Record::new(id, func, ctrl_plane.clone());
+        // On one thread, the walk the flush needs is made now, while the
+        // function is in the CPU's caches (a flush reads every function
+        // recorded since the last, long after it was built); on more, the
+        // flush's threads make it (see 6 above).
+        if self.options.threads <= 1 {
+            let isa = self.inner.isa();
+            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, isa);
+        }
+        // Its entry is fetched while the flush records the rest.
+        self.fetch_ahead(&mut record);
+        self.batch.pending.push(record);
+    }
+
+    /// Records the definition of `id` in `ctx`, walked as `walk`, that
+    /// eager mode leaves to the next flush, since another module is
+    /// compiling its template (see 8 in `stored.rs`): kept as it is (see
+    /// `Role::Kept` in `flush.rs`), the functions whose addresses it uses
+    /// as data noted now, as its define would have. Its entry is not
+    /// fetched ahead: another module is compiling it.
+    pub(super) fn record_deferred(
+        &mut self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &ControlPlane,
+        walk: Walk,
+    ) {
+        self.note_addresses_taken(&walk.as_ref());
+        let func = self.take_recorded(id, ctx);
+        let record = Record::kept(id, func, ctrl_plane.clone(), walk);
+        self.batch.pending.push(record);
+    }
+
+    /// Takes the function of `ctx` for a record of `id`, leaving its name
+    /// and signature, and notes `id` as pending.
+    fn take_recorded(&mut self, id: FuncId, ctx: &mut Context) -> Function {
         log::trace!(
             "{} ({id}): recorded for the next flush",
             self.function_name(id)
         );
         self.ids.plan(id, State::Pending);
         let rest = Function::with_name_signature(ctx.func.name.clone(), ctx.func.signature.clone());
-        let func = std::mem::replace(&mut ctx.func, rest);
-        let mut record = Record::new(id, func, ctrl_plane.clone());
-        // `walked` is the caller's walk of the function as it is, if any.
-        // Else, on one thread, the walk the flush needs is made now, while
-        // the function is in the CPU's caches (a flush reads every function
-        // recorded since the last, long after it was built); on more, the
-        // flush's threads make it (see 6 above).
-        let deferred = walked.is_some();
-        record.walk = walked;
-        if record.walk.is_none() && self.options.threads <= 1 {
-            let isa = self.inner.isa();
-            record.walk = verify::walk_ahead(&mut self.fingerprinter, &record.func, isa);
-        }
-        // Its entry is fetched while the flush records the rest; not for a
-        // definition eager mode left to the flush, whose template another
-        // module is compiling (see 5 and 8 in `stored.rs`).
-        if !deferred {
-            self.fetch_ahead(&mut record);
-        }
-        self.batch.pending.push(record);
+        std::mem::replace(&mut ctx.func, rest)
     }
 
     /// Compiles the definitions recorded in batch mode: groups them by
@@ -481,7 +497,9 @@ impl<M: Module> DedupModule<M> {
         };
         let mut walk = record.walk.take();
         // Planning may have found duplicates since the function was last
-        // rewritten (a failed class's members are defined here too).
+        // rewritten (a failed class's members are defined here too); a
+        // function kept as eager mode walked it stays so (see `flush.rs`).
+        let rewrite = rewrite && record.rewritten_when_defined();
         if rewrite && self.canonicalize_references(&mut record.func) {
             // Not the function that was compiled, walked or checked.
             self.discard_precompiled(id, ahead.code.take());

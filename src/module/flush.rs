@@ -17,14 +17,17 @@
 //!
 //!    | from | to | method | when |
 //!    |---|---|---|---|
+//!    | (recorded) | open | [`Record::new`] | batch mode records it |
+//!    | (recorded) | kept | [`Record::kept`] | eager mode left it to the flush (8 in `stored.rs`) |
 //!    | open | as written | [`Record::put_back_as_written`] | it is a root planning rewrote (see `roots.rs`) |
-//!    | open, as written | alone | [`Record::leave_alone`] | the root of its plan failed, or planning panicked |
+//!    | open, as written, kept | alone | [`Record::leave_alone`] | the root of its plan failed, or planning panicked |
 //!
-//!    Both moves are one way: a flush's rounds only ever take functions
+//!    Every move is one way: a flush's rounds only ever take functions
 //!    out of planning, which bounds them (see `batch.rs`). A root put back
 //!    and later left alone (it was planned as a duplicate of a root that
 //!    failed) is a root no more: it may be rewritten again, and is defined
-//!    after every root and duplicate (see `roots.rs`).
+//!    after every root and duplicate (see `roots.rs`); so may a kept
+//!    function left alone.
 //! 2. A record's walk is of its function as it is: every method that
 //!    changes the function ([`Record::rewritten`], [`Record::undo`],
 //!    [`Record::put_back_as_written`], [`Record::replace`]) drops the
@@ -58,6 +61,17 @@ pub(super) enum Role {
     /// wrote it: rewritten no more until the plan's duplicates are
     /// defined (see `roots.rs`). Still planned.
     AsWritten,
+    /// An eager definition left to the flush, since another module was
+    /// compiling its template (8 in `stored.rs`): kept as eager mode
+    /// walked it, never rewritten (neither by planning nor when it is
+    /// defined), so that its template stays the one that module is
+    /// compiling, whose entry the flush loads instead of compiling
+    /// another template for it. Its calls of duplicates defined since go
+    /// through their trampolines; the functions whose addresses it uses
+    /// as data were noted when it was left (see 2 in `address.rs`), so
+    /// no duplicate defined since shares an address it uses. Still
+    /// planned.
+    Kept,
     /// Planned as nothing for the rest of the flush (the root of its plan
     /// failed, or planning panicked): defined on its own.
     Alone,
@@ -118,9 +132,33 @@ impl Record {
         }
     }
 
+    /// A definition eager mode left to the flush, walked as `walk` (see
+    /// [`Role::Kept`]).
+    pub(super) fn kept(id: FuncId, func: Function, control: ControlPlane, walk: Walk) -> Self {
+        Self {
+            walk: Some(walk),
+            role: Role::Kept,
+            ..Self::new(id, func, control)
+        }
+    }
+
     /// Its role in the flush.
     pub(super) fn role(&self) -> Role {
         self.role
+    }
+
+    /// Whether planning may rewrite its references to planned duplicates:
+    /// not a root put back as the user wrote it, nor a function kept as
+    /// eager mode walked it.
+    pub(super) fn rewritten_by_planning(&self) -> bool {
+        matches!(self.role, Role::Open | Role::Alone)
+    }
+
+    /// Whether its definition may rewrite its references to duplicates
+    /// defined or planned since: not for a function kept as eager mode
+    /// walked it.
+    pub(super) fn rewritten_when_defined(&self) -> bool {
+        self.role != Role::Kept
     }
 
     /// Whether the flush rewrote it, or put it back as the user wrote it:
@@ -229,6 +267,24 @@ mod tests {
         // Undoing keeps the role: a put-back root is never rewritten again.
         r.undo();
         assert_eq!(r.role(), Role::AsWritten);
+    }
+
+    #[test]
+    fn a_kept_function_is_never_rewritten_until_left_alone() {
+        let func = named(1);
+        let walk = crate::plan::Walk::of(&mut crate::Fingerprinter::new(), &func);
+        let mut r = Record::kept(FuncId::from_u32(0), func, ControlPlane::default(), walk);
+        assert_eq!(r.role(), Role::Kept);
+        assert!(r.walk.is_some());
+        assert!(!r.rewritten_by_planning() && !r.rewritten_when_defined());
+        // Named planned duplicates, maybe: not a member of a merged body.
+        assert!(r.rewritten_in_flush());
+        // Nothing to put back; undoing keeps the role.
+        assert!(r.put_back_as_written().is_none());
+        r.undo();
+        assert_eq!(r.role(), Role::Kept);
+        r.leave_alone();
+        assert!(r.rewritten_by_planning() && r.rewritten_when_defined());
     }
 
     #[test]

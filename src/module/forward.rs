@@ -233,7 +233,8 @@ impl<M: Module> Module for DedupModule<M> {
                 let mut walk = None;
                 if self.defers_to_flush(&ctx.func, &mut walk) {
                     self.stats.store_deferred += 1;
-                    self.record_pending(id, ctx, ctrl_plane, walk);
+                    let walk = walk.expect("a deferred function was walked");
+                    self.record_deferred(id, ctx, ctrl_plane, walk);
                     return Ok(());
                 }
                 let defined =
@@ -246,7 +247,7 @@ impl<M: Module> Module for DedupModule<M> {
                 })
             }
             Admission::Flush => {
-                self.record_pending(id, ctx, ctrl_plane, None);
+                self.record_pending(id, ctx, ctrl_plane);
                 Ok(())
             }
         }

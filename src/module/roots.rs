@@ -179,7 +179,8 @@ impl<M: Module> DedupModule<M> {
     /// [`DedupModule::canonicalize_references`] of the function of
     /// `record` during a flush, keeping it as it was before the flush first
     /// rewrites it (see 2 above); nothing for a root put back as the user
-    /// wrote it. `walk`, a walk of the function as it is (taken out of the
+    /// wrote it, nor for a function kept as eager mode walked it
+    /// (`Role::Kept` in `flush.rs`). `walk`, a walk of the function as it is (taken out of the
     /// record), becomes the walk of the rewritten function where renaming
     /// its names gives that ([`renamed_walk`]), else nothing.
     pub(super) fn canonicalize_pending(
@@ -187,7 +188,7 @@ impl<M: Module> DedupModule<M> {
         record: &mut Record,
         walk: &mut Option<Walk>,
     ) -> bool {
-        if record.role() == Role::AsWritten {
+        if !record.rewritten_by_planning() {
             return false;
         }
         let rewrites = self.reference_rewrites(&record.func);

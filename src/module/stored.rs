@@ -104,7 +104,13 @@
 //!    [`DedupModule::flush`]), which waits for that entry only after
 //!    defining the rest (7). So do the later functions with a template
 //!    deferred so (whatever the store holds by then), so that which
-//!    function of a class is canonical does not depend on timing. For the
+//!    function of a class is canonical does not depend on timing. A
+//!    deferred function is kept as it was when deferred (`Role::Kept` in
+//!    `flush.rs`): the flush does not rewrite its references to
+//!    duplicates found since (its calls of them go through their
+//!    trampolines), so that its template stays the one the other module
+//!    is compiling, and it loads that module's entry instead of compiling
+//!    a template of its own. For the
 //!    caller, a deferred definition is a batch definition: it returns `Ok`,
 //!    leaves `ctx.compiled_code()` `None`, and a failure of it (which the
 //!    first compile would have returned) is the error of the next flush,
@@ -130,21 +136,23 @@
 //!    keys, a flush waits for the writer when it ends, where other
 //!    modules may be waiting for its entries, and also before it gives
 //!    up its claims or a define may wait for another module (others may
-//!    be waiting for those entries). An eager define, or one that loads an entry it
-//!    holds, waits for no write: it waits for no other module either.
-//!    `store_writes` and `store_errors` count the writes finished by
-//!    the end of each flush and those the module has waited for. A
-//!    process that ends without dropping the module (`std::process::exit`,
-//!    a module kept in a `static`) loses the entries not written by
-//!    then (the next run compiles those functions again): such a program
-//!    calls [`DedupModule::wait_for_store_writes`] before it ends. A
-//!    store that reserves keys in `get_or_reserve` but says otherwise
+//!    be waiting for those entries). An eager define, or one that loads
+//!    an entry it holds, waits for no write: it waits for no other
+//!    module either. `store_writes` and `store_errors` count the writes
+//!    finished by the end of each flush and those the module has waited
+//!    for. A process that ends without dropping the module
+//!    (`std::process::exit`, a module kept in a `static`) loses the
+//!    entries not written by then (the next run compiles those
+//!    functions again): such a program calls
+//!    [`DedupModule::wait_for_store_writes`] before it ends. A store
+//!    that reserves keys in `get_or_reserve` but says otherwise
 //!    (`reserves()`) holds its reservations until the writer writes
 //!    their entries, behind the flush. The reservations of the entries
-//!    end with their write, so a module waiting for one gets it once it is written,
-//!    and never waits on a module that waits for it: the writer depends on
-//!    no module. A write that fails is counted in `store_errors` and loses
-//!    the entries of that write (their keys are released).
+//!    end with their write, so a module waiting for one gets it once it
+//!    is written, and never waits on a module that waits for it: the
+//!    writer depends on no module. A write that fails is counted in
+//!    `store_errors` and loses the entries of that write (their keys
+//!    are released).
 
 use super::aliases::Named;
 use super::flush::{Ahead, Record};

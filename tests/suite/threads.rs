@@ -4,7 +4,7 @@
 //! that fails or panics on one thread never leaves another waiting.
 
 use crate::common::build::{
-    call1, declare, define, leaf2, leaves_and_callers, tail_caller, template_key,
+    call1, declare, define, emit_call, leaf2, leaves_and_callers, tail_caller, template_key,
 };
 use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -476,6 +476,103 @@ fn an_eager_define_left_to_finalize_fails_there() {
     .unwrap();
     m.finalize_definitions().unwrap();
     assert_eq!(call1(m.get_finalized_function(id), 4), 5);
+}
+
+/// Calls `h1` and `h2` (declared here, where they are not yet) with its
+/// argument; returns the sum.
+fn calls_two<M: Module>(b: &mut cranelift_frontend::FunctionBuilder, m: &mut M, p: &[ir::Value]) {
+    let conv = m.isa().default_call_conv();
+    let (h1, h2) = (declare(m, "h1", conv), declare(m, "h2", conv));
+    let x = emit_call(b, m, h1, p[0]);
+    let y = emit_call(b, m, h2, p[0]);
+    let r = b.ins().iadd(x, y);
+    b.ins().return_(&[r]);
+}
+
+/// Returns the address of `h2` (declared here, where it is not yet) plus
+/// its argument.
+fn address_of_h2<M: Module>(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    m: &mut M,
+    p: &[ir::Value],
+) {
+    let conv = m.isa().default_call_conv();
+    let h2 = declare(m, "h2", conv);
+    let h2 = m.declare_func_in_func(h2, b.func);
+    let address = b.ins().func_addr(ir::types::I64, h2);
+    let r = b.ins().iadd(address, p[0]);
+    b.ins().return_(&[r]);
+}
+
+/// What the two tests below share: an eager module (with `options`) on
+/// a store holding the key of `body`'s template, as another runtime
+/// compiling it would, defines `f` (`body`, left to the flush), then `h1`
+/// and `h2` (`leaf2` each: `h2` a duplicate of `h1`). Returns the store,
+/// the key held, the module, `f` and `h2`.
+fn left_before_a_duplicate(
+    options: DedupOptions,
+    body: fn(&mut cranelift_frontend::FunctionBuilder, &mut DedupModule<JITModule>, &[ir::Value]),
+    key: jitfold::store::StoreKey,
+) -> (Arc<SharedStore>, DedupModule<JITModule>, FuncId, FuncId) {
+    let shared = Arc::new(SharedStore::new().with_max_wait(Duration::from_secs(60)));
+    assert_eq!(shared.get_or_reserve(&key).unwrap(), None);
+    let mut m = DedupModule::with_options(builder(), options).with_store(shared.clone(), None);
+    let conv = m.isa().default_call_conv();
+    let f = declare(&mut m, "f", conv);
+    define(&mut m, f, body).unwrap();
+    assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
+    let (h1, h2) = (declare(&mut m, "h1", conv), declare(&mut m, "h2", conv));
+    define(&mut m, h1, leaf2).unwrap();
+    define(&mut m, h2, leaf2).unwrap();
+    (shared, m, f, h2)
+}
+
+/// An eager define left to the flush keeps the template it was left for:
+/// the flush does not rewrite its calls of duplicates defined since (here
+/// `h2`, a duplicate of `h1`, both defined after the caller, which would
+/// make the caller another template), so it loads what the runtime that
+/// compiled that template stored, instead of compiling a template of its
+/// own (two runtimes would compile the caller twice in total).
+#[test]
+fn an_eager_define_left_to_finalize_loads_the_template_it_was_left_for() {
+    let held = template_key(calls_two::<JITModule>);
+    let (shared, mut m, caller, h2) =
+        left_before_a_duplicate(DedupOptions::eager(), calls_two, held);
+    // The other runtime, whose key it was, compiles the program as the
+    // user wrote it, and stores the caller's template.
+    shared.release(&held);
+    let mut other = DedupModule::with_options(builder(), DedupOptions::eager())
+        .with_store(shared.clone(), None);
+    let conv = other.isa().default_call_conv();
+    let other_caller = declare(&mut other, "caller", conv);
+    define(&mut other, other_caller, calls_two).unwrap();
+    assert_eq!(other.stats().compiled, 1, "{}", other.stats());
+    other.wait_for_store_writes();
+    assert!(shared.get(&held).unwrap().is_some());
+    m.finalize_definitions().unwrap();
+    let stats = m.stats();
+    assert_eq!((stats.compiled, stats.loaded), (1, 1), "{stats}");
+    assert_eq!(call1(m.get_finalized_function(caller), 4), 2 * 2020);
+    assert_eq!(call1(m.get_finalized_function(h2), 4), 2020);
+}
+
+/// A function an eager define left to the flush, kept as it was, uses the
+/// address of `h2` as data; `h2`, defined after it as a duplicate (where
+/// duplicates may share addresses), keeps its own address then (as it
+/// would, had the function been defined when it was left), so that the
+/// address the function computes is the one the module gives for `h2`.
+#[test]
+fn an_eager_define_left_to_finalize_keeps_the_addresses_it_uses() {
+    let held = template_key(address_of_h2::<JITModule>);
+    // Duplicates may share their canonical function's address.
+    let options = DedupOptions::eager().with_distinct_addresses(false);
+    let (shared, mut m, user, h2) = left_before_a_duplicate(options, address_of_h2, held);
+    assert_eq!(m.address_of(h2), Some(h2));
+    shared.release(&held);
+    m.finalize_definitions().unwrap();
+    let address = m.get_finalized_function(h2) as i64;
+    assert_eq!(call1(m.get_finalized_function(user), 0), address);
+    assert_eq!(call1(address as *const u8, 4), 2020);
 }
 
 /// An eager define on a store that reserves keys waits for no write:
