@@ -479,9 +479,9 @@ impl<M: Module> DedupModule<M> {
     /// was compiled, see `parallel.rs`), the store entry checked for it on
     /// another thread, if any (likewise, see `stored.rs`), and its walk
     /// kept from planning, if any; its references to duplicates are
-    /// rewritten first if
-    /// `rewrite` (not for a root put back as the user wrote it, see
-    /// `roots.rs`).
+    /// rewritten first if `rewrite` (not for a root put back as the user
+    /// wrote it, see `roots.rs`) and the record's role allows it (not for
+    /// a function eager mode left to the flush, see `Role::Kept`).
     pub(super) fn define_own(
         &mut self,
         record: &mut Record,

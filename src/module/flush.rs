@@ -67,10 +67,11 @@ pub(super) enum Role {
     /// defined), so that its template stays the one that module is
     /// compiling, whose entry the flush loads instead of compiling
     /// another template for it. Its calls of duplicates defined since go
-    /// through their trampolines; the functions whose addresses it uses
-    /// as data were noted when it was left (see 2 in `address.rs`), so
-    /// no duplicate defined since shares an address it uses. Still
-    /// planned.
+    /// through their trampolines (a thunk of a similar body made for it
+    /// instead names them as any eager define does, see `similar.rs`);
+    /// the functions whose addresses it uses as data were noted when it
+    /// was left (see 2 in `address.rs`), so no duplicate defined since
+    /// shares an address it uses. Still planned.
     Kept,
     /// Planned as nothing for the rest of the flush (the root of its plan
     /// failed, or planning panicked): defined on its own.

@@ -85,8 +85,12 @@
 //!    failures (a body that fails leaves the shape alone). A body whose
 //!    code a JIT bound to a host symbol the module may still define takes
 //!    no more members (see `retired.rs`). Definitions an eager module
-//!    leaves to a flush (8 in `stored.rs`) are merged there as batch mode
-//!    merges (1 to 5).
+//!    leaves to a flush (8 in `stored.rs`) are kept as they were walked
+//!    (`Role::Kept` in `flush.rs`): the flush's pass above leaves them
+//!    out, and each is merged as eager mode merges when the flush defines
+//!    it, its thunk naming the duplicates defined since as an eager define
+//!    names them (so that every address it passes is the one the module
+//!    gives).
 //!
 //! What an embedder sees differently: code addresses inside a body belong
 //! to the body's anonymous id (in `DedupModule::functions_at`, a profiler's
@@ -595,6 +599,15 @@ impl<M: Module> DedupModule<M> {
             self.function_name(id)
         );
         ctx.func = thunk;
+        // The thunk passes the callees and addresses its function names.
+        // A function eager mode left to a flush is kept as it was walked
+        // (`Role::Kept`), naming duplicates defined since as the user
+        // wrote it: the thunk names them as any eager define does (see
+        // `forward.rs`), so that an address it passes is the one the
+        // module gives (a duplicate that shares its canonical function's
+        // address keeps sharing it). For any other function, already
+        // rewritten when defined, this rewrites nothing.
+        self.canonicalize_references(&mut ctx.func);
         self.eager_shapes.busy = true;
         let defined = self.define_now(id, ctx, ctrl_plane, &mut Ahead::default(), None);
         self.eager_shapes.busy = false;

@@ -110,7 +110,9 @@
 //!    duplicates found since (its calls of them go through their
 //!    trampolines), so that its template stays the one the other module
 //!    is compiling, and it loads that module's entry instead of compiling
-//!    a template of its own. For the
+//!    a template of its own (a thunk of a similar body made for it, which
+//!    has no such template, names them as any eager define does, see
+//!    `similar.rs`). For the
 //!    caller, a deferred definition is a batch definition: it returns `Ok`,
 //!    leaves `ctx.compiled_code()` `None`, and a failure of it (which the
 //!    first compile would have returned) is the error of the next flush,

@@ -5,6 +5,7 @@
 
 use crate::common::build::{
     call1, declare, define, emit_call, leaf2, leaves_and_callers, tail_caller, template_key,
+    twelve_steps,
 };
 use cranelift_codegen::ir::{self, InstBuilder};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -573,6 +574,89 @@ fn an_eager_define_left_to_finalize_keeps_the_addresses_it_uses() {
     let address = m.get_finalized_function(h2) as i64;
     assert_eq!(call1(m.get_finalized_function(user), 0), address);
     assert_eq!(call1(address as *const u8, 4), 2020);
+}
+
+/// Twelve steps on the argument, times `c`, plus what `callee` (declared
+/// here) returns for it: one shape for similar merging, whatever `c` and
+/// the callee.
+fn steps_calling<M: Module>(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    m: &mut M,
+    p: &[ir::Value],
+    callee: &str,
+    c: i64,
+) {
+    let conv = m.isa().default_call_conv();
+    let callee = declare(m, callee, conv);
+    let steps = twelve_steps(b, p[0]);
+    let scaled = b.ins().imul_imm_s(steps, c);
+    let called = emit_call(b, m, callee, p[0]);
+    let r = b.ins().iadd(scaled, called);
+    b.ins().return_(&[r]);
+}
+
+/// [`steps_calling`] `h1`, times 3.
+fn steps_calling_h1<M: Module>(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    m: &mut M,
+    p: &[ir::Value],
+) {
+    steps_calling(b, m, p, "h1", 3);
+}
+
+/// [`steps_calling`] `h2`, times 5.
+fn steps_calling_h2<M: Module>(
+    b: &mut cranelift_frontend::FunctionBuilder,
+    m: &mut M,
+    p: &[ir::Value],
+) {
+    steps_calling(b, m, p, "h2", 5);
+}
+
+/// A function an eager define left to the flush, kept as it was, calls
+/// `h2`, a duplicate defined after it that shares `h1`'s address (nothing
+/// took `h2`'s); no entry comes for it, and at the flush it becomes a
+/// thunk of a similar body, passing its callee's address: it passes the
+/// address the module gave `h2` (`h1`'s), and `h2` keeps sharing it, as
+/// when any eager define passes it.
+#[test]
+fn a_thunk_made_for_a_define_left_to_finalize_passes_the_addresses_the_module_gave() {
+    let held = template_key(steps_calling_h2::<JITModule>);
+    let options = DedupOptions::eager()
+        .with_distinct_addresses(false)
+        .with_similar(jitfold::similar::SimilarOptions::default());
+    let shared = Arc::new(SharedStore::new().with_max_wait(Duration::from_secs(60)));
+    let mut m = DedupModule::with_options(builder(), options).with_store(shared.clone(), None);
+    let conv = m.isa().default_call_conv();
+    // The shape's first member, compiled.
+    let g = declare(&mut m, "g", conv);
+    define(&mut m, g, steps_calling_h1).unwrap();
+    // Another runtime is compiling the second's template.
+    assert_eq!(shared.get_or_reserve(&held).unwrap(), None);
+    let f = declare(&mut m, "f", conv);
+    define(&mut m, f, steps_calling_h2).unwrap();
+    assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
+    let (h1, h2) = (declare(&mut m, "h1", conv), declare(&mut m, "h2", conv));
+    define(&mut m, h1, leaf2).unwrap();
+    define(&mut m, h2, leaf2).unwrap();
+    assert_eq!(m.address_of(h2), Some(h1));
+    // It gives up without storing an entry.
+    shared.release(&held);
+    m.finalize_definitions().unwrap();
+    let stats = m.stats();
+    assert_eq!(
+        (stats.similar_groups, stats.similar_merged),
+        (1, 1),
+        "{stats}"
+    );
+    assert_eq!(m.address_of(h2), Some(h1), "{stats}");
+    let (f_ptr, g_ptr) = (m.get_finalized_function(f), m.get_finalized_function(g));
+    assert_eq!(m.get_finalized_function(h2), m.get_finalized_function(h1));
+    let steps = |x: i64| (1..=12).fold(x, |a, i| a.wrapping_mul(x).wrapping_add(i));
+    for x in [0, 4, -3] {
+        assert_eq!(call1(g_ptr, x), steps(x).wrapping_mul(3) + 5 * x + 2000);
+        assert_eq!(call1(f_ptr, x), steps(x).wrapping_mul(5) + 5 * x + 2000);
+    }
 }
 
 /// An eager define on a store that reserves keys waits for no write:
