@@ -489,6 +489,15 @@ impl<M: Module> DedupModule<M> {
     /// ([`DedupOptions::interposable_exports`]), that an exported
     /// function's symbol may be interposed as an object file's may (see 14
     /// in the module docs).
+    ///
+    /// Of every inner module it assumes that `define_function` compiles
+    /// the function it is given, naming what that function names: the
+    /// code it leaves in the context is kept for functions of the same
+    /// template ([reuse](DedupOptions::reuse) and the
+    /// [store](DedupModule::with_store)), each relocation bound to the
+    /// name in the same place of the other function. A module that
+    /// rewrites the functions it compiles (that redirects calls, say)
+    /// must be wrapped with reuse off and no store.
     pub fn wrap(inner: M, options: DedupOptions) -> Self {
         let declared_functions = inner.declarations().get_functions().count();
         let declared_data = inner.declarations().get_data_objects().count();
