@@ -505,7 +505,7 @@ fn address_of_h2<M: Module>(
     b.ins().return_(&[r]);
 }
 
-/// What the two tests below share: an eager module (with `options`) on
+/// What the tests below share: an eager module (with `options`) on
 /// a store holding the key of `body`'s template, as another runtime
 /// compiling it would, defines `f` (`body`, left to the flush), then `h1`
 /// and `h2` (`leaf2` each: `h2` a duplicate of `h1`). Returns the store,
@@ -625,21 +625,15 @@ fn a_thunk_made_for_a_define_left_to_finalize_passes_the_addresses_the_module_ga
     let options = DedupOptions::eager()
         .with_distinct_addresses(false)
         .with_similar(jitfold::similar::SimilarOptions::default());
-    let shared = Arc::new(SharedStore::new().with_max_wait(Duration::from_secs(60)));
-    let mut m = DedupModule::with_options(builder(), options).with_store(shared.clone(), None);
+    let (shared, mut m, f, h2) = left_before_a_duplicate(options, steps_calling_h2, held);
     let conv = m.isa().default_call_conv();
-    // The shape's first member, compiled.
+    let h1 = declare(&mut m, "h1", conv);
+    assert_eq!(m.address_of(h2), Some(h1));
+    // The shape's first member, compiled now; `f` is merged with it at
+    // the flush.
     let g = declare(&mut m, "g", conv);
     define(&mut m, g, steps_calling_h1).unwrap();
-    // Another runtime is compiling the second's template.
-    assert_eq!(shared.get_or_reserve(&held).unwrap(), None);
-    let f = declare(&mut m, "f", conv);
-    define(&mut m, f, steps_calling_h2).unwrap();
-    assert_eq!(m.stats().store_deferred, 1, "{}", m.stats());
-    let (h1, h2) = (declare(&mut m, "h1", conv), declare(&mut m, "h2", conv));
-    define(&mut m, h1, leaf2).unwrap();
-    define(&mut m, h2, leaf2).unwrap();
-    assert_eq!(m.address_of(h2), Some(h1));
+    assert_eq!(m.stats().compiled, 2, "{}", m.stats());
     // It gives up without storing an entry.
     shared.release(&held);
     m.finalize_definitions().unwrap();
