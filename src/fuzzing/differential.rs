@@ -43,6 +43,10 @@
 //!    see added ([`defects`](super::defects)), compiles through
 //!    `DedupModule` (eager, and batch) exactly when it compiles in plain
 //!    `JITModule`, after the function itself was compiled.
+//! 7. Every function returns the same value, or traps likewise, through
+//!    modules on a code store: one that loads what another stored, and
+//!    two that define the program at once, dividing its compiles (see
+//!    `stored.rs`).
 
 use super::isolated::{self, Entry};
 use super::machine_code::Oracle;
@@ -79,6 +83,9 @@ pub struct Outcome {
     /// Functions turned into thunks of a merged body by
     /// [similar-function merging](similar_options).
     pub similar_merged: usize,
+    /// Functions a module defined from a code store's entries (most over
+    /// the options of check 7).
+    pub loaded: usize,
 }
 
 /// The options of check 3's similar-function merging: batch mode, with a
@@ -340,7 +347,7 @@ pub fn check_fingerprints(program: &Program) -> Result<(), String> {
     Ok(())
 }
 
-fn jit_builder() -> Result<JITBuilder, String> {
+pub(super) fn jit_builder() -> Result<JITBuilder, String> {
     jit_builder_with(&[])
 }
 
@@ -364,7 +371,7 @@ pub(super) fn build_function(
 }
 
 /// Declares and defines every function of `program` in `m`.
-fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, String> {
+pub(super) fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, String> {
     let ids: Vec<FuncId> = (0..program.functions.len())
         .map(|i| m.declare_function(&format!("f{i}"), Linkage::Local, &signature(program, i)))
         .collect::<Result<_, _>>()
@@ -383,7 +390,10 @@ fn define_all<M: Module>(m: &mut M, program: &Program) -> Result<Vec<FuncId>, St
 
 /// Calls every function on every input, in child processes (a new one
 /// after each trap).
-fn call_all(program: &Program, pointers: &[*const u8]) -> Result<Vec<Option<i64>>, String> {
+pub(super) fn call_all(
+    program: &Program,
+    pointers: &[*const u8],
+) -> Result<Vec<Option<i64>>, String> {
     let mut calls = Vec::new();
     for &ptr in pointers {
         // SAFETY: every generated function has the signature
@@ -443,18 +453,7 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
         let got = call_all(program, &pointers).map_err(|e| format!("{options}: {e}"))?;
-        if got != expected {
-            let at = first_difference(&got, &expected);
-            let (f, input) = (
-                at / program.inputs.len(),
-                program.inputs[at % program.inputs.len()],
-            );
-            return Err(format!(
-                "{options:?}: f{f}{input:?} = {} through jitfold, {} plainly",
-                shown(got[at]),
-                shown(expected[at])
-            ));
-        }
+        same_results(program, &got, &expected, &format!("{options:?}"))?;
         let s = dedup.stats();
         outcome.merged = outcome.merged.max((s.aliased + s.trampolined) as usize);
         outcome.reused = outcome.reused.max(s.reused as usize);
@@ -464,10 +463,34 @@ pub fn check(program: &Program) -> Result<Outcome, String> {
         unsafe { dedup.into_inner().free_memory() };
     }
     outcome.code_compared = oracle.compared();
+    super::stored::check(program, &expected, &mut outcome)?;
     // SAFETY: as above.
     unsafe { plain.free_memory() };
     super::defects::check(program, 0)?;
     Ok(outcome)
+}
+
+/// `Err` naming the first call whose result through jitfold (`got`, run
+/// as `how` says) differs from plain `JITModule`'s (`expected`).
+pub(super) fn same_results(
+    program: &Program,
+    got: &[Option<i64>],
+    expected: &[Option<i64>],
+    how: &str,
+) -> Result<(), String> {
+    if got == expected {
+        return Ok(());
+    }
+    let at = first_difference(got, expected);
+    let (f, input) = (
+        at / program.inputs.len(),
+        program.inputs[at % program.inputs.len()],
+    );
+    Err(format!(
+        "{how}: f{f}{input:?} = {} through jitfold, {} plainly",
+        shown(got[at]),
+        shown(expected[at])
+    ))
 }
 
 /// `(function, the function it runs the code of)` for every function of

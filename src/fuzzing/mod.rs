@@ -15,6 +15,7 @@ pub mod differential;
 pub mod isolated;
 pub mod machine_code;
 pub mod program;
+mod stored;
 
 use arbitrary::{Arbitrary, Unstructured};
 

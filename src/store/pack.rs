@@ -58,8 +58,12 @@
 //!    file lengths; files not named as packs are left alone. The bound is
 //!    on what the directory lists: a deleted pack's space is freed once no
 //!    store holds it open (a store closes the packs gone from the
-//!    directory when it next looks at it). The index holds 40 bytes or so
-//!    per entry, and a store holds at most [`MAX_OPEN_PACKS`] files open.
+//!    directory, those its own eviction deleted among them, whenever it
+//!    next looks at it or scans it, so a store that only writes holds no
+//!    more packs open than the directory lists and the packs it started
+//!    since). A `put_many` of many packs counts each write as it makes it.
+//!    The index holds 40 bytes or so per entry, and a store holds at most
+//!    [`MAX_OPEN_PACKS`] files open.
 //! 4. File system errors are [`StoreError::Io`], never panics; setting a
 //!    pack's time is best effort.
 //! 5. **A file planted under a pack's name costs at most a miss.** A pack
@@ -374,25 +378,8 @@ impl PackStore {
                 index.scan(number);
             }
         }
-        let mut gone = Vec::new();
-        index.by_name.retain(|name, number| {
-            let kept = seen.contains(name);
-            if let (false, Some(number)) = (kept, number) {
-                gone.push(*number);
-            }
-            kept
-        });
+        index.close_unlisted(|name| seen.contains(name), index.packs.len());
         index.kept.drop_spent();
-        if !gone.is_empty() {
-            for &number in &gone {
-                index.packs[number as usize] = None;
-                index.kept.drop_pack(number);
-                index.open -= 1;
-            }
-            index
-                .entries
-                .retain(|_, at| index.packs[at.pack as usize].is_some());
-        }
         index.refreshed = Some(Instant::now());
         Ok(())
     }
@@ -491,7 +478,7 @@ impl PackStore {
             *current = Some(self.create_pack()?);
         }
         let pack = current.as_mut().expect("made above");
-        if let Err(e) = pack.file.write_all(records) {
+        if let Err(e) = write_at(&pack.file, records, pack.len) {
             let path = self.dir.join(&pack.name);
             *current = None;
             return Err(io_error("write", path)(e));
@@ -499,11 +486,16 @@ impl PackStore {
         let start = pack.len;
         pack.len += records.len() as u64;
         let mut index = self.write_index();
-        if let Some(indexed) = index.packs[pack.pack as usize].as_mut() {
-            indexed.indexed = indexed.indexed.max(pack.len);
-            // Written now: its time is fresh.
-            indexed.touched.store(true, Ordering::Relaxed);
-        }
+        let Some(indexed) = index.packs[pack.pack as usize].as_mut() else {
+            // Closed since it was checked above (evicted, by another
+            // process say): what it holds is a miss, as it would be once
+            // this store looked again, and the next write starts a pack.
+            *current = None;
+            return Ok(started);
+        };
+        indexed.indexed = indexed.indexed.max(pack.len);
+        // Written now: its time is fresh.
+        indexed.touched.store(true, Ordering::Relaxed);
         for &(key, offset, len) in keys {
             let at = Location {
                 pack: pack.pack,
@@ -547,6 +539,9 @@ impl PackStore {
 
     fn scan_and_evict(&self) -> Result<Usage, StoreError> {
         let counted = self.since_scan.load(Ordering::Relaxed);
+        // Packs this store opens or creates from here on may be missing
+        // from the listing: they are not closed below.
+        let known = self.read_index().packs.len();
         let mut packs = self.list_packs()?;
         let mut bytes = packs.iter().fold(0u64, |sum, p| sum.saturating_add(p.len));
         let own = self
@@ -557,6 +552,7 @@ impl PackStore {
             .map(|c| c.name.clone());
         let mut evicted = 0;
         let mut left = packs.len();
+        let mut deleted = hashbrown::HashSet::new();
         if bytes > self.max_bytes || left > MAX_PACKS {
             let low_water = low_water(self.max_bytes);
             packs.sort_by(|a, b| (a.modified, &a.name).cmp(&(b.modified, &b.name)));
@@ -580,8 +576,16 @@ impl PackStore {
                 }
                 bytes = bytes.saturating_sub(pack.len);
                 left -= 1;
+                deleted.insert(pack.name.as_str());
             }
         }
+        // The packs it holds open that are gone from the directory (deleted
+        // here or by another process) are closed, their space freed once
+        // no other store holds them (see 3 above).
+        self.write_index().close_unlisted(
+            |name| packs.iter().any(|p| p.name == name) && !deleted.contains(name),
+            known,
+        );
         let during = self.since_scan.fetch_sub(counted, Ordering::Relaxed) - counted;
         self.estimated
             .store(bytes.saturating_add(during), Ordering::Relaxed);
@@ -638,6 +642,33 @@ struct Listed {
 }
 
 impl Index {
+    /// Closes the packs numbered below `known` whose names `listed` says
+    /// the directory no longer holds, and forgets their records (packs
+    /// numbered from `known` on were opened or created after the
+    /// directory was listed).
+    fn close_unlisted(&mut self, listed: impl Fn(&str) -> bool, known: usize) {
+        let mut gone = Vec::new();
+        self.by_name.retain(|name, number| match number {
+            Some(number) if (*number as usize) < known && !listed(name) => {
+                gone.push(*number);
+                false
+            }
+            Some(_) => true,
+            None => listed(name),
+        });
+        if gone.is_empty() {
+            return;
+        }
+        for &number in &gone {
+            if self.packs[number as usize].take().is_some() {
+                self.open -= 1;
+            }
+            self.kept.drop_pack(number);
+        }
+        self.entries
+            .retain(|_, at| self.packs[at.pack as usize].is_some());
+    }
+
     /// Registers an opened pack; its number.
     fn add(&mut self, file: File, own: bool) -> u32 {
         let touched = file
@@ -843,17 +874,18 @@ impl CodeStore for PackStore {
             last.bytes.extend_from_slice(&record_header(key, value));
             last.bytes.extend_from_slice(value);
         }
-        let (mut written, mut started) = (0, false);
+        // Each write counted as it is made, so that a batch of many packs
+        // scans as it goes (see 3 above).
         for records in writes.iter().filter(|records| !records.bytes.is_empty()) {
-            match self.append(records) {
-                Ok(new_pack) => started |= new_pack,
+            let started = match self.append(records) {
+                Ok(new_pack) => new_pack,
                 Err(e) => {
                     first_error.get_or_insert(e);
+                    false
                 }
-            }
-            written += records.bytes.len() as u64;
+            };
+            self.account(records.bytes.len() as u64, started);
         }
-        self.account(written, started);
         first_error.map_or(Ok(()), Err)
     }
 }
@@ -919,8 +951,39 @@ fn open_pack(path: &Path) -> Opened {
     }
 }
 
-/// Fills `buf` from `file` at `offset`, without moving the file's
-/// position (which its writer uses).
+/// Writes all of `buf` to `file` at `offset`. A pack's records are
+/// written at the length the store counts, not at the file's position,
+/// which reads move on Windows (`seek_read`) and which the pack's readers
+/// share with its writer (a clone of its handle).
+fn write_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let mut done = 0;
+        while done < buf.len() {
+            match std::os::windows::fs::FileExt::seek_write(
+                file,
+                &buf[done..],
+                offset + done as u64,
+            )? {
+                0 => return Err(ErrorKind::WriteZero.into()),
+                n => done += n,
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = (file, buf, offset);
+        Err(ErrorKind::Unsupported.into())
+    }
+}
+
+/// Fills `buf` from `file` at `offset` (on Windows, moving the file's
+/// position, which no write of a pack uses: see [`write_at`]).
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     #[cfg(unix)]
     {

@@ -11,7 +11,7 @@ use jitfold::fuzzing::differential_bytes;
 fn differential_check_passes_on_fixed_seeds() {
     let (mut programs, mut functions, mut merged, mut calls, mut interpreted) = (0, 0, 0, 0, 0);
     let (mut reused, mut adapted, mut traps, mut code_compared) = (0, 0, 0, 0);
-    let mut similar_merged = 0;
+    let (mut similar_merged, mut loaded) = (0, 0);
     let mut failures = Vec::new();
     for seed in 0..260 {
         let data = common::seed_bytes(seed, 64 + (seed as usize % 7) * 64);
@@ -35,6 +35,7 @@ fn differential_check_passes_on_fixed_seeds() {
         interpreted += usize::from(outcome.interpreted);
         code_compared += outcome.code_compared;
         similar_merged += outcome.similar_merged;
+        loaded += outcome.loaded;
     }
     assert!(
         failures.is_empty(),
@@ -46,7 +47,7 @@ fn differential_check_passes_on_fixed_seeds() {
         "{programs} programs, {functions} functions, {merged} merged, {reused} reused, \
          {adapted} adapted, {calls} calls compared, {traps} trapped, \
          {interpreted} programs also interpreted, {code_compared} pairs' machine code compared, \
-         {similar_merged} turned into thunks of similar functions"
+         {similar_merged} turned into thunks of similar functions, {loaded} loaded from a store"
     );
     // Constant mutants merge under similar-function merging, and return
     // their own results. (7 with these seeds, in 3 programs: most mutants
@@ -76,6 +77,12 @@ fn differential_check_passes_on_fixed_seeds() {
     // compared, not only values.
     assert!(adapted >= 3, "only {adapted} of {functions} adapted");
     assert!(traps * 20 >= calls, "only {traps} of {calls} calls trapped");
+    // Every program's second module on a store runs code from its
+    // entries (check 7), not only code it compiled.
+    assert!(
+        loaded >= programs,
+        "only {loaded} loaded in {programs} programs"
+    );
     // The machine-code oracle compares merged and template-equal functions.
     assert!(
         code_compared * 2 >= merged,

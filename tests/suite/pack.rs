@@ -454,6 +454,74 @@ fn the_number_of_packs_is_bounded() {
     assert_eq!(store.get(&key(0)).unwrap(), None);
 }
 
+/// A store that only writes closes the packs its eviction deletes, so
+/// that their space is freed and it holds no more files open than the
+/// directory lists, however much it writes; its index holds only what the
+/// packs left in the directory hold.
+#[test]
+fn a_store_that_only_writes_closes_the_packs_it_evicts() {
+    let dir = TempDir::new("pack-writes-only");
+    // A pack per entry: packs of a tenth of the limit, 10,000 bytes.
+    let store = PackStore::new(dir.path()).unwrap().with_limit(100_000);
+    for id in 0..300 {
+        store.put(&key(id), &value(id, 0, 9_000)).unwrap();
+    }
+    let listed = packs(dir.path()).len();
+    assert!(listed <= 11, "{listed} packs listed");
+    assert!(
+        store.indexed() <= listed,
+        "{} entries indexed, {listed} packs listed",
+        store.indexed()
+    );
+    check_value(299, &store.get(&key(299)).unwrap().unwrap()).unwrap();
+    // No file of this process is a deleted pack of the directory.
+    #[cfg(target_os = "linux")]
+    {
+        let deleted = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| {
+                target.starts_with(dir.path()) && target.to_string_lossy().ends_with("(deleted)")
+            })
+            .count();
+        assert_eq!(deleted, 0, "deleted packs still open");
+    }
+}
+
+/// One `put_many` of more entries than the limit holds scans as it starts
+/// each pack: the directory never holds much more than the limit, even
+/// while the batch is written (another store watching it), and the last
+/// entries of the batch are there.
+#[test]
+fn one_large_batch_keeps_the_bound_as_it_goes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = TempDir::new("pack-large-batch");
+    let limit = 1 << 20;
+    let store = PackStore::new(dir.path()).unwrap().with_limit(limit);
+    let entries: Vec<_> = (0..200).map(|id| (key(id), value(id, 0, 50_000))).collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (dir, done) = (dir.path().to_path_buf(), done.clone());
+        std::thread::spawn(move || {
+            let watching = PackStore::new(dir).unwrap();
+            let mut most = 0;
+            while !done.load(Ordering::Relaxed) {
+                most = most.max(watching.usage().map_or(0, |u| u.bytes));
+            }
+            most
+        })
+    };
+    store.put_many(&entries).unwrap();
+    done.store(true, Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    // The limit, and a pack written past it before the scan that follows.
+    assert!(
+        most <= limit + limit / 10 + 60_000,
+        "{most} bytes at most, limit {limit}"
+    );
+    check_value(199, &store.get(&key(199)).unwrap().unwrap()).unwrap();
+}
+
 /// A directory removed under a store: errors or misses, never a panic,
 /// and it works again once the directory is back.
 #[test]
