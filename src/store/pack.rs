@@ -75,8 +75,14 @@
 //!    [`SCAN_BYTES`], a record longer than [`MAX_ENTRY_BYTES`] or than
 //!    what is left of the pack ends the scan, and a pack is read again
 //!    only once it has grown. `get_many` reads at most [`GET_MANY_BYTES`]
-//!    in all, as the directory store's does. Nothing outside the
-//!    directory is read or touched.
+//!    in all, as the directory store's does. The records a store indexes
+//!    from the packs it finds count their bytes and [`INDEX_ENTRY_COST`]
+//!    each (what an entry costs the index) against its
+//!    [`index_budget`](PackStore::index_budget), twice its limit: packs
+//!    planted full of tiny records make misses, not an index without
+//!    bound (what a scan stopped short of is indexed once packs close;
+//!    what the store writes itself is always indexed, and bounded by its
+//!    eviction, see 3). Nothing outside the directory is read or touched.
 //! 6. **Sees its own writes at once, others' soon.** A store indexes what
 //!    it writes as it writes it, and looks at the directory (new packs,
 //!    packs grown, packs gone) at a miss if it never did or last did
@@ -125,6 +131,10 @@ pub const MAX_PACKS: usize = 128;
 /// The most packs a store holds open: what it finds beyond is a miss.
 pub const MAX_OPEN_PACKS: usize = 2 * MAX_PACKS;
 
+/// What a record indexed from a scan counts for, beyond its bytes, against
+/// [`PackStore::index_budget`]: about what the index spends on an entry.
+pub const INDEX_ENTRY_COST: u64 = 48;
+
 /// The most a scan reads at once: 1 MiB.
 pub const SCAN_BYTES: u64 = 1 << 20;
 
@@ -170,6 +180,9 @@ struct Index {
     entries: HashMap<StoreKey, Location>,
     /// When the directory was last looked at.
     refreshed: Option<Instant>,
+    /// What the records scans indexed from the open packs count against
+    /// the index budget (see 5 above).
+    charged: u64,
     /// What scans read, kept for the reads that follow (see 7 above).
     kept: Kept,
 }
@@ -183,6 +196,9 @@ struct Pack {
     own: bool,
     /// Where the records indexed end.
     indexed: u64,
+    /// What the records a scan indexed from it count against the index
+    /// budget (see 5 above).
+    charged: u64,
     /// The pack's length when it was last scanned: a pack that has not
     /// grown since is not read again.
     scanned_len: u64,
@@ -246,6 +262,14 @@ impl PackStore {
     /// longer (see the [module docs](self)).
     pub fn pack_bytes(&self) -> u64 {
         PACK_BYTES.min(self.max_bytes / 10)
+    }
+
+    /// The most the records a store indexes from scans of the directory's
+    /// packs count (each its bytes and [`INDEX_ENTRY_COST`]): twice its
+    /// limit, or [`MAX_PACK_BYTES`] if that is more (see 5 in the
+    /// [module docs](self)).
+    pub fn index_budget(&self) -> u64 {
+        self.max_bytes.saturating_mul(2).max(MAX_PACK_BYTES)
     }
 
     /// How many entries this store's index holds (what it wrote and what
@@ -375,7 +399,7 @@ impl PackStore {
             };
             seen.insert(name);
             if let Some(number) = number {
-                index.scan(number);
+                index.scan(number, self.index_budget());
             }
         }
         index.close_unlisted(|name| seen.contains(name), index.packs.len());
@@ -660,8 +684,9 @@ impl Index {
             return;
         }
         for &number in &gone {
-            if self.packs[number as usize].take().is_some() {
+            if let Some(pack) = self.packs[number as usize].take() {
                 self.open -= 1;
+                self.charged -= pack.charged;
             }
             self.kept.drop_pack(number);
         }
@@ -682,6 +707,7 @@ impl Index {
             file: Arc::new(file),
             own,
             indexed: 0,
+            charged: 0,
             scanned_len: 0,
             touched: Arc::new(AtomicBool::new(touched)),
         }));
@@ -691,28 +717,44 @@ impl Index {
     /// Indexes the whole records pack `number` grew by since it was last
     /// scanned (see 1 and 5 above). A pack that cannot be read is left as
     /// it is; one that has not grown since it was last scanned is not read.
-    fn scan(&mut self, number: u32) {
+    fn scan(&mut self, number: u32, budget: u64) {
+        let left = budget.saturating_sub(self.charged);
         let Some(pack) = self.packs[number as usize].as_mut() else {
             return;
         };
         let Ok(len) = pack.file.metadata().map(|m| m.len().min(MAX_PACK_BYTES)) else {
             return;
         };
-        if len == pack.scanned_len {
+        if len == pack.scanned_len || left == 0 {
             return;
         }
-        pack.scanned_len = len;
         let (file, own, from) = (pack.file.clone(), pack.own, pack.indexed);
+        // Read no further than the budget left can index (each record
+        // counts its bytes and more): what lies beyond is scanned once
+        // packs close (the pack's length is not taken as scanned).
+        let until = len.min(from.max(PACK_MAGIC.len() as u64).saturating_add(left));
+        pack.scanned_len = until;
         let mut found = Vec::new();
         let kept = &mut self.kept;
-        let end = scan_records(
+        let mut end = scan_records(
             &file,
             from,
-            len,
+            until,
             |key, at, value_len| found.push((key, at, value_len)),
             |at, bytes, records| kept.keep(number, at, bytes, records),
         );
+        let mut charged = 0;
         for (key, offset, len) in found {
+            let charge = RECORD_HEADER as u64 + u64::from(len) + INDEX_ENTRY_COST;
+            if charged + charge > left {
+                // Indexed up to this record; the rest at a later scan.
+                end = offset;
+                if let Some(pack) = self.packs[number as usize].as_mut() {
+                    pack.scanned_len = offset;
+                }
+                break;
+            }
+            charged += charge;
             let location = Location {
                 pack: number,
                 offset,
@@ -725,8 +767,10 @@ impl Index {
                 self.entries.insert(key, location);
             }
         }
+        self.charged += charged;
         if let Some(pack) = self.packs[number as usize].as_mut() {
             pack.indexed = pack.indexed.max(end);
+            pack.charged += charged;
         }
     }
 }

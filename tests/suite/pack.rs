@@ -522,6 +522,61 @@ fn one_large_batch_keeps_the_bound_as_it_goes() {
     check_value(199, &store.get(&key(199)).unwrap().unwrap()).unwrap();
 }
 
+/// Packs planted full of the smallest records (valid, empty values) cost a
+/// reader an index within its budget, not one entry per 28 bytes of them;
+/// its own writes are indexed all the same, and once the planted packs
+/// are gone, what another store wrote is found.
+#[test]
+fn packs_of_tiny_records_cost_an_index_within_the_budget() {
+    use jitfold::store::pack::INDEX_ENTRY_COST;
+    let dir = TempDir::new("pack-tiny-records");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let reader = PackStore::new(dir.path()).unwrap().with_limit(1 << 20);
+    let budget = reader.index_budget();
+    // Two packs of 24 MiB of records with empty values: more than the
+    // budget, in records of 28 bytes.
+    let mut planted = Vec::new();
+    for pack in 0..2u64 {
+        let mut bytes = PACK_MAGIC.to_vec();
+        let mut record = 0u64;
+        while bytes.len() < 24 << 20 {
+            let mut named = [0u8; 20];
+            named[..8].copy_from_slice(&(pack << 32 | record).to_le_bytes());
+            named[8] = 0xee;
+            bytes.extend_from_slice(&named);
+            bytes.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&named).to_le_bytes());
+            record += 1;
+        }
+        let path = dir.path().join(format!("pack-planted-{pack}"));
+        std::fs::write(&path, &bytes).unwrap();
+        planted.push(path);
+    }
+    let records = 2 * ((24 << 20) - PACK_MAGIC.len() as u64) / 28;
+    assert!(records * 28 > budget, "the packs pass the budget");
+    // A miss looks at the directory: the index stays within the budget.
+    assert_eq!(reader.get(&key(1)).unwrap(), None);
+    let most = budget / (28 + INDEX_ENTRY_COST);
+    assert!(
+        reader.indexed() as u64 <= most,
+        "{} entries indexed, at most {most}",
+        reader.indexed()
+    );
+    assert!(
+        reader.indexed() > 0,
+        "records within the budget are indexed"
+    );
+    // Its own writes are indexed whatever the budget; writing, it evicts
+    // the planted packs (past its limit), and closes them.
+    reader.put(&key(2), &value(2, 0, 100)).unwrap();
+    check_value(2, &reader.get(&key(2)).unwrap().unwrap()).unwrap();
+    assert!(planted.iter().all(|path| !path.exists()));
+    // What another store writes is then found: the budget is free again.
+    let writer = PackStore::new(dir.path()).unwrap();
+    writer.put(&key(3), &value(3, 0, 100)).unwrap();
+    std::thread::sleep(REFRESH_AFTER);
+    check_value(3, &reader.get(&key(3)).unwrap().unwrap()).unwrap();
+}
+
 /// A directory removed under a store: errors or misses, never a panic,
 /// and it works again once the directory is back.
 #[test]
