@@ -37,7 +37,8 @@
 //!    past one it may not delete) until they are at most the low-water
 //!    mark, [`LOW_WATER_PERCENT`] of the limit; a scan after which what
 //!    other threads of the store wrote meanwhile still passes the limit
-//!    is made again (up to 8 times). So
+//!    is made again (up to 8 times; the policy `bound.rs` gives both
+//!    embedded stores). So
 //!    the directory exceeds its limit by at most what the processes
 //!    writing it write between two scans of theirs (a tenth of the limit
 //!    each). Sizes are file lengths, not disk blocks; files that
@@ -83,14 +84,15 @@
 //!    is not the file written: then no later `put` of the process tries),
 //!    the temporary file is created with its name.
 
+use super::bound::Bound;
 use super::{CodeStore, StoreError, StoreKey};
 use std::collections::hash_map::RandomState;
 use std::fs::{self, File, OpenOptions};
 use std::hash::BuildHasher;
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, TryLockError};
 use std::time::{Duration, SystemTime};
 
 /// The limit of a store made with [`DirectoryStore::new`]: 256 MiB.
@@ -141,15 +143,8 @@ static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 pub struct DirectoryStore {
     dir: PathBuf,
     max_bytes: u64,
-    /// Bytes in the directory when this store last scanned it, plus what
-    /// it wrote since (`u64::MAX` before the first scan, so that the first
-    /// `put` scans).
-    estimated: AtomicU64,
-    /// Bytes written since the last scan.
-    since_scan: AtomicU64,
-    /// Held while scanning, so that one thread of this store scans at a
-    /// time (other processes may scan at the same time).
-    scanning: Mutex<()>,
+    /// When it scans (other processes may scan at the same time).
+    bound: Bound,
 }
 
 /// What a scan of a [`DirectoryStore`] found.
@@ -177,9 +172,7 @@ impl DirectoryStore {
         Ok(Self {
             dir,
             max_bytes: DEFAULT_MAX_BYTES,
-            estimated: AtomicU64::new(u64::MAX),
-            since_scan: AtomicU64::new(0),
-            scanning: Mutex::new(()),
+            bound: Bound::new(),
         })
     }
 
@@ -214,10 +207,7 @@ impl DirectoryStore {
     /// entries down to the low-water mark (see the [module docs](self));
     /// deletes stale temporary files either way. Returns what is left.
     pub fn trim(&self) -> Result<Usage, StoreError> {
-        let _scanning = self
-            .scanning
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let _scanning = self.bound.lock();
         self.scan_and_evict()
     }
 
@@ -286,7 +276,7 @@ impl DirectoryStore {
         // Writes counted before the scan lists the directory are in what
         // it finds; those counted while it runs may not be, and stay
         // counted.
-        let counted = self.since_scan.load(Ordering::Relaxed);
+        let counted = self.bound.scan_started();
         let mut files = self.scan(true)?;
         let mut bytes = files.iter().fold(0u64, |sum, f| sum.saturating_add(f.len));
         let mut evicted = 0;
@@ -312,9 +302,7 @@ impl DirectoryStore {
                 file.len = 0;
             }
         }
-        let during = self.since_scan.fetch_sub(counted, Ordering::Relaxed) - counted;
-        self.estimated
-            .store(bytes.saturating_add(during), Ordering::Relaxed);
+        self.bound.scanned(counted, bytes);
         Ok(Usage {
             entries: files.iter().filter(|f| f.entry).count() as u64,
             bytes,
@@ -326,45 +314,12 @@ impl DirectoryStore {
     /// (see 3 in the module docs). Eviction errors are logged, not
     /// returned: the value was stored.
     fn account(&self, len: u64) {
-        let estimated = self
-            .estimated
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
-                Some(e.saturating_add(len))
-            })
-            .unwrap_or(u64::MAX)
-            .saturating_add(len);
-        let since = self.since_scan.fetch_add(len, Ordering::Relaxed) + len;
-        if estimated <= self.max_bytes && since <= self.max_bytes / 10 {
-            return;
-        }
-        // Another thread of this store is scanning: it will count this
-        // file, and scan again if it passes the limit.
-        let _scanning = match self.scanning.try_lock() {
-            Ok(scanning) => scanning,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
-        // What other threads wrote while it scanned may pass the limit
-        // again (a slow file system lets them write many files meanwhile):
-        // scanned again, a few times at most.
-        for _ in 0..RESCANS {
-            if let Err(e) = self.scan_and_evict() {
-                log::debug!(
-                    "code store: eviction in `{}` failed: {e}",
-                    self.dir.display()
-                );
-                return;
-            }
-            if self.estimated.load(Ordering::Relaxed) <= self.max_bytes {
-                return;
-            }
-        }
+        self.bound
+            .account(len, false, self.max_bytes, &self.dir, || {
+                self.scan_and_evict()
+            });
     }
 }
-
-/// How many times a write that scans the directory scans it again while
-/// other threads' writes during a scan keep it over its limit.
-const RESCANS: usize = 8;
 
 /// A file that counts towards a directory's size.
 struct Counted {

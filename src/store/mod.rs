@@ -79,6 +79,7 @@
 //! `store-unwind` feature; see [`entry`'s docs](entry#unwind-information)
 //! for what a user of entries without it must do.
 
+mod bound;
 pub mod courier;
 pub mod directory;
 pub mod entry;

@@ -46,7 +46,10 @@
 //! 3. **Bounded.** Each store counts the bytes it writes on top of the size
 //!    it last scanned; when that passes the limit, or after it wrote a
 //!    tenth of the limit since its last scan, or when it starts a pack, it
-//!    scans the directory (unless another thread of it is scanning) and,
+//!    scans the directory (unless another thread of it is scanning, which
+//!    counts the write; a scan after which what was written meanwhile
+//!    still passes the limit is made again, up to 8 times: the policy
+//!    [`DirectoryStore`](super::DirectoryStore) shares, `bound.rs`) and,
 //!    if the packs exceed the limit or number more than [`MAX_PACKS`],
 //!    deletes packs in order of modification time (least recently used
 //!    first; ties by name), never its own current pack and going past one
@@ -98,6 +101,7 @@
 //!    `get` or look at the directory [`KEEP_FOR`] after they were read
 //!    from the file.
 
+use super::bound::Bound;
 use super::directory::{
     GET_MANY_BYTES, MAX_ENTRY_BYTES, TOUCH_AFTER, Usage, create_own_file, io_error, low_water,
     open_entry,
@@ -109,8 +113,8 @@ use hashbrown::HashMap;
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The limit of a store made with [`PackStore::new`]: 256 MiB.
@@ -158,13 +162,8 @@ pub struct PackStore {
     index: RwLock<Index>,
     /// The pack this store appends to, once it has written.
     current: Mutex<Option<Current>>,
-    /// Bytes in the directory when this store last scanned it, plus what
-    /// it wrote since (`u64::MAX` before the first scan).
-    estimated: AtomicU64,
-    /// Bytes written since the last scan.
-    since_scan: AtomicU64,
-    /// Held while scanning for eviction.
-    scanning: Mutex<()>,
+    /// When it scans for eviction.
+    bound: Bound,
 }
 
 /// Where each key's record is, and the packs this store has open.
@@ -236,9 +235,7 @@ impl PackStore {
             max_bytes: DEFAULT_MAX_BYTES,
             index: RwLock::default(),
             current: Mutex::default(),
-            estimated: AtomicU64::new(u64::MAX),
-            since_scan: AtomicU64::new(0),
-            scanning: Mutex::default(),
+            bound: Bound::new(),
         })
     }
 
@@ -292,7 +289,7 @@ impl PackStore {
     /// [`MAX_PACKS`] if it holds more (see 3 in the module docs); `entries`
     /// counts packs.
     pub fn trim(&self) -> Result<Usage, StoreError> {
-        let _scanning = self.scanning.lock().unwrap_or_else(PoisonError::into_inner);
+        let _scanning = self.bound.lock();
         self.scan_and_evict()
     }
 
@@ -562,7 +559,7 @@ impl PackStore {
     }
 
     fn scan_and_evict(&self) -> Result<Usage, StoreError> {
-        let counted = self.since_scan.load(Ordering::Relaxed);
+        let counted = self.bound.scan_started();
         // Packs this store opens or creates from here on may be missing
         // from the listing: they are not closed below.
         let known = self.read_index().packs.len();
@@ -610,9 +607,7 @@ impl PackStore {
             |name| packs.iter().any(|p| p.name == name) && !deleted.contains(name),
             known,
         );
-        let during = self.since_scan.fetch_sub(counted, Ordering::Relaxed) - counted;
-        self.estimated
-            .store(bytes.saturating_add(during), Ordering::Relaxed);
+        self.bound.scanned(counted, bytes);
         Ok(Usage {
             entries: left as u64,
             bytes,
@@ -624,29 +619,10 @@ impl PackStore {
     /// (`new_pack`) the number of packs grew (see 3 in the module docs).
     /// Eviction errors are logged, not returned: the value was stored.
     fn account(&self, len: u64, new_pack: bool) {
-        let estimated = self
-            .estimated
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
-                Some(e.saturating_add(len))
-            })
-            .unwrap_or(u64::MAX)
-            .saturating_add(len);
-        let since = self.since_scan.fetch_add(len, Ordering::Relaxed) + len;
-        if !new_pack && estimated <= self.max_bytes && since <= self.max_bytes / 10 {
-            return;
-        }
-        // Another thread of this store is scanning: it counts this write.
-        let _scanning = match self.scanning.try_lock() {
-            Ok(scanning) => scanning,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
-        if let Err(e) = self.scan_and_evict() {
-            log::debug!(
-                "code store: eviction in `{}` failed: {e}",
-                self.dir.display()
-            );
-        }
+        self.bound
+            .account(len, new_pack, self.max_bytes, &self.dir, || {
+                self.scan_and_evict()
+            });
     }
 }
 
