@@ -120,6 +120,9 @@ fn divided(
                     Ok((module, pointers)) => {
                         let addresses: Vec<usize> = pointers.iter().map(|&p| p as usize).collect();
                         let _ = addresses_tx.send(Ok((how, addresses)));
+                        // Dropped before waiting, so that the other
+                        // thread's panic (no answer) ends the answers.
+                        drop(addresses_tx);
                         // Whether the calls were made or this thread's
                         // sender dropped (the other thread panicked).
                         let _ = called_rx.recv();

@@ -77,13 +77,17 @@
 //!    [`PACK_MAGIC`]; its records are read in pieces of at most
 //!    [`SCAN_BYTES`], a record longer than [`MAX_ENTRY_BYTES`] or than
 //!    what is left of the pack ends the scan, and a pack is read again
-//!    only once it has grown. `get_many` reads at most [`GET_MANY_BYTES`]
+//!    only once it has grown (or, where the index budget below cut its
+//!    scan short, at a later look, no further than the budget then left
+//!    allows). `get_many` reads at most [`GET_MANY_BYTES`]
 //!    in all, as the directory store's does. The records a store indexes
 //!    from the packs it finds count their bytes and [`INDEX_ENTRY_COST`]
 //!    each (what an entry costs the index) against its
-//!    [`index_budget`](PackStore::index_budget), twice its limit: packs
-//!    planted full of tiny records make misses, not an index without
-//!    bound (what a scan stopped short of is indexed once packs close;
+//!    [`index_budget`](PackStore::index_budget), twice its limit (or
+//!    [`MAX_PACK_BYTES`], if more): packs planted full of tiny records
+//!    make misses, not an index without bound (packs are scanned oldest
+//!    first, so the newest records are those missed; what a scan stopped
+//!    short of is indexed once packs close and free their part;
 //!    what the store writes itself is always indexed, and bounded by its
 //!    eviction, see 3). Nothing outside the directory is read or touched.
 //! 6. **Sees its own writes at once, others' soon.** A store indexes what
@@ -399,7 +403,7 @@ impl PackStore {
                 index.scan(number, self.index_budget());
             }
         }
-        index.close_unlisted(|name| seen.contains(name), index.packs.len());
+        index.close_unlisted(|name| seen.contains(name), index.packs.len(), true);
         index.kept.drop_spent();
         index.refreshed = Some(Instant::now());
         Ok(())
@@ -603,10 +607,15 @@ impl PackStore {
         // The packs it holds open that are gone from the directory (deleted
         // here or by another process) are closed, their space freed once
         // no other store holds them (see 3 above).
-        self.write_index().close_unlisted(
-            |name| packs.iter().any(|p| p.name == name) && !deleted.contains(name),
-            known,
-        );
+        let left_listed: hashbrown::HashSet<&str> = packs
+            .iter()
+            .map(|p| p.name.as_str())
+            .filter(|name| !deleted.contains(name))
+            .collect();
+        // (Names refused as packs stay known: the listing leaves out
+        // what is not a regular file.)
+        self.write_index()
+            .close_unlisted(|name| left_listed.contains(name), known, false);
         self.bound.scanned(counted, bytes);
         Ok(Usage {
             entries: left as u64,
@@ -645,8 +654,10 @@ impl Index {
     /// Closes the packs numbered below `known` whose names `listed` says
     /// the directory no longer holds, and forgets their records (packs
     /// numbered from `known` on were opened or created after the
-    /// directory was listed).
-    fn close_unlisted(&mut self, listed: impl Fn(&str) -> bool, known: usize) {
+    /// directory was listed); forgets the names refused as packs that it
+    /// does not list too if `all_names` (`listed` then says of every name
+    /// whether the directory holds it).
+    fn close_unlisted(&mut self, listed: impl Fn(&str) -> bool, known: usize, all_names: bool) {
         let mut gone = Vec::new();
         self.by_name.retain(|name, number| match number {
             Some(number) if (*number as usize) < known && !listed(name) => {
@@ -654,7 +665,7 @@ impl Index {
                 false
             }
             Some(_) => true,
-            None => listed(name),
+            None => !all_names || listed(name),
         });
         if gone.is_empty() {
             return;
@@ -709,28 +720,32 @@ impl Index {
         // counts its bytes and more): what lies beyond is scanned once
         // packs close (the pack's length is not taken as scanned).
         let until = len.min(from.max(PACK_MAGIC.len() as u64).saturating_add(left));
-        pack.scanned_len = until;
         let mut found = Vec::new();
+        let (mut charged, mut cut) = (0, false);
         let kept = &mut self.kept;
-        let mut end = scan_records(
+        // The scan stops at the first record the budget left cannot
+        // index, before it keeps any of its bytes: the pieces kept end
+        // where the records indexed do.
+        let end = scan_records(
             &file,
             from,
             until,
-            |key, at, value_len| found.push((key, at, value_len)),
+            |key, at, value_len| {
+                let charge = RECORD_HEADER as u64 + u64::from(value_len) + INDEX_ENTRY_COST;
+                cut = charged + charge > left;
+                if !cut {
+                    charged += charge;
+                    found.push((key, at, value_len));
+                }
+                !cut
+            },
             |at, bytes, records| kept.keep(number, at, bytes, records),
         );
-        let mut charged = 0;
+        if let Some(pack) = self.packs[number as usize].as_mut() {
+            // Cut short: the rest at a later look.
+            pack.scanned_len = if cut { end } else { until };
+        }
         for (key, offset, len) in found {
-            let charge = RECORD_HEADER as u64 + u64::from(len) + INDEX_ENTRY_COST;
-            if charged + charge > left {
-                // Indexed up to this record; the rest at a later scan.
-                end = offset;
-                if let Some(pack) = self.packs[number as usize].as_mut() {
-                    pack.scanned_len = offset;
-                }
-                break;
-            }
-            charged += charge;
             let location = Location {
                 pack: number,
                 offset,
@@ -753,16 +768,17 @@ impl Index {
 
 /// Calls `found` with the key, offset and value length of each whole
 /// record of `file` from `from` (0: the start, after checking the magic)
-/// to `len`, reading at most [`SCAN_BYTES`] at a time, and `read` with each
-/// piece read that holds whole records, cut where the last of them ends
-/// (its offset, its bytes, which are those records, all checked, and
-/// their length); returns where the last whole record ends (see 1 and 5
-/// above).
+/// to `len`, until it returns `false` (for a record not taken: the scan
+/// ends before it), reading at most [`SCAN_BYTES`] at a time, and `read`
+/// with each piece read that holds whole records taken, cut where the
+/// last of them ends (its offset, its bytes, which are those records, all
+/// checked, and their length); returns where the last whole record taken
+/// ends (see 1 and 5 above).
 fn scan_records(
     file: &File,
     from: u64,
     len: u64,
-    mut found: impl FnMut(StoreKey, u64, u32),
+    mut found: impl FnMut(StoreKey, u64, u32) -> bool,
     mut read: impl FnMut(u64, Vec<u8>, u64),
 ) -> u64 {
     let mut at = from;
@@ -808,12 +824,15 @@ fn scan_records(
         // or not a record, and ends the scan.
         let start = (at - piece_at) as usize;
         let value = piece.get(start + RECORD_HEADER..start + RECORD_HEADER + value_len as usize);
-        match value {
-            Some(value) if *header != record_header(&key, value) => break,
-            Some(_) => in_piece += record_end - at,
-            None => {}
+        if value.is_some_and(|value| *header != record_header(&key, value)) {
+            break;
         }
-        found(key, at, value_len);
+        if !found(key, at, value_len) {
+            break;
+        }
+        if value.is_some() {
+            in_piece += record_end - at;
+        }
         at = record_end;
     }
     hand(piece_at, piece, in_piece);
@@ -1066,7 +1085,10 @@ mod tests {
             &file,
             0,
             len,
-            |_, _, _| found += 1,
+            |_, _, _| {
+                found += 1;
+                true
+            },
             |at, b, r| pieces.push((at, b.len(), r)),
         );
         assert_eq!((found, end), (3, len));
@@ -1086,7 +1108,7 @@ mod tests {
             &file,
             0,
             len - 1,
-            |_, _, _| {},
+            |_, _, _| true,
             |at, b, r| pieces.push((at, b, r)),
         );
         let first = (PACK_MAGIC.len() + RECORD_HEADER + 100) as u64;
