@@ -219,8 +219,6 @@ pub(super) struct Stored {
     /// The keys the current batch flush found another module compiling
     /// when it claimed them ahead (see 7 above).
     busy: HashSet<StoreKey>,
-    /// Writes entries on a thread of its own (see 9 above).
-    writer: Writer,
     /// Where every call to the store is a round trip
     /// ([`CodeStore::round_trips`]) and it reserves keys: claims the next
     /// span's templates on a thread of its own (see 7 above).
@@ -239,6 +237,10 @@ pub(super) struct Stored {
     fetch_next: Vec<StoreKey>,
     /// ... and every key asked, sent or not.
     fetch_asked: HashSet<StoreKey>,
+    /// Writes entries on a thread of its own (see 9 above). Last, so that
+    /// it is dropped (which waits for what it has to write) once the
+    /// reservations held above, claims ahead among them, are given up.
+    writer: Writer,
 }
 
 impl Drop for Stored {

@@ -24,11 +24,14 @@
 //!    holder's later `put` is a value like any other, and its later
 //!    release ends the new holder's reservation, so a third thread may
 //!    compile the template too: a compile more, never a wrong value.)
-//! 2. Waiting is bounded: a thread waits for another's reservation at most
-//!    [`DEFAULT_MAX_WAIT`] (set with [`SharedStore::with_max_wait`]), then
-//!    takes the reservation over and compiles the template itself (which
-//!    costs a compile, never a wrong value: both threads' values are code
-//!    for the same template). A reservation is held from lookup to `put`
+//! 2. Waiting is bounded: a reservation older than [`DEFAULT_MAX_WAIT`]
+//!    (set with [`SharedStore::with_max_wait`]) is taken over by a thread
+//!    waiting for it, which compiles the template itself (which costs a
+//!    compile, never a wrong value: both threads' values are code for the
+//!    same template); the other waiters wait for that thread's
+//!    reservation in turn, so that they do not all compile it at once (a
+//!    thread waits for each reservation of the key at most the longest
+//!    wait). A reservation is held from lookup to `put`
 //!    or release. An eager module holds one at a time but while it defines
 //!    the merged body of similar functions for the member it reserved
 //!    (`similar.rs`); a batch flush holds the ones it claimed ahead and
@@ -45,8 +48,9 @@
 //! 4. Lookups of keys in different shards (the map is split by key into
 //!    64 independently locked parts) never wait for one another's lock.
 //! 5. Values are copied in and out; nothing in the map is executed. A
-//!    backing store that fails is a miss (counted in its user's
-//!    statistics only as this store's answer: a miss).
+//!    backing store that fails, or panics, is a miss (counted in its
+//!    user's statistics only as this store's answer: a miss), and a value
+//!    it gives for a key reserved never replaces one put meanwhile.
 //! 6. [`CodeStore::try_get_or_reserve`] answers as `get_or_reserve` does,
 //!    except that where another caller holds the reservation it says
 //!    [`Claim::Busy`] at once instead of waiting: a batch flush then
@@ -56,14 +60,15 @@
 
 use super::{Claim, CodeStore, StoreError, StoreKey};
 use hashbrown::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What the map holds for a key.
 enum Slot {
-    /// A thread reserved it and is compiling it.
-    Reserved,
+    /// A thread reserved it (at that instant) and is compiling it.
+    Reserved(Instant),
     /// Its value.
     Ready(Arc<[u8]>),
 }
@@ -102,7 +107,8 @@ pub struct SharedStore {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SharedStats {
-    /// Templates handed to a thread to compile (reservations).
+    /// Templates handed to a thread to compile (reservations the backing
+    /// store, if any, had no value for).
     pub reservations: u64,
     /// Lookups that waited for another thread's compile.
     pub waits: u64,
@@ -209,7 +215,7 @@ impl CodeStore for SharedStore {
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self.shard(key).lock().get(key) {
             Some(Slot::Ready(value)) => Ok(Some(value.to_vec())),
-            Some(Slot::Reserved) | None => Ok(None),
+            Some(Slot::Reserved(_)) | None => Ok(None),
         }
     }
 
@@ -223,7 +229,7 @@ impl CodeStore for SharedStore {
             .iter()
             .map(|key| match self.shard(key).lock().get(key) {
                 Some(Slot::Ready(value)) => Some(value.to_vec()),
-                Some(Slot::Reserved) | None => None,
+                Some(Slot::Reserved(_)) | None => None,
             })
             .collect();
         let Some(backing) = &self.backing else {
@@ -283,7 +289,7 @@ impl CodeStore for SharedStore {
     fn release(&self, key: &StoreKey) {
         let shard = self.shard(key);
         let mut slots = shard.lock();
-        if let Some(Slot::Reserved) = slots.get(key) {
+        if let Some(Slot::Reserved(_)) = slots.get(key) {
             slots.remove(key);
         }
         drop(slots);
@@ -312,11 +318,14 @@ impl SharedStore {
                     }
                     return Claim::Found(value);
                 }
-                Some(Slot::Reserved) if !wait => return Claim::Busy,
-                Some(Slot::Reserved) => {
-                    let since = *waited_since.get_or_insert_with(Instant::now);
-                    let Some(left) = self.max_wait.checked_sub(since.elapsed()) else {
-                        // Taken over (see 2 in the module docs).
+                Some(Slot::Reserved(_)) if !wait => return Claim::Busy,
+                Some(Slot::Reserved(made)) => {
+                    waited_since.get_or_insert_with(Instant::now);
+                    // A reservation is taken over once it is older than
+                    // the longest wait (see 2 in the module docs): one
+                    // another waiter just took over is waited for, so
+                    // that waiters do not all take it at once.
+                    let Some(left) = self.max_wait.checked_sub(made.elapsed()) else {
                         break;
                     };
                     slots = shard
@@ -328,22 +337,27 @@ impl SharedStore {
                 None => break,
             }
         }
-        slots.insert(*key, Slot::Reserved);
+        slots.insert(*key, Slot::Reserved(Instant::now()));
         drop(slots);
-        self.reservations.fetch_add(1, Ordering::Relaxed);
         if let Some(start) = waited_since {
             self.waits.fetch_add(1, Ordering::Relaxed);
             let nanos = start.elapsed().as_nanos() as u64;
             self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
         }
         // Reserved: the backing store may have it (asked without the lock;
-        // others wait meanwhile, as for a compile).
-        if let Some(backing) = &self.backing
-            && let Ok(Some(value)) = backing.get(key)
-        {
-            self.fill(key, value.as_slice().into());
-            return Claim::Found(value);
+        // others wait meanwhile, as for a compile). A backing store that
+        // fails, or panics, is a miss: the caller holds the reservation,
+        // and compiles.
+        if let Some(backing) = &self.backing {
+            let asked = catch_unwind(AssertUnwindSafe(|| backing.get(key)));
+            if let Ok(Ok(Some(value))) = asked {
+                // A value put meanwhile (by a holder whose reservation was
+                // taken over) is kept.
+                self.fill_unless_ready(key, value.as_slice().into());
+                return Claim::Found(value);
+            }
         }
+        self.reservations.fetch_add(1, Ordering::Relaxed);
         Claim::Reserved
     }
 }
@@ -387,17 +401,17 @@ mod tests {
         assert_eq!(stats.entries, 1);
     }
 
-    /// A reservation never given up costs a waiter the longest wait, then
-    /// passes to it; the first holder's late release leaves the value the
-    /// waiter put.
+    /// A reservation never given up passes to a waiter once it is as old
+    /// as the longest wait; the first holder's late release leaves the
+    /// value the waiter put.
     #[test]
     fn a_reservation_held_too_long_is_taken_over() {
         let store = Arc::new(SharedStore::new().with_max_wait(Duration::from_millis(50)));
+        let start = Instant::now();
         assert_eq!(store.get_or_reserve(&key(3)).unwrap(), None);
         let waiter = {
             let store = store.clone();
             std::thread::spawn(move || {
-                let start = Instant::now();
                 let got = store.get_or_reserve(&key(3)).unwrap();
                 (got, start.elapsed())
             })
@@ -540,5 +554,89 @@ mod tests {
         let values = store.get_many(&[key(9)]).unwrap();
         assert_eq!(values, [Some(b"old".to_vec())]);
         assert_eq!(store.get(&key(9)).unwrap().as_deref(), Some(&b"new"[..]));
+    }
+
+    /// A backing store whose `get` runs `on_get` first (and panics if it
+    /// says so).
+    struct Hooked<F: Fn(&StoreKey) -> Option<Vec<u8>> + Send + Sync>(F);
+
+    impl<F: Fn(&StoreKey) -> Option<Vec<u8>> + Send + Sync> CodeStore for Hooked<F> {
+        fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+            Ok((self.0)(key))
+        }
+
+        fn put(&self, _: &StoreKey, _: &[u8]) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// A backing store that panics while a key is reserved is a miss: the
+    /// caller holds the reservation, and its put ends it, so nobody waits.
+    #[test]
+    fn a_backing_store_that_panics_is_a_miss_and_leaves_no_reservation_behind() {
+        let backing = Arc::new(Hooked(|_: &StoreKey| -> Option<Vec<u8>> {
+            panic!("the backing store panics")
+        }));
+        let store = SharedStore::backed_by(backing).with_max_wait(Duration::from_secs(30));
+        assert_eq!(store.get_or_reserve(&key(1)).unwrap(), None);
+        assert_eq!(store.try_get_or_reserve(&key(1)).unwrap(), Claim::Busy);
+        store.put(&key(1), b"compiled").unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            store.get_or_reserve(&key(1)).unwrap().as_deref(),
+            Some(&b"compiled"[..])
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(store.stats().reservations, 1);
+    }
+
+    /// A value put while the backing store was asked for a reserved key
+    /// (by a holder whose reservation was taken over) is kept.
+    #[test]
+    fn a_value_put_while_the_backing_store_is_asked_is_kept() {
+        let shared: Arc<std::sync::OnceLock<Arc<SharedStore>>> = Arc::default();
+        let front = shared.clone();
+        let backing = Arc::new(Hooked(move |key: &StoreKey| {
+            front.get().unwrap().put(key, b"new").unwrap();
+            Some(b"old".to_vec())
+        }));
+        let store = Arc::new(SharedStore::backed_by(backing));
+        assert!(shared.set(store.clone()).is_ok());
+        assert_eq!(
+            store.get_or_reserve(&key(2)).unwrap().as_deref(),
+            Some(&b"old"[..])
+        );
+        assert_eq!(store.get(&key(2)).unwrap().as_deref(), Some(&b"new"[..]));
+        assert_eq!(store.stats().reservations, 0);
+    }
+
+    /// A reservation never given up passes to one waiter once it is older
+    /// than the longest wait; the others wait for that waiter's value
+    /// instead of all compiling the template at once.
+    #[test]
+    fn one_waiter_takes_a_reservation_over_and_the_others_wait_for_it() {
+        let store = Arc::new(SharedStore::new().with_max_wait(Duration::from_millis(200)));
+        assert_eq!(store.get_or_reserve(&key(3)).unwrap(), None);
+        let waiters: Vec<_> = (0..4)
+            .map(|i| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(30 * i));
+                    match store.get_or_reserve(&key(3)).unwrap() {
+                        Some(value) => value,
+                        None => {
+                            // Taken over: compiling takes a while.
+                            std::thread::sleep(Duration::from_millis(100));
+                            store.put(&key(3), b"code").unwrap();
+                            b"code".to_vec()
+                        }
+                    }
+                })
+            })
+            .collect();
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), b"code");
+        }
+        assert_eq!(store.stats().reservations, 2);
     }
 }

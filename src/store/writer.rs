@@ -225,7 +225,9 @@ fn run(store: &Arc<dyn CodeStore>, batches: &Receiver<Vec<Unwritten>>, shared: &
 }
 
 /// Writes `entries` with [`write()`]; a store that fails or panics is one
-/// error, logged, and loses only these entries.
+/// error, logged, and loses at most these entries (none counted as
+/// written, though a `put_many` that fails on one entry may have stored
+/// the others).
 fn write_caught(store: &Arc<dyn CodeStore>, entries: Vec<Unwritten>) -> Written {
     let count = entries.len();
     let outcome = catch_unwind(AssertUnwindSafe(|| write(store, entries)));
