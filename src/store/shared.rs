@@ -371,6 +371,19 @@ mod tests {
         StoreKey::from_bytes([n; 16])
     }
 
+    /// The value of `key` in `store`, or, where `store` reserves it for
+    /// the caller, `b"code"` "compiled" in `compile` and put.
+    fn value_or_compiled(store: &SharedStore, key: &StoreKey, compile: Duration) -> Vec<u8> {
+        match store.get_or_reserve(key).unwrap() {
+            Some(value) => value,
+            None => {
+                std::thread::sleep(compile);
+                store.put(key, b"code").unwrap();
+                b"code".to_vec()
+            }
+        }
+    }
+
     #[test]
     fn one_thread_reserves_the_others_wait_for_its_value() {
         let store = Arc::new(SharedStore::new());
@@ -381,15 +394,8 @@ mod tests {
                 let (store, barrier) = (store.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
-                    match store.get_or_reserve(&key(1)).unwrap() {
-                        Some(value) => value,
-                        None => {
-                            // The one reservation: "compile", then put.
-                            std::thread::sleep(Duration::from_millis(20));
-                            store.put(&key(1), b"code").unwrap();
-                            b"code".to_vec()
-                        }
-                    }
+                    // The one reservation "compiles", then puts.
+                    value_or_compiled(&store, &key(1), Duration::from_millis(20))
                 })
             })
             .collect();
@@ -622,15 +628,8 @@ mod tests {
                 let store = store.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(30 * i));
-                    match store.get_or_reserve(&key(3)).unwrap() {
-                        Some(value) => value,
-                        None => {
-                            // Taken over: compiling takes a while.
-                            std::thread::sleep(Duration::from_millis(100));
-                            store.put(&key(3), b"code").unwrap();
-                            b"code".to_vec()
-                        }
-                    }
+                    // Taken over: compiling takes a while.
+                    value_or_compiled(&store, &key(3), Duration::from_millis(100))
                 })
             })
             .collect();
