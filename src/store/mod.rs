@@ -93,6 +93,7 @@ pub mod redis;
 #[cfg(feature = "redis")]
 mod redis_link;
 pub mod shared;
+mod slots;
 pub mod writer;
 
 pub use directory::DirectoryStore;

@@ -11,16 +11,18 @@
 //! define their functions from it. Optionally, a persistent store sits
 //! behind it: a reserved template is looked up there (once, by the
 //! reserving thread) before anyone compiles it, keys without a value are
-//! looked up there together by [`CodeStore::get_many`] (a batch flush's
-//! lookup), and what is compiled is written there too.
+//! looked up there by [`CodeStore::get`] and together by
+//! [`CodeStore::get_many`] (a batch flush's lookup), and what is compiled
+//! is written there too.
 //!
 //! # What this module guarantees
 //!
 //! 1. At most one reservation of a key exists at a time, and a key is
 //!    reserved only while it has no value: as long as no reservation is
-//!    given up or outlasts the longest wait (see 2), each template is
-//!    compiled once in total, whatever the number of threads and their
-//!    timing. (A reservation taken over is the new holder's; the first
+//!    given up or outlasts the longest wait (see 2), and no value is
+//!    dropped to keep the bound (see 7) before the threads needing it
+//!    read it, each template is compiled once in total, whatever the
+//!    number of threads and their timing. (A reservation taken over is the new holder's; the first
 //!    holder's later `put` is a value like any other, and its later
 //!    release ends the new holder's reservation, so a third thread may
 //!    compile the template too: a compile more, never a wrong value.)
@@ -57,21 +59,22 @@
 //!    defines its other functions first (see `stored.rs` in
 //!    `src/module/`), so that modules defining one program divide its
 //!    compiles.
+//! 7. The values held take at most the store's limit in bytes
+//!    ([`DEFAULT_LIMIT`], or [`SharedStore::with_limit`]), each of the 64
+//!    parts its share, but for the value put last in a part, kept
+//!    whatever its size until the next (so that the threads waiting for
+//!    it find it). Past the limit, the value least recently read or put
+//!    goes first (a clock, `slots.rs`); a value dropped is a miss from
+//!    then on, which the backing store, if any, may still answer:
+//!    [`CodeStore::get`], [`CodeStore::get_many`] and a reservation ask
+//!    it for a key without a value.
 
+use super::slots::{Slot, Slots};
 use super::{Claim, CodeStore, StoreError, StoreKey};
-use hashbrown::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// What the map holds for a key.
-enum Slot {
-    /// A thread reserved it (at that instant) and is compiling it.
-    Reserved(Instant),
-    /// Its value.
-    Ready(Arc<[u8]>),
-}
 
 /// How long a lookup waits for another thread's reservation by default
 /// before taking it over (see 2 in the module docs): longer than Cranelift
@@ -79,14 +82,18 @@ enum Slot {
 /// largest, resvg, compile in about 2 s: table 2 of the README).
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 
+/// How many bytes of values a store holds by default (see 7 in the module
+/// docs): some 350,000 functions' entries of the wasm corpora (700 to 770
+/// bytes each in a directory, table 4 of the README).
+pub const DEFAULT_LIMIT: u64 = 256 << 20;
+
 /// How many independently locked parts the map has: lookups of different
 /// keys from different threads rarely wait for one another.
 const SHARDS: usize = 64;
 
 /// One part of the map, with its own lock.
-#[derive(Default)]
 struct Shard {
-    slots: Mutex<HashMap<StoreKey, Slot>>,
+    slots: Mutex<Slots>,
     /// Signalled whenever a reservation of this shard ends (a value put,
     /// or released).
     changed: Condvar,
@@ -101,6 +108,7 @@ pub struct SharedStore {
     waits: AtomicU64,
     waited_nanos: AtomicU64,
     reservations: AtomicU64,
+    limit: u64,
 }
 
 /// What a [`SharedStore`] counted so far.
@@ -116,19 +124,37 @@ pub struct SharedStats {
     pub waited: Duration,
     /// Values held.
     pub entries: u64,
+    /// Bytes of the values held.
+    pub bytes: u64,
+    /// Values dropped to keep the store within its limit (see
+    /// [`SharedStore::with_limit`]).
+    pub evicted: u64,
 }
 
 impl Default for SharedStore {
     fn default() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            shards: shards(DEFAULT_LIMIT),
             backing: None,
             max_wait: DEFAULT_MAX_WAIT,
             waits: AtomicU64::new(0),
             waited_nanos: AtomicU64::new(0),
             reservations: AtomicU64::new(0),
+            limit: DEFAULT_LIMIT,
         }
     }
+}
+
+/// The shards of a store holding at most `limit` bytes of values, each
+/// its share.
+fn shards(limit: u64) -> Box<[Shard]> {
+    let share = limit / SHARDS as u64;
+    (0..SHARDS)
+        .map(|_| Shard {
+            slots: Mutex::new(Slots::new(share)),
+            changed: Condvar::new(),
+        })
+        .collect()
 }
 
 impl SharedStore {
@@ -154,6 +180,21 @@ impl SharedStore {
         self
     }
 
+    /// This store holding at most `limit` bytes of values
+    /// ([`DEFAULT_LIMIT`] otherwise), dropping the least recently used
+    /// first (see 7 in the module docs). Call it before the store is
+    /// used: the values held so far are dropped.
+    pub fn with_limit(mut self, limit: u64) -> Self {
+        self.shards = shards(limit);
+        self.limit = limit;
+        self
+    }
+
+    /// The most bytes of values it holds (see 7 in the module docs).
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// The shard that holds `key` (keys are hashes: any bits will do).
     fn shard(&self, key: &StoreKey) -> &Shard {
         &self.shards[usize::from(key.as_bytes()[0]) % self.shards.len()]
@@ -165,17 +206,19 @@ impl SharedStore {
             reservations: self.reservations.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
             waited: Duration::from_nanos(self.waited_nanos.load(Ordering::Relaxed)),
-            entries: self
+            ..self
                 .shards
                 .iter()
-                .map(|shard| {
+                .fold(SharedStats::default(), |sum, shard| {
                     let slots = shard.lock();
-                    slots
-                        .values()
-                        .filter(|s| matches!(s, Slot::Ready(_)))
-                        .count() as u64
+                    let (entries, bytes) = slots.held();
+                    SharedStats {
+                        entries: sum.entries + entries,
+                        bytes: sum.bytes + bytes,
+                        evicted: sum.evicted + slots.dropped(),
+                        ..sum
+                    }
                 })
-                .sum(),
         }
     }
 
@@ -183,7 +226,7 @@ impl SharedStore {
     /// the waiters.
     fn fill(&self, key: &StoreKey, value: Arc<[u8]>) {
         let shard = self.shard(key);
-        shard.lock().insert(*key, Slot::Ready(value));
+        shard.lock().put(*key, value, false);
         shard.changed.notify_all();
     }
 
@@ -192,19 +235,18 @@ impl SharedStore {
     /// kept).
     fn fill_unless_ready(&self, key: &StoreKey, value: Arc<[u8]>) {
         let shard = self.shard(key);
-        let mut slots = shard.lock();
-        if !matches!(slots.get(key), Some(Slot::Ready(_))) {
-            slots.insert(*key, Slot::Ready(value));
-            drop(slots);
+        let put = shard.lock().put(*key, value, true);
+        if put {
             shard.changed.notify_all();
         }
     }
 }
 
 impl Shard {
-    fn lock(&self) -> MutexGuard<'_, HashMap<StoreKey, Slot>> {
-        // Every critical section is one map operation on whole slots, so a
-        // panic while the lock was held leaves a consistent map.
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        // Every critical section is one operation of `Slots`, none of which
+        // panics between its changes, so a panic while the lock was held
+        // leaves consistent slots.
         self.slots
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
@@ -212,11 +254,15 @@ impl Shard {
 }
 
 impl CodeStore for SharedStore {
+    /// The value held, or else the backing store's, which is then held
+    /// unless a value was put meanwhile (a reservation of the key ends, as
+    /// when its value is put). Reserves nothing; a backing store that
+    /// fails, or panics, is a miss, as in `get_or_reserve`.
     fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
-        match self.shard(key).lock().get(key) {
-            Some(Slot::Ready(value)) => Ok(Some(value.to_vec())),
-            Some(Slot::Reserved(_)) | None => Ok(None),
+        if let Some(value) = self.shard(key).lock().read(key) {
+            return Ok(Some(value));
         }
+        Ok(self.backing_value(key))
     }
 
     /// The values held, and for the keys without one, the backing store's
@@ -227,10 +273,7 @@ impl CodeStore for SharedStore {
     fn get_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         let mut values: Vec<Option<Vec<u8>>> = keys
             .iter()
-            .map(|key| match self.shard(key).lock().get(key) {
-                Some(Slot::Ready(value)) => Some(value.to_vec()),
-                Some(Slot::Reserved(_)) | None => None,
-            })
+            .map(|key| self.shard(key).lock().read(key))
             .collect();
         let Some(backing) = &self.backing else {
             return Ok(values);
@@ -288,11 +331,7 @@ impl CodeStore for SharedStore {
 
     fn release(&self, key: &StoreKey) {
         let shard = self.shard(key);
-        let mut slots = shard.lock();
-        if let Some(Slot::Reserved(_)) = slots.get(key) {
-            slots.remove(key);
-        }
-        drop(slots);
+        shard.lock().release(key);
         shard.changed.notify_all();
     }
 }
@@ -308,8 +347,8 @@ impl SharedStore {
         let mut waited_since: Option<Instant> = None;
         loop {
             match slots.get(key) {
-                Some(Slot::Ready(value)) => {
-                    let value = value.to_vec();
+                Some(Slot::Ready { .. }) => {
+                    let value = slots.read(key).expect("a value held");
                     drop(slots);
                     if let Some(start) = waited_since {
                         self.waits.fetch_add(1, Ordering::Relaxed);
@@ -337,7 +376,7 @@ impl SharedStore {
                 None => break,
             }
         }
-        slots.insert(*key, Slot::Reserved(Instant::now()));
+        slots.reserve(*key, Instant::now());
         drop(slots);
         if let Some(start) = waited_since {
             self.waits.fetch_add(1, Ordering::Relaxed);
@@ -348,17 +387,24 @@ impl SharedStore {
         // others wait meanwhile, as for a compile). A backing store that
         // fails, or panics, is a miss: the caller holds the reservation,
         // and compiles.
-        if let Some(backing) = &self.backing {
-            let asked = catch_unwind(AssertUnwindSafe(|| backing.get(key)));
-            if let Ok(Ok(Some(value))) = asked {
-                // A value put meanwhile (by a holder whose reservation was
-                // taken over) is kept.
-                self.fill_unless_ready(key, value.as_slice().into());
-                return Claim::Found(value);
-            }
+        if let Some(value) = self.backing_value(key) {
+            return Claim::Found(value);
         }
         self.reservations.fetch_add(1, Ordering::Relaxed);
         Claim::Reserved
+    }
+
+    /// The backing store's value of `key`, if it has one, then held
+    /// unless a value was put meanwhile (by a holder whose reservation
+    /// was taken over): a backing store that fails, or panics, is a miss.
+    fn backing_value(&self, key: &StoreKey) -> Option<Vec<u8>> {
+        let backing = self.backing.as_ref()?;
+        let asked = catch_unwind(AssertUnwindSafe(|| backing.get(key)));
+        let Ok(Ok(Some(value))) = asked else {
+            return None;
+        };
+        self.fill_unless_ready(key, value.as_slice().into());
+        Some(value)
     }
 }
 
@@ -477,6 +523,46 @@ mod tests {
         assert_eq!(store.get_or_reserve(&key(4)).unwrap(), None);
         store.put(&key(4), b"new").unwrap();
         assert_eq!(backing.get(&key(4)).unwrap().as_deref(), Some(&b"new"[..]));
+    }
+
+    /// Keys 0 to 255 fall four to a part (the part is the first byte's
+    /// remainder by 64); each part holds one of the 600-byte values.
+    #[test]
+    fn values_past_the_limit_are_dropped_and_the_backing_store_still_has_them() {
+        let backing = Arc::new(super::super::MemoryStore::new());
+        let bounded = |backing: Option<Arc<super::super::MemoryStore>>| {
+            let store = match backing {
+                Some(backing) => SharedStore::backed_by(backing),
+                None => SharedStore::new(),
+            };
+            let store = store.with_limit(64 * 1000);
+            for n in 0..=255u8 {
+                store.put(&key(n), &[n; 600]).unwrap();
+            }
+            store
+        };
+        let store = bounded(Some(backing.clone()));
+        let stats = store.stats();
+        assert_eq!((stats.entries, stats.bytes), (64, 64 * 600));
+        assert_eq!(stats.evicted, 192);
+        assert_eq!(store.limit(), 64 * 1000);
+        // Key 0's value was dropped, the newest of its part kept.
+        assert_eq!(store.get(&key(192)).unwrap(), Some(vec![192; 600]));
+        assert_eq!(backing.get(&key(0)).unwrap(), Some(vec![0; 600]));
+        // Asked of the backing store, and held again (dropping key 192's).
+        assert_eq!(store.get(&key(0)).unwrap(), Some(vec![0; 600]));
+        assert_eq!(store.get_many(&[key(64)]).unwrap(), [Some(vec![64; 600])]);
+        assert_eq!(
+            store.get_or_reserve(&key(128)).unwrap(),
+            Some(vec![128; 600])
+        );
+        assert_eq!(store.stats().reservations, 0);
+        // Without a backing store, a value dropped is a miss, and the next
+        // module to need it compiles it.
+        let alone = bounded(None);
+        assert_eq!(alone.get(&key(0)).unwrap(), None);
+        assert_eq!(alone.get_or_reserve(&key(0)).unwrap(), None);
+        assert_eq!(alone.stats().reservations, 1);
     }
 
     /// A backing store that records the keys of each `get_many`.
