@@ -56,8 +56,10 @@
 //!    it may not delete, until they are at most
 //!    [`LOW_WATER_PERCENT`](super::directory::LOW_WATER_PERCENT) of the
 //!    limit and [`MAX_PACKS`] in number. A pack's time is set when it is
-//!    written and by the first `get` of a store from it, if it was set
-//!    more than [`TOUCH_AFTER`] ago when the store found it. Sizes are
+//!    written and by a `get` from it once it was set [`TOUCH_AFTER`] ago
+//!    or more, as far as the store knows (when it found the pack, or last
+//!    set it): a store that lives for days keeps the packs it reads
+//!    fresh, without a system call per `get`. Sizes are
 //!    file lengths; files not named as packs are left alone. The bound is
 //!    on what the directory lists: a deleted pack's space is freed once no
 //!    store holds it open (a store closes the packs gone from the
@@ -117,7 +119,7 @@ use hashbrown::HashMap;
 use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -205,8 +207,52 @@ struct Pack {
     /// The pack's length when it was last scanned: a pack that has not
     /// grown since is not read again.
     scanned_len: u64,
-    /// Whether a `get` has set its time, or need not (see 3 above).
-    touched: Arc<AtomicBool>,
+    /// When its time was last set, as far as this store knows (see 3
+    /// above).
+    touched: Arc<Touched>,
+}
+
+/// When a pack's time was last set, as far as a store knows: on the
+/// process's clock ([`Touched::clock`]), so that a `get` sets it again
+/// once it is [`TOUCH_AFTER`] old, however long the store lives, and
+/// otherwise makes no system call for it.
+#[derive(Debug)]
+struct Touched(AtomicU64);
+
+impl Touched {
+    /// Set `age` ago (`None`: unknown, taken as just now).
+    fn aged(age: Option<Duration>) -> Self {
+        let now = Self::clock();
+        let set = match age {
+            Some(age) if age < TOUCH_AFTER => now - age.as_millis() as u64,
+            Some(_) => 0,
+            None => now,
+        };
+        Self(AtomicU64::new(set))
+    }
+
+    /// Milliseconds since the process first asked, plus [`TOUCH_AFTER`]:
+    /// a time set less than that long ago is never before its start.
+    fn clock() -> u64 {
+        static START: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+        (START.elapsed() + TOUCH_AFTER).as_millis() as u64
+    }
+
+    /// Notes that the time was set just now.
+    fn set_now(&self) {
+        self.0.store(Self::clock(), Ordering::Relaxed);
+    }
+
+    /// Whether the time is due to be set, [`TOUCH_AFTER`] after it last
+    /// was; if so, noted as set now (of callers at once, one is told so).
+    fn due(&self) -> bool {
+        let (now, set) = (Self::clock(), self.0.load(Ordering::Relaxed));
+        now - set.min(now) >= TOUCH_AFTER.as_millis() as u64
+            && self
+                .0
+                .compare_exchange(set, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
 }
 
 /// A record: its pack, where it starts and its value's length.
@@ -307,7 +353,7 @@ impl PackStore {
 
     /// The record of `key`, if indexed: its location, the pack's file, and
     /// whether its time is to be set.
-    fn locate(&self, key: &StoreKey) -> Option<(Location, Arc<File>, Arc<AtomicBool>)> {
+    fn locate(&self, key: &StoreKey) -> Option<(Location, Arc<File>, Arc<Touched>)> {
         let index = self.read_index();
         let at = *index.entries.get(key)?;
         let pack = index.packs[at.pack as usize].as_ref()?;
@@ -416,7 +462,7 @@ impl PackStore {
     fn read(
         &self,
         key: &StoreKey,
-        (at, file, touched): (Location, Arc<File>, Arc<AtomicBool>),
+        (at, file, touched): (Location, Arc<File>, Arc<Touched>),
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let Some(value) = self.value(key, at, &file) else {
             log::debug!(
@@ -433,7 +479,7 @@ impl PackStore {
             }
             return Ok(None);
         };
-        if !touched.swap(true, Ordering::Relaxed) {
+        if touched.due() {
             let _ = file.set_modified(SystemTime::now());
         }
         Ok(Some(value))
@@ -520,7 +566,7 @@ impl PackStore {
         };
         indexed.indexed = indexed.indexed.max(pack.len);
         // Written now: its time is fresh.
-        indexed.touched.store(true, Ordering::Relaxed);
+        indexed.touched.set_now();
         for &(key, offset, len) in keys {
             let at = Location {
                 pack: pack.pack,
@@ -683,12 +729,11 @@ impl Index {
 
     /// Registers an opened pack; its number.
     fn add(&mut self, file: File, own: bool) -> u32 {
-        let touched = file
+        let age = file
             .metadata()
             .ok()
             .and_then(|m| m.modified().ok())
-            .and_then(|set| SystemTime::now().duration_since(set).ok())
-            .is_none_or(|age| age < TOUCH_AFTER);
+            .and_then(|set| SystemTime::now().duration_since(set).ok());
         self.open += 1;
         self.packs.push(Some(Pack {
             file: Arc::new(file),
@@ -696,7 +741,7 @@ impl Index {
             indexed: 0,
             charged: 0,
             scanned_len: 0,
-            touched: Arc::new(AtomicBool::new(touched)),
+            touched: Arc::new(Touched::aged(age)),
         }));
         (self.packs.len() - 1) as u32
     }
@@ -1163,6 +1208,59 @@ mod read_tests {
             assert!(!reader.read_index().entries.contains_key(&a));
             assert_eq!(reader.get(&b).unwrap(), Some(value_b.clone()));
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A store that reads a pack sets its time again each time it is
+    /// [`TOUCH_AFTER`](super::TOUCH_AFTER) old, however long the store
+    /// lives (and not at every `get` in between).
+    #[test]
+    fn a_pack_read_is_made_fresh_again_each_time_it_ages() {
+        use std::time::{Duration, SystemTime};
+        let dir = std::env::temp_dir().join(format!("jitfold-pack-touch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = StoreKey::from_bytes([1; 16]);
+        PackStore::new(&dir).unwrap().put(&a, &[7; 100]).unwrap();
+        let pack = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("pack-")
+            })
+            .unwrap();
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let age_back = || {
+            let file = std::fs::File::options().write(true).open(&pack).unwrap();
+            file.set_modified(hour_ago).unwrap();
+        };
+        let fresh = || {
+            let set = std::fs::metadata(&pack).unwrap().modified().unwrap();
+            SystemTime::now().duration_since(set).unwrap_or_default() < Duration::from_secs(600)
+        };
+        age_back();
+        let reader = PackStore::new(&dir).unwrap();
+        // The process's clock past its start, so that the note aged below
+        // is not its first instant.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(reader.get(&a).unwrap(), Some(vec![7; 100]));
+        assert!(fresh(), "found an hour old: set by the first get");
+        age_back();
+        assert_eq!(reader.get(&a).unwrap(), Some(vec![7; 100]));
+        assert!(!fresh(), "set just now, as far as the store knows: left");
+        // The store's note of setting it, a minute older.
+        for pack in reader.read_index().packs.iter().flatten() {
+            let set = pack.touched.0.load(std::sync::atomic::Ordering::Relaxed);
+            let minute = super::TOUCH_AFTER.as_millis() as u64;
+            pack.touched
+                .0
+                .store(set - minute, std::sync::atomic::Ordering::Relaxed);
+        }
+        assert_eq!(reader.get(&a).unwrap(), Some(vec![7; 100]));
+        assert!(fresh(), "set again once a minute old");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
