@@ -23,7 +23,9 @@
 //!    values, in their order, or `None` where the store failed, panicked
 //!    or the thread is gone (the caller then knows nothing of those keys,
 //!    as after a store error). Answers to requests sent before it and not
-//!    received are dropped on the way.
+//!    received are dropped on the way. A ticket received before (its
+//!    answer taken), or not this courier's, gets `None` at once: a
+//!    receive never waits for an answer that cannot come.
 //! 2. **Nothing held is kept unused.** A reservation in an answer that is
 //!    dropped (not received, or received by no one since the courier was
 //!    dropped) is released by the drop of its [`Reservation`]
@@ -75,6 +77,9 @@ pub struct Courier<A> {
     inline: VecDeque<(Ticket, Option<A>)>,
     /// Requests sent.
     sent: u64,
+    /// Requests whose answers the thread gave and were taken (received,
+    /// or dropped on the way to a later one).
+    taken: u64,
 }
 
 impl Claimer {
@@ -120,6 +125,7 @@ impl<A: Send + 'static> Courier<A> {
             thread,
             inline: VecDeque::new(),
             sent: 0,
+            taken: 0,
         }
     }
 
@@ -145,12 +151,23 @@ impl<A: Send + 'static> Courier<A> {
         ticket
     }
 
-    /// The answer to the request `ticket` was given for (see 1 above).
+    /// The answer to the request `ticket` was given for (see 1 above);
+    /// `None` at once for a ticket received before, or not sent by this
+    /// courier.
     pub fn receive(&mut self, ticket: Ticket) -> Option<A> {
+        if ticket.0 >= self.sent {
+            return None;
+        }
         if self.requests.is_some() {
+            // Its answer was taken: waiting would wait for an answer that
+            // never comes.
+            if ticket.0 < self.taken {
+                return None;
+            }
             // From the thread, in the order of the requests: an answer to
             // an earlier one is dropped.
             while let Ok((at, answer)) = self.answers.recv() {
+                self.taken = at.0 + 1;
                 if at >= ticket {
                     return (at == ticket).then_some(answer).flatten();
                 }
@@ -172,9 +189,10 @@ impl<A: Send + 'static> Courier<A> {
 
 impl<A> Drop for Courier<A> {
     /// Ends the thread once the call it is making returns: the requests
-    /// not carried out yet are dropped, and so are the answers no one
-    /// received, with their channel (see 2 above; the thread's next
-    /// answer finds no receiver, and it ends).
+    /// not carried out yet are dropped (but for one the thread may take up
+    /// as the courier drops, carried out and its answer dropped), and so
+    /// are the answers no one received, with their channel (see 2 above;
+    /// the thread's next answer finds no receiver, and it ends).
     fn drop(&mut self) {
         self.requests = None;
         let (_, closed) = channel();
@@ -226,6 +244,18 @@ mod tests {
             Some(vec![Some(b"two".to_vec()), None, Some(b"one".to_vec())])
         );
         assert_eq!(fetcher.receive(second), Some(vec![Some(b"one".to_vec())]));
+        // A ticket received before, or skipped, or of another courier,
+        // gets nothing, at once (the thread has no request left to answer).
+        assert_eq!(fetcher.receive(first), None);
+        assert_eq!(fetcher.receive(second), None);
+        let third = fetcher.send(vec![key(2)]);
+        let fourth = fetcher.send(vec![key(2)]);
+        assert_eq!(
+            Fetcher::fetcher(Arc::new(SharedStore::new())).receive(third),
+            None
+        );
+        assert_eq!(fetcher.receive(fourth), Some(vec![Some(b"two".to_vec())]));
+        assert_eq!(fetcher.receive(third), None);
         let mut failing = Fetcher::fetcher(Arc::new(Failing));
         let ticket = failing.send(vec![key(1)]);
         assert_eq!(failing.receive(ticket), None);
