@@ -86,6 +86,8 @@ pub struct Outcome {
     /// Functions a module defined from a code store's entries (most over
     /// the options of check 7).
     pub loaded: usize,
+    /// Entries the store with no room of check 7 dropped.
+    pub evicted: usize,
 }
 
 /// The options of check 3's similar-function merging: batch mode, with a

@@ -18,8 +18,12 @@
 //! 1. **loads**: defines the program after another module, with the same
 //!    options, defined it on that store (so each function's code is the
 //!    entry the first module stored for its template, or code it reuses),
-//!    in eager mode, in batch mode and with
-//!    [similar-function merging](super::differential::similar_options);
+//!    in batch mode, with
+//!    [similar-function merging](super::differential::similar_options),
+//!    and in eager mode on a store with no room (a limit of 0 bytes: each
+//!    of its 64 parts keeps only the entry put last, so where two of the
+//!    program's templates fall in one part, the second module loads one
+//!    and compiles the other again);
 //!    the first module's calls are compared too;
 //! 2. **divides**: defines the program at the same time as another module
 //!    on the store, each on a thread of its own (each compiles the
@@ -49,14 +53,19 @@ pub(super) fn check(
     expected: &[Option<i64>],
     outcome: &mut Outcome,
 ) -> Result<(), String> {
-    for options in [
-        DedupOptions::eager(),
-        DedupOptions::batch(),
-        similar_options(),
+    for (options, limit) in [
+        (DedupOptions::eager(), Some(0)),
+        (DedupOptions::batch(), None),
+        (similar_options(), None),
     ] {
-        let store: Arc<dyn CodeStore> = Arc::new(SharedStore::new());
+        let shared = Arc::new(match limit {
+            Some(limit) => SharedStore::new().with_limit(limit),
+            None => SharedStore::new(),
+        });
+        let store: Arc<dyn CodeStore> = shared.clone();
+        let room = limit.map_or(String::new(), |limit| format!(" of {limit} bytes"));
         for run in ["filling", "loading"] {
-            let how = format!("{options}, {run} a store");
+            let how = format!("{options}, {run} a store{room}");
             let (mut module, pointers) = defined(program, options, &store, &how)?;
             let got = call_all(program, &pointers).map_err(|e| format!("{how}: {e}"));
             // The entries of what it compiled are all in the store when it
@@ -67,6 +76,7 @@ pub(super) fn check(
             unsafe { module.into_inner().free_memory() };
             same_results(program, &got?, expected, &how)?;
         }
+        outcome.evicted += shared.stats().evicted as usize;
     }
     for options in [DedupOptions::eager(), DedupOptions::batch()] {
         divided(program, expected, options)?;

@@ -20,12 +20,14 @@
 //! 1. At most one reservation of a key exists at a time, and a key is
 //!    reserved only while it has no value: as long as no reservation is
 //!    given up or outlasts the longest wait (see 2), and no value is
-//!    dropped to keep the bound (see 7) before the threads needing it
-//!    read it, each template is compiled once in total, whatever the
-//!    number of threads and their timing. (A reservation taken over is the new holder's; the first
+//!    dropped to keep the bound (see 7), each template is compiled once in
+//!    total, whatever the number of threads and their timing. (A reservation taken over is the new holder's; the first
 //!    holder's later `put` is a value like any other, and its later
 //!    release ends the new holder's reservation, so a third thread may
-//!    compile the template too: a compile more, never a wrong value.)
+//!    compile the template too: a compile more, never a wrong value. So
+//!    may the release of a holder whose reservation a value from the
+//!    backing store ended, once that value is dropped and the key
+//!    reserved again.)
 //! 2. Waiting is bounded: a reservation older than [`DEFAULT_MAX_WAIT`]
 //!    (set with [`SharedStore::with_max_wait`]) is taken over by a thread
 //!    waiting for it, which compiles the template itself (which costs a
@@ -59,15 +61,19 @@
 //!    defines its other functions first (see `stored.rs` in
 //!    `src/module/`), so that modules defining one program divide its
 //!    compiles.
-//! 7. The values held take at most the store's limit in bytes
-//!    ([`DEFAULT_LIMIT`], or [`SharedStore::with_limit`]), each of the 64
-//!    parts its share, but for the value put last in a part, kept
-//!    whatever its size until the next (so that the threads waiting for
-//!    it find it). Past the limit, the value least recently read or put
-//!    goes first (a clock, `slots.rs`); a value dropped is a miss from
-//!    then on, which the backing store, if any, may still answer:
-//!    [`CodeStore::get`], [`CodeStore::get_many`] and a reservation ask
-//!    it for a key without a value.
+//! 7. The values held take at most the store's limit in bytes (of
+//!    values; the map's own memory adds about a tenth for entries of the
+//!    wasm corpora), each of the 64 parts its share, but for the value put
+//!    last in a part, kept whatever its size until the next. Past the
+//!    limit, values go about least recently read or put first (a clock,
+//!    `slots.rs`); a value dropped is a miss from then on, which the
+//!    backing store, if any, may still answer: [`CodeStore::get`],
+//!    [`CodeStore::get_many`] and a reservation ask it for a key without a
+//!    value. A value may be dropped before the threads that waited for it
+//!    read it, where it and the next values put in its part do not fit
+//!    the part's share together (entries of 2 MiB and more at the default
+//!    limit): one of them then compiles it again (and the others wait for
+//!    that), or finds it in the backing store once written there.
 
 use super::slots::{Slot, Slots};
 use super::{Claim, CodeStore, StoreError, StoreKey};
@@ -84,7 +90,8 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// How many bytes of values a store holds by default (see 7 in the module
 /// docs): some 350,000 functions' entries of the wasm corpora (700 to 770
-/// bytes each in a directory, table 4 of the README).
+/// bytes each in a directory, table 4 of the README). The values' lengths
+/// are counted, not what holding them costs besides.
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
 
 /// How many independently locked parts the map has: lookups of different
@@ -163,9 +170,9 @@ impl SharedStore {
         Self::default()
     }
 
-    /// An empty store in front of `backing` (a persistent store): a
-    /// reserved key is looked up there first, and values put are written
-    /// there too.
+    /// An empty store in front of `backing` (a persistent store): a key
+    /// without a value is looked up there (a reserved one before anyone
+    /// compiles it), and values put are written there too.
     pub fn backed_by(backing: Arc<dyn CodeStore>) -> Self {
         Self {
             backing: Some(backing),
@@ -181,16 +188,19 @@ impl SharedStore {
     }
 
     /// This store holding at most `limit` bytes of values
-    /// ([`DEFAULT_LIMIT`] otherwise), dropping the least recently used
-    /// first (see 7 in the module docs). Call it before the store is
-    /// used: the values held so far are dropped.
+    /// ([`DEFAULT_LIMIT`] otherwise), dropping about the least recently
+    /// used first (see 7 in the module docs; each of its 64 parts keeps
+    /// the value put last in it, so with a limit under 64 bytes, each
+    /// holds just that one). Call it before the store is used: what it
+    /// holds and counted so far is dropped.
     pub fn with_limit(mut self, limit: u64) -> Self {
         self.shards = shards(limit);
         self.limit = limit;
         self
     }
 
-    /// The most bytes of values it holds (see 7 in the module docs).
+    /// The most bytes of values it holds, but for the value put last in
+    /// each of its parts (see 7 in the module docs).
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -244,9 +254,9 @@ impl SharedStore {
 
 impl Shard {
     fn lock(&self) -> MutexGuard<'_, Slots> {
-        // Every critical section is one operation of `Slots`, none of which
-        // panics between its changes, so a panic while the lock was held
-        // leaves consistent slots.
+        // No operation of `Slots` panics between its changes, and nothing
+        // between them in a critical section changes them, so a panic
+        // while the lock was held leaves consistent slots.
         self.slots
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())

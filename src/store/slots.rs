@@ -7,15 +7,19 @@
 //!    Only [`Slots::reserve`] makes a reservation, and only of a key
 //!    without a value (a reservation it replaces is taken over); only
 //!    [`Slots::release`] and a value put end one.
-//! 2. The values held take at most the shard's limit in bytes, but for
+//! 2. The values held take at most the shard's limit in bytes (their
+//!    lengths; what holding them costs besides is not counted), but for
 //!    the value put last, which is kept whatever its size until the next
-//!    value is put: a value is never dropped by the put that makes it, so
-//!    that the threads waiting for it find it.
+//!    value is put: a value is never dropped by the put that makes it.
+//!    (A later put may drop it before the threads waiting for it read it,
+//!    when the two do not fit the limit together: see 1 in `shared.rs`.)
 //! 3. When a put passes the limit, values are dropped in the order of a
-//!    clock over the values held, oldest put first: a value read since
+//!    clock over the values held, oldest first (a value put again keeps
+//!    its place), approximating least recently used: a value read since
 //!    the clock last passed it (or put since) is passed over once, its
-//!    mark cleared. Each put visits each value at most twice, so a put
-//!    takes time linear in the values it drops and passes.
+//!    mark cleared. Each put visits each value at most twice, and stops
+//!    once only the value it put is left, so a put takes time linear in
+//!    the values it drops and passes.
 //! 4. Reservations are never dropped to keep the bound (they hold no
 //!    value); a dropped value is a miss from then on, as if never put.
 
@@ -81,11 +85,12 @@ impl Slots {
     /// Reserves `key`, which has no value, as of `now`, taking over its
     /// reservation if it has one (see 1 above).
     pub(super) fn reserve(&mut self, key: StoreKey, now: Instant) {
-        let previous = self.slots.insert(key, Slot::Reserved(now));
-        debug_assert!(
-            !matches!(previous, Some(Slot::Ready { .. })),
+        // Checked before anything changes: a key with a value stays so.
+        assert!(
+            !matches!(self.slots.get(&key), Some(Slot::Ready { .. })),
             "a key with a value reserved"
         );
+        self.slots.insert(key, Slot::Reserved(now));
     }
 
     /// Ends the reservation of `key`, if it has one; a value stays.
@@ -113,8 +118,10 @@ impl Slots {
                 self.clock.push_back(key);
             }
             None => {
-                self.slots.insert(key, Slot::Ready { value, used: true });
+                // The clock first: should it fail to grow, the key has no
+                // value, as before.
                 self.clock.push_back(key);
+                self.slots.insert(key, Slot::Ready { value, used: true });
             }
         }
         self.bytes += len;
@@ -124,12 +131,13 @@ impl Slots {
 
     /// Drops values in the clock's order, passing over those read since
     /// it last passed them and `kept` (the value just put), until the
-    /// values held fit the limit or only `kept` is left (see 3 above).
+    /// values held fit the limit or only `kept` is left (see 3 above;
+    /// `kept` has a value, so the clock is never empty here).
     fn keep_bound(&mut self, kept: &StoreKey) {
         // Each value is looked at at most twice: once to clear its mark,
         // once to drop it.
         let mut looks = 2 * self.clock.len();
-        while self.bytes > self.limit && looks > 0 {
+        while self.bytes > self.limit && looks > 0 && self.clock.len() > 1 {
             looks -= 1;
             let Some(key) = self.clock.pop_front() else {
                 break;
