@@ -596,13 +596,15 @@ fn is_same_file(_file: &File, _path: &Path) -> bool {
 /// A part of a file's name that no other writer uses (see
 /// [`under_own_name`]).
 fn own_name_part() -> String {
-    static NONCE: OnceLock<u64> = OnceLock::new();
-    let nonce = *NONCE.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-    format!(
-        "{}-{nonce:016x}-{}",
+    // A key random per process: the names this process will make cannot
+    // be told from those it made (so that no one can make them first).
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    let (pid, count) = (
         std::process::id(),
-        NEXT_FILE.fetch_add(1, Ordering::Relaxed)
-    )
+        NEXT_FILE.fetch_add(1, Ordering::Relaxed),
+    );
+    let unguessable = KEY.get_or_init(RandomState::new).hash_one((pid, count));
+    format!("{pid}-{unguessable:016x}-{count}")
 }
 
 /// A file in `dir` created by this call (for reading and writing), named
@@ -624,8 +626,10 @@ pub(super) fn create_own_file(
 
 /// What `make` makes at a path in `dir` named by `name` from a part no
 /// other writer uses, and that path. That part holds the process id, a
-/// number random per process (processes in separate PID namespaces
-/// sharing the directory may have the same id) and a count; should
+/// keyed hash of it and a count (with a key random per process: processes
+/// in separate PID namespaces sharing the directory may have the same id,
+/// and a writer to the directory who saw the names made so far cannot
+/// tell the next ones, to make them first) and the count; should
 /// `make` find a file of that name all the same, another name is tried,
 /// up to 8 more (the existing file is someone else's, and is left alone).
 /// On failure, the path last tried and `make`'s error.

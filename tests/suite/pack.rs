@@ -602,3 +602,27 @@ fn a_removed_directory_is_an_error_or_a_miss() {
     let _ = store.put(&key(3), b"three");
     assert!(store.trim().is_err());
 }
+
+/// A writer to the directory who saw the names of a process's packs
+/// cannot stop its next store from starting one by making the names that
+/// follow first: each name holds a keyed hash no one else can compute.
+#[test]
+fn names_planted_after_those_seen_do_not_stop_a_store() {
+    let dir = TempDir::new("pack-planted-names");
+    let first = PackStore::new(dir.path()).unwrap();
+    first.put(&key(1), &value(1, 0, 100)).unwrap();
+    let [seen] = &packs(dir.path())[..] else {
+        panic!("one pack")
+    };
+    let name = seen.file_name().unwrap().to_str().unwrap().to_owned();
+    let (head, count) = name.rsplit_once('-').unwrap();
+    let count: u64 = count.parse().unwrap();
+    // The names that follow, as the name seen suggests, many of them
+    // (other tests of this process make files meanwhile).
+    for next in count + 1..=count + 2000 {
+        std::fs::write(dir.path().join(format!("{head}-{next}")), b"planted").unwrap();
+    }
+    let store = PackStore::new(dir.path()).unwrap();
+    store.put(&key(2), &value(2, 0, 100)).unwrap();
+    check_value(2, &store.get(&key(2)).unwrap().unwrap()).unwrap();
+}
