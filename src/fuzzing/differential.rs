@@ -86,8 +86,12 @@ pub struct Outcome {
     /// Functions a module defined from a code store's entries (most over
     /// the options of check 7).
     pub loaded: usize,
-    /// Entries the store with no room of check 7 dropped.
-    pub evicted: usize,
+    /// Functions the loading module of check 7 on a store with no room
+    /// defined from the store's entries.
+    pub loaded_without_room: usize,
+    /// Functions that module compiled (their entries dropped, or never
+    /// made: a function of a template already defined reuses its code).
+    pub compiled_without_room: usize,
 }
 
 /// The options of check 3's similar-function merging: batch mode, with a

@@ -24,7 +24,7 @@
 //!    or the thread is gone (the caller then knows nothing of those keys,
 //!    as after a store error). Answers to requests sent before it and not
 //!    received are dropped on the way. A ticket received before (its
-//!    answer taken), or not this courier's, gets `None` at once: a
+//!    answer taken), skipped, or not this courier's, gets `None` at once: a
 //!    receive never waits for an answer that cannot come.
 //! 2. **Nothing held is kept unused.** A reservation in an answer that is
 //!    dropped (not received, or received by no one since the courier was
@@ -43,12 +43,22 @@ use super::load::{Claimed, claim_many};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
-/// A request's place in the order of requests (see 1 above).
+/// A request's place in the order of one courier's requests (see 1
+/// above).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Ticket(u64);
+pub struct Ticket {
+    /// The courier's number, unique in the process.
+    courier: u64,
+    /// The request's number among the courier's.
+    request: u64,
+}
+
+/// Numbers the couriers of the process, so that a ticket names its own.
+static NEXT_COURIER: AtomicU64 = AtomicU64::new(0);
 
 /// The call a courier makes for each request: its answer for the keys,
 /// or `None` where the store failed or panicked.
@@ -75,6 +85,8 @@ pub struct Courier<A> {
     /// Answers given on the sender's thread (see 3 above), after those
     /// the thread gave before it ended, if it did.
     inline: VecDeque<(Ticket, Option<A>)>,
+    /// Its number (see [`Ticket`]).
+    number: u64,
     /// Requests sent.
     sent: u64,
     /// Requests whose answers the thread gave and were taken (received,
@@ -124,6 +136,7 @@ impl<A: Send + 'static> Courier<A> {
             answers,
             thread,
             inline: VecDeque::new(),
+            number: NEXT_COURIER.fetch_add(1, Ordering::Relaxed),
             sent: 0,
             taken: 0,
         }
@@ -131,7 +144,10 @@ impl<A: Send + 'static> Courier<A> {
 
     /// Sends `keys` to be carried; the ticket receives the answer.
     pub fn send(&mut self, keys: Vec<StoreKey>) -> Ticket {
-        let ticket = Ticket(self.sent);
+        let ticket = Ticket {
+            courier: self.number,
+            request: self.sent,
+        };
         self.sent += 1;
         let keys = match &self.requests {
             Some(requests) => match requests.send((ticket, keys)) {
@@ -152,22 +168,22 @@ impl<A: Send + 'static> Courier<A> {
     }
 
     /// The answer to the request `ticket` was given for (see 1 above);
-    /// `None` at once for a ticket received before, or not sent by this
-    /// courier.
+    /// `None` at once for a ticket received before, skipped (a later one
+    /// was received), or not given by this courier.
     pub fn receive(&mut self, ticket: Ticket) -> Option<A> {
-        if ticket.0 >= self.sent {
+        if ticket.courier != self.number || ticket.request >= self.sent {
             return None;
         }
         if self.requests.is_some() {
             // Its answer was taken: waiting would wait for an answer that
             // never comes.
-            if ticket.0 < self.taken {
+            if ticket.request < self.taken {
                 return None;
             }
             // From the thread, in the order of the requests: an answer to
             // an earlier one is dropped.
             while let Ok((at, answer)) = self.answers.recv() {
-                self.taken = at.0 + 1;
+                self.taken = at.request + 1;
                 if at >= ticket {
                     return (at == ticket).then_some(answer).flatten();
                 }
@@ -189,14 +205,17 @@ impl<A: Send + 'static> Courier<A> {
 
 impl<A> Drop for Courier<A> {
     /// Ends the thread once the call it is making returns: the requests
-    /// not carried out yet are dropped (but for one the thread may take up
-    /// as the courier drops, carried out and its answer dropped), and so
+    /// not carried out yet are dropped (but for one the thread may have
+    /// taken up as the courier dropped, carried out and its answer
+    /// dropped), and so
     /// are the answers no one received, with their channel (see 2 above;
     /// the thread's next answer finds no receiver, and it ends).
     fn drop(&mut self) {
-        self.requests = None;
+        // The answers first: the thread's next answer then fails, and it
+        // ends without taking up another request.
         let (_, closed) = channel();
         drop(std::mem::replace(&mut self.answers, closed));
+        self.requests = None;
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -236,6 +255,9 @@ mod tests {
         let store: Arc<dyn CodeStore> = Arc::new(SharedStore::new());
         store.put(&key(1), b"one").unwrap();
         store.put(&key(2), b"two").unwrap();
+        // Another courier, made first (its tickets order before this
+        // one's).
+        let mut other = Fetcher::fetcher(Arc::new(SharedStore::new()));
         let mut fetcher = Fetcher::fetcher(store);
         let first = fetcher.send(vec![key(2), key(3), key(1)]);
         let second = fetcher.send(vec![key(1)]);
@@ -250,10 +272,11 @@ mod tests {
         assert_eq!(fetcher.receive(second), None);
         let third = fetcher.send(vec![key(2)]);
         let fourth = fetcher.send(vec![key(2)]);
-        assert_eq!(
-            Fetcher::fetcher(Arc::new(SharedStore::new())).receive(third),
-            None
-        );
+        // The other courier, having sent as many requests.
+        for _ in 0..4 {
+            let _ = other.send(vec![key(1)]);
+        }
+        assert_eq!(other.receive(third), None);
         assert_eq!(fetcher.receive(fourth), Some(vec![Some(b"two".to_vec())]));
         assert_eq!(fetcher.receive(third), None);
         let mut failing = Fetcher::fetcher(Arc::new(Failing));

@@ -596,7 +596,7 @@ fn is_same_file(_file: &File, _path: &Path) -> bool {
 /// A part of a file's name that no other writer uses (see
 /// [`under_own_name`]).
 fn own_name_part() -> String {
-    // A key random per process: the names this process will make cannot
+    // A key drawn at random once: the names this process will make cannot
     // be told from those it made (so that no one can make them first).
     static KEY: OnceLock<RandomState> = OnceLock::new();
     let (pid, count) = (
@@ -626,8 +626,9 @@ pub(super) fn create_own_file(
 
 /// What `make` makes at a path in `dir` named by `name` from a part no
 /// other writer uses, and that path. That part holds the process id, a
-/// keyed hash of it and a count (with a key random per process: processes
-/// in separate PID namespaces sharing the directory may have the same id,
+/// keyed hash of it and a count (with a key drawn at random once in a
+/// process, and kept by a child it forks, whose id differs: processes in
+/// separate PID namespaces sharing the directory may have the same id,
 /// and a writer to the directory who saw the names made so far cannot
 /// tell the next ones, to make them first) and the count; should
 /// `make` find a file of that name all the same, another name is tried,

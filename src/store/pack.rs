@@ -13,7 +13,7 @@
 //! key (16 bytes), the value's length (4 bytes, little-endian), the XXH3
 //! 64-bit hash of those and the value (8 bytes) and the value. Only the
 //! store that created a pack appends to it (its name holds the process id,
-//! a number random per process and a count; it is created with
+//! a keyed hash of it and a count, and the count; it is created with
 //! `O_EXCL`), so records of two writers never interleave. A store starts
 //! a new pack before its pack would pass [`PACK_BYTES`] or a tenth of its
 //! limit, whichever is less (a record longer than that has a pack of its
@@ -1244,7 +1244,7 @@ mod read_tests {
         age_back();
         let reader = PackStore::new(&dir).unwrap();
         // The process's clock past its start, so that the note aged below
-        // is not its first instant.
+        // is not 0, as the note of a pack found old is.
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(reader.get(&a).unwrap(), Some(vec![7; 100]));
         assert!(fresh(), "found an hour old: set by the first get");
