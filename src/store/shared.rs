@@ -21,7 +21,8 @@
 //!    reserved only while it has no value: as long as no reservation is
 //!    given up or outlasts the longest wait (see 2), and no value is
 //!    dropped to keep the bound (see 7), each template is compiled once in
-//!    total, whatever the number of threads and their timing. (A reservation taken over is the new holder's; the first
+//!    total, whatever the number of threads and their timing. (A
+//!    reservation taken over is the new holder's; the first
 //!    holder's later `put` is a value like any other, and its later
 //!    release ends the new holder's reservation, so a third thread may
 //!    compile the template too: a compile more, never a wrong value. So
@@ -61,9 +62,9 @@
 //!    defines its other functions first (see `stored.rs` in
 //!    `src/module/`), so that modules defining one program divide its
 //!    compiles.
-//! 7. The values held take at most the store's limit in bytes (of
-//!    values; the map's own memory adds about a tenth for entries of the
-//!    wasm corpora), each of the 64 parts its share, but for the value put
+//! 7. The values held take at most the store's limit in bytes (their
+//!    lengths: the map, the clock and each value's allocation add some 90
+//!    bytes an entry besides), each of the 64 parts its share, but for the value put
 //!    last in a part, kept whatever its size until the next. Past the
 //!    limit, values go about least recently read or put first (a clock,
 //!    `slots.rs`); a value dropped is a miss from then on, which the
