@@ -207,9 +207,9 @@ impl<A> Drop for Courier<A> {
     /// Ends the thread once the call it is making returns: the requests
     /// not carried out yet are dropped (but for one the thread may have
     /// taken up as the courier dropped, carried out and its answer
-    /// dropped), and so
-    /// are the answers no one received, with their channel (see 2 above;
-    /// the thread's next answer finds no receiver, and it ends).
+    /// dropped), and so are the answers no one received, with their
+    /// channel (see 2 above; the thread's next answer finds no receiver,
+    /// and it ends).
     fn drop(&mut self) {
         // The answers first: the thread's next answer then fails, and it
         // ends without taking up another request.

@@ -357,17 +357,15 @@ impl SharedStore {
         let mut slots = shard.lock();
         let mut waited_since: Option<Instant> = None;
         loop {
+            // A value first, in one lookup (a module's usual claim).
+            if let Some(value) = slots.read(key) {
+                drop(slots);
+                self.count_wait(waited_since);
+                return Claim::Found(value);
+            }
             match slots.get(key) {
-                Some(Slot::Ready { .. }) => {
-                    let value = slots.read(key).expect("a value held");
-                    drop(slots);
-                    if let Some(start) = waited_since {
-                        self.waits.fetch_add(1, Ordering::Relaxed);
-                        let nanos = start.elapsed().as_nanos() as u64;
-                        self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
-                    }
-                    return Claim::Found(value);
-                }
+                // Read above: none.
+                Some(Slot::Ready { .. }) | None => break,
                 Some(Slot::Reserved(_)) if !wait => return Claim::Busy,
                 Some(Slot::Reserved(made)) => {
                     waited_since.get_or_insert_with(Instant::now);
@@ -384,16 +382,11 @@ impl SharedStore {
                         .unwrap_or_else(|poison| poison.into_inner())
                         .0;
                 }
-                None => break,
             }
         }
         slots.reserve(*key, Instant::now());
         drop(slots);
-        if let Some(start) = waited_since {
-            self.waits.fetch_add(1, Ordering::Relaxed);
-            let nanos = start.elapsed().as_nanos() as u64;
-            self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
-        }
+        self.count_wait(waited_since);
         // Reserved: the backing store may have it (asked without the lock;
         // others wait meanwhile, as for a compile). A backing store that
         // fails, or panics, is a miss: the caller holds the reservation,
@@ -403,6 +396,15 @@ impl SharedStore {
         }
         self.reservations.fetch_add(1, Ordering::Relaxed);
         Claim::Reserved
+    }
+
+    /// Counts a lookup that waited since `start`, if it waited.
+    fn count_wait(&self, start: Option<Instant>) {
+        if let Some(start) = start {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            let nanos = start.elapsed().as_nanos() as u64;
+            self.waited_nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
     }
 
     /// The backing store's value of `key`, if it has one, then held

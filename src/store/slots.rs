@@ -113,13 +113,9 @@ impl Slots {
                 *old = value;
                 *used = true;
             }
-            Some(slot @ Slot::Reserved(_)) => {
-                *slot = Slot::Ready { value, used: true };
-                self.clock.push_back(key);
-            }
-            None => {
-                // The clock first: should it fail to grow, the key has no
-                // value, as before.
+            // Reserved, or no slot: a new value. The clock first: should
+            // it fail to grow, the key has no value, as before.
+            Some(Slot::Reserved(_)) | None => {
                 self.clock.push_back(key);
                 self.slots.insert(key, Slot::Ready { value, used: true });
             }
